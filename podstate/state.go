@@ -1,0 +1,471 @@
+package podstate
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// settleTime is how long an event's claim stands against a listing that
+// disagrees. containerd sends some NRI events (a container's exit) before its
+// CRI store reflects them, so a listing right after the event may still show
+// the old state; only a disagreement that outlives this is corrected.
+const settleTime = 5 * time.Second
+
+// DefaultRetention is how long Removed records and pods are kept before they
+// are forgotten. Keeping them a while makes late or duplicate events about a
+// removed object harmless: they find the tombstone instead of a new record.
+const DefaultRetention = 10 * time.Minute
+
+// State is the per-pod state. It is safe for concurrent use: NRI handlers
+// Apply events while the housekeeping loop reconciles and reads views.
+type State struct {
+	retention time.Duration
+
+	mu         sync.Mutex
+	seq        uint64
+	pods       map[string]*pod
+	sandboxes  map[string]*Sandbox
+	containers map[string]*Container
+}
+
+type pod struct {
+	id            PodIdentity
+	source        Source
+	firstSeen     time.Time
+	lastLifeEvent time.Time
+	removedSince  time.Time
+	sandboxes     []*Sandbox
+	containers    []*Container
+}
+
+// New returns an empty State. retention <= 0 means DefaultRetention.
+func New(retention time.Duration) *State {
+	if retention <= 0 {
+		retention = DefaultRetention
+	}
+	return &State{
+		retention:  retention,
+		pods:       make(map[string]*pod),
+		sandboxes:  make(map[string]*Sandbox),
+		containers: make(map[string]*Container),
+	}
+}
+
+// Seq returns the current change sequence number. Read it before requesting a
+// listing and pass it as Listing.StartSeq.
+func (s *State) Seq() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq
+}
+
+// Apply records one lifecycle event. It returns an error only for an event
+// that cannot be recorded (missing IDs); nothing is changed then.
+func (s *State) Apply(ev Event) error {
+	if err := ev.validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	p := s.podFor(ev.Pod, SourceEvent, ev.At)
+	if ev.Kind == RunPodSandbox || ev.Kind == StartContainer {
+		p.lastLifeEvent = ev.At
+	}
+	switch ev.Kind {
+	case RunPodSandbox:
+		// A new sandbox starts Ready.
+		s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At)
+	case StopPodSandbox:
+		s.advanceSandbox(s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At), SandboxNotReady, ev.At)
+	case RemovePodSandbox:
+		s.advanceSandbox(s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At), SandboxRemoved, ev.At)
+	default:
+		// A container event does not prove its sandbox exists (it may be a late
+		// event about a forgotten pod), so it creates no sandbox record.
+		c := s.containerFor(p, ev.SandboxID, ev.ContainerID, ev.ContainerName, SourceEvent, ev.At)
+		s.advanceContainer(c, eventContainerState[ev.Kind], ev.At)
+	}
+	s.refreshPhase(p, ev.At)
+	return nil
+}
+
+var eventContainerState = map[EventKind]ContainerState{
+	CreateContainer: ContainerCreated,
+	StartContainer:  ContainerRunning,
+	StopContainer:   ContainerExited,
+	RemoveContainer: ContainerRemoved,
+}
+
+func (ev Event) validate() error {
+	switch {
+	case ev.Kind < RunPodSandbox || ev.Kind > RemoveContainer:
+		return fmt.Errorf("event kind %d is not a lifecycle event", ev.Kind)
+	case ev.Pod.UID == "":
+		return fmt.Errorf("%s event for sandbox %q has no pod UID", ev.Kind, ev.SandboxID)
+	case ev.SandboxID == "":
+		return fmt.Errorf("%s event for pod %s has no sandbox ID", ev.Kind, ev.Pod.UID)
+	case ev.Kind.IsContainerEvent() && ev.ContainerID == "":
+		return fmt.Errorf("%s event for pod %s has no container ID", ev.Kind, ev.Pod.UID)
+	}
+	return nil
+}
+
+// SyncResult counts what a Synchronize changed.
+type SyncResult struct {
+	Added   int // records new to the state
+	Skipped int // entries without the IDs needed to record them
+}
+
+// Synchronize records what NRI Synchronize reported after a (re)connect.
+// Absence from it means nothing: it omits exited containers and Unknown
+// sandboxes, so only a CRI listing may mark records Removed.
+func (s *State) Synchronize(at time.Time, sandboxes []SyncedSandbox, containers []SyncedContainer) SyncResult {
+	var r SyncResult
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	touched := make(map[*pod]struct{})
+	for _, in := range sandboxes {
+		if in.Pod.UID == "" || in.SandboxID == "" {
+			r.Skipped++
+			continue
+		}
+		if _, ok := s.sandboxes[in.SandboxID]; !ok {
+			r.Added++
+		}
+		p := s.podFor(in.Pod, SourceSync, at)
+		s.sandboxFor(p, in.SandboxID, SourceSync, at)
+		touched[p] = struct{}{}
+	}
+	for _, in := range containers {
+		if in.Pod.UID == "" || in.SandboxID == "" || in.ID == "" {
+			r.Skipped++
+			continue
+		}
+		if _, ok := s.containers[in.ID]; !ok {
+			r.Added++
+		}
+		p := s.podFor(in.Pod, SourceSync, at)
+		s.sandboxFor(p, in.SandboxID, SourceSync, at)
+		c := s.containerFor(p, in.SandboxID, in.ID, in.Name, SourceSync, at)
+		if in.State == ContainerRunning {
+			s.advanceContainer(c, ContainerRunning, at)
+		}
+		touched[p] = struct{}{}
+	}
+	for p := range touched {
+		s.refreshPhase(p, at)
+	}
+	return r
+}
+
+// ReconcileResult counts what a Reconcile changed.
+type ReconcileResult struct {
+	Added     int // listed objects new to the state (orphans)
+	Updated   int // records whose state the listing advanced or corrected
+	Corrected int // of Updated: an event's claim the newer listing contradicted
+	Removed   int // records absent from the listing, marked Removed
+	Forgotten int // pods dropped after the retention
+}
+
+// Reconcile makes the state match a fresh, complete CRI listing taken at now:
+// records absent from it become Removed, unknown entries are added as
+// orphans, states advance to what the runtime reports. A record changed by an
+// event after the listing started (seq > StartSeq) is newer than the listing
+// and is left alone. Pods Removed for longer than the retention are forgotten.
+func (s *State) Reconcile(l Listing, now time.Time) ReconcileResult {
+	var r ReconcileResult
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	seenSandboxes := make(map[string]struct{}, len(l.Sandboxes)+len(l.Unreadable))
+	seenContainers := make(map[string]struct{}, len(l.Containers)+len(l.Unreadable))
+	for _, id := range l.Unreadable {
+		seenSandboxes[id], seenContainers[id] = struct{}{}, struct{}{}
+	}
+	touched := make(map[*pod]struct{})
+
+	for _, in := range l.Sandboxes {
+		seenSandboxes[in.ID] = struct{}{}
+		sb, known := s.sandboxes[in.ID]
+		p := s.podFor(in.Pod, SourceListing, now)
+		if !known {
+			r.Added++
+			sb = s.sandboxFor(p, in.ID, SourceListing, now)
+		}
+		if sb.CreatedAt.IsZero() {
+			sb.CreatedAt, sb.Attempt = in.CreatedAt, in.Attempt
+		}
+		want := SandboxReady
+		if !in.Ready {
+			want = SandboxNotReady
+		}
+		s.listSandbox(sb, want, l.StartSeq, now, &r)
+		touched[p] = struct{}{}
+	}
+	for _, in := range l.Containers {
+		seenContainers[in.ID] = struct{}{}
+		c, known := s.containers[in.ID]
+		if !known {
+			p := s.podFor(in.Pod, SourceListing, now)
+			r.Added++
+			c = s.containerFor(p, in.SandboxID, in.ID, in.Name, SourceListing, now)
+		}
+		if c.CreatedAt.IsZero() {
+			c.CreatedAt, c.Attempt = in.CreatedAt, in.Attempt
+		}
+		s.listContainer(c, in.State, l.StartSeq, now, &r)
+		touched[s.pods[c.PodUID]] = struct{}{}
+	}
+	for id, sb := range s.sandboxes {
+		if _, ok := seenSandboxes[id]; ok || sb.State == SandboxRemoved || sb.seq > l.StartSeq {
+			continue
+		}
+		s.setSandbox(sb, SandboxRemoved, now, false)
+		r.Removed++
+		touched[s.pods[sb.PodUID]] = struct{}{}
+	}
+	for id, c := range s.containers {
+		if _, ok := seenContainers[id]; ok || c.State == ContainerRemoved || c.seq > l.StartSeq {
+			continue
+		}
+		s.setContainer(c, ContainerRemoved, now, false)
+		r.Removed++
+		touched[s.pods[c.PodUID]] = struct{}{}
+	}
+	for p := range touched {
+		s.refreshPhase(p, now)
+	}
+	r.Forgotten = s.forget(now)
+	return r
+}
+
+// listSandbox applies a listed state. Forward moves always apply; a backward
+// move only corrects an event's claim, only from a listing newer than it, and
+// only once the claim has had settleTime to show up in the runtime's listing.
+func (s *State) listSandbox(sb *Sandbox, want SandboxState, startSeq uint64, now time.Time, r *ReconcileResult) {
+	switch {
+	case want == sb.State:
+		sb.fromEvent = false
+	case want > sb.State:
+		s.setSandbox(sb, want, now, false)
+		r.Updated++
+	case sb.fromEvent && sb.seq <= startSeq && now.Sub(sb.StateSince) >= settleTime:
+		s.setSandbox(sb, want, now, false)
+		r.Updated++
+		r.Corrected++
+	}
+}
+
+func (s *State) listContainer(c *Container, want ContainerState, startSeq uint64, now time.Time, r *ReconcileResult) {
+	switch {
+	case want == c.State:
+		c.fromEvent = false
+	case want.rank() >= c.State.rank():
+		// Forward, or Running <-> Unknown which the runtime may report either way.
+		s.setContainer(c, want, now, false)
+		r.Updated++
+	case c.fromEvent && c.seq <= startSeq && now.Sub(c.StateSince) >= settleTime:
+		s.setContainer(c, want, now, false)
+		r.Updated++
+		r.Corrected++
+	}
+}
+
+// advanceSandbox and advanceContainer apply an event's hint: forward only.
+func (s *State) advanceSandbox(sb *Sandbox, to SandboxState, at time.Time) {
+	if to > sb.State {
+		s.setSandbox(sb, to, at, true)
+	}
+}
+
+func (s *State) advanceContainer(c *Container, to ContainerState, at time.Time) {
+	if to.rank() > c.State.rank() {
+		s.setContainer(c, to, at, true)
+	}
+}
+
+func (s *State) setSandbox(sb *Sandbox, to SandboxState, at time.Time, fromEvent bool) {
+	sb.State, sb.StateSince, sb.seq, sb.fromEvent = to, at, s.seq, fromEvent
+}
+
+func (s *State) setContainer(c *Container, to ContainerState, at time.Time, fromEvent bool) {
+	c.State, c.StateSince, c.seq, c.fromEvent = to, at, s.seq, fromEvent
+}
+
+// podFor returns the pod record for id, creating it. A pod known only by UID
+// (e.g. from a container) gets its namespace and name filled in later.
+func (s *State) podFor(id PodIdentity, src Source, at time.Time) *pod {
+	p, ok := s.pods[id.UID]
+	if !ok {
+		p = &pod{id: id, source: src, firstSeen: at}
+		s.pods[id.UID] = p
+		return p
+	}
+	if p.id.Namespace == "" {
+		p.id.Namespace = id.Namespace
+	}
+	if p.id.Name == "" {
+		p.id.Name = id.Name
+	}
+	return p
+}
+
+func (s *State) sandboxFor(p *pod, id string, src Source, at time.Time) *Sandbox {
+	if sb, ok := s.sandboxes[id]; ok {
+		return sb
+	}
+	sb := &Sandbox{ID: id, PodUID: p.id.UID, State: SandboxReady, Source: src,
+		FirstSeen: at, StateSince: at, seq: s.seq, fromEvent: src != SourceListing}
+	s.sandboxes[id] = sb
+	p.sandboxes = append(p.sandboxes, sb)
+	return sb
+}
+
+func (s *State) containerFor(p *pod, sandboxID, id, name string, src Source, at time.Time) *Container {
+	if c, ok := s.containers[id]; ok {
+		if c.Name == "" {
+			c.Name = name
+		}
+		return c
+	}
+	c := &Container{ID: id, SandboxID: sandboxID, PodUID: p.id.UID, Name: name, State: ContainerCreated,
+		Source: src, FirstSeen: at, StateSince: at, seq: s.seq, fromEvent: src != SourceListing}
+	s.containers[id] = c
+	p.containers = append(p.containers, c)
+	return c
+}
+
+// refreshPhase keeps removedSince current for the retention clock.
+func (s *State) refreshPhase(p *pod, at time.Time) {
+	if p == nil {
+		return
+	}
+	if p.phase() == PhaseRemoved {
+		if p.removedSince.IsZero() {
+			p.removedSince = at
+		}
+	} else {
+		p.removedSince = time.Time{}
+	}
+}
+
+// forget drops pods Removed for longer than the retention, and Removed
+// records of live pods after the same time, so memory stays bounded even for
+// a pod whose container restarts for months.
+func (s *State) forget(now time.Time) int {
+	n := 0
+	for uid, p := range s.pods {
+		if !p.removedSince.IsZero() && now.Sub(p.removedSince) >= s.retention {
+			for _, sb := range p.sandboxes {
+				delete(s.sandboxes, sb.ID)
+			}
+			for _, c := range p.containers {
+				delete(s.containers, c.ID)
+			}
+			delete(s.pods, uid)
+			n++
+			continue
+		}
+		p.sandboxes = s.pruneSandboxes(p.sandboxes, now)
+		p.containers = s.pruneContainers(p.containers, now)
+	}
+	return n
+}
+
+func (s *State) pruneSandboxes(in []*Sandbox, now time.Time) []*Sandbox {
+	out := in[:0]
+	for _, sb := range in {
+		if sb.State == SandboxRemoved && now.Sub(sb.StateSince) >= s.retention {
+			delete(s.sandboxes, sb.ID)
+			continue
+		}
+		out = append(out, sb)
+	}
+	return out
+}
+
+func (s *State) pruneContainers(in []*Container, now time.Time) []*Container {
+	out := in[:0]
+	for _, c := range in {
+		if c.State == ContainerRemoved && now.Sub(c.StateSince) >= s.retention {
+			delete(s.containers, c.ID)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func (p *pod) phase() Phase {
+	left, running := false, false
+	for _, sb := range p.sandboxes {
+		if sb.State == SandboxReady {
+			return PhaseRunning
+		}
+		left = left || sb.State != SandboxRemoved
+	}
+	for _, c := range p.containers {
+		running = running || c.State.mayHaveProcesses()
+		left = left || c.State != ContainerRemoved
+	}
+	switch {
+	case running:
+		return PhaseTerminating
+	case left:
+		return PhaseTerminated
+	}
+	return PhaseRemoved
+}
+
+// View returns a consistent copy of the state.
+func (s *State) View() View {
+	s.mu.Lock()
+	v := View{Seq: s.seq, Pods: make([]PodView, 0, len(s.pods))}
+	for _, p := range s.pods {
+		v.Pods = append(v.Pods, p.view())
+	}
+	s.mu.Unlock()
+	sort.Slice(v.Pods, func(i, j int) bool {
+		a, b := v.Pods[i], v.Pods[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.UID < b.UID
+	})
+	return v
+}
+
+// Pod returns a copy of one pod, if known.
+func (s *State) Pod(uid string) (PodView, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.pods[uid]
+	if !ok {
+		return PodView{}, false
+	}
+	return p.view(), true
+}
+
+func (p *pod) view() PodView {
+	pv := PodView{
+		UID: p.id.UID, Namespace: p.id.Namespace, Name: p.id.Name,
+		Phase: p.phase(), Orphan: p.source == SourceListing,
+		FirstSeen: p.firstSeen, LastLifeEvent: p.lastLifeEvent, RemovedSince: p.removedSince,
+		Sandboxes:  make([]Sandbox, len(p.sandboxes)),
+		Containers: make([]Container, len(p.containers)),
+	}
+	for i, sb := range p.sandboxes {
+		pv.Sandboxes[i] = *sb
+	}
+	for i, c := range p.containers {
+		pv.Containers[i] = *c
+	}
+	return pv
+}

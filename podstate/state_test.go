@@ -1,0 +1,569 @@
+package podstate
+
+import (
+	"fmt"
+	"math/rand"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func ident(uid string) PodIdentity {
+	return PodIdentity{UID: uid, Namespace: "ns", Name: "pod-" + uid}
+}
+
+func podEvent(kind EventKind, uid, sandbox string, at time.Duration) Event {
+	return Event{Kind: kind, At: t0.Add(at), Pod: ident(uid), SandboxID: sandbox}
+}
+
+func ctrEvent(kind EventKind, uid, sandbox, id string, at time.Duration) Event {
+	return Event{Kind: kind, At: t0.Add(at), Pod: ident(uid), SandboxID: sandbox, ContainerID: id, ContainerName: "app"}
+}
+
+func mustApply(t *testing.T, s *State, evs ...Event) {
+	t.Helper()
+	for _, ev := range evs {
+		if err := s.Apply(ev); err != nil {
+			t.Fatalf("Apply(%v): %v", ev.Kind, err)
+		}
+	}
+}
+
+func sandboxState(t *testing.T, s *State, uid, id string) SandboxState {
+	t.Helper()
+	p, ok := s.Pod(uid)
+	if !ok {
+		t.Fatalf("pod %s unknown", uid)
+	}
+	for _, sb := range p.Sandboxes {
+		if sb.ID == id {
+			return sb.State
+		}
+	}
+	t.Fatalf("sandbox %s unknown", id)
+	return 0
+}
+
+func containerState(t *testing.T, s *State, uid, id string) ContainerState {
+	t.Helper()
+	p, ok := s.Pod(uid)
+	if !ok {
+		t.Fatalf("pod %s unknown", uid)
+	}
+	for _, c := range p.Containers {
+		if c.ID == id {
+			return c.State
+		}
+	}
+	t.Fatalf("container %s unknown", id)
+	return 0
+}
+
+func TestKubeletPodRequiresAllThreeLabels(t *testing.T) {
+	full := map[string]string{LabelPodUID: "u", LabelPodNamespace: "n", LabelPodName: "p"}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		ok     bool
+	}{
+		{"all three", full, true},
+		{"nil labels", nil, false},
+		{"no uid", map[string]string{LabelPodNamespace: "n", LabelPodName: "p"}, false},
+		{"empty name", map[string]string{LabelPodUID: "u", LabelPodNamespace: "n", LabelPodName: ""}, false},
+		{"no namespace", map[string]string{LabelPodUID: "u", LabelPodName: "p"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, ok := KubeletPod(tc.labels)
+			if ok != tc.ok {
+				t.Fatalf("ok = %v, want %v", ok, tc.ok)
+			}
+			if ok && id != (PodIdentity{UID: "u", Namespace: "n", Name: "p"}) {
+				t.Fatalf("identity = %+v", id)
+			}
+		})
+	}
+}
+
+func TestApplyRejectsEventsWithoutIDs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ev   Event
+		want string
+	}{
+		{"no kind", Event{Pod: ident("u"), SandboxID: "s"}, "not a lifecycle event"},
+		{"no uid", Event{Kind: RunPodSandbox, SandboxID: "s"}, "no pod UID"},
+		{"no sandbox", Event{Kind: RunPodSandbox, Pod: ident("u")}, "no sandbox ID"},
+		{"container event without container id", Event{Kind: StartContainer, Pod: ident("u"), SandboxID: "s"}, "no container ID"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(0)
+			err := s.Apply(tc.ev)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+			if len(s.View().Pods) != 0 {
+				t.Fatal("a rejected event changed the state")
+			}
+		})
+	}
+}
+
+func TestEventsNeverMoveStateBack(t *testing.T) {
+	s := New(0)
+	mustApply(t, s,
+		podEvent(RunPodSandbox, "u", "s1", 0),
+		ctrEvent(CreateContainer, "u", "s1", "c1", 1*time.Second),
+		ctrEvent(StartContainer, "u", "s1", "c1", 2*time.Second),
+		ctrEvent(StopContainer, "u", "s1", "c1", 3*time.Second),
+		podEvent(StopPodSandbox, "u", "s1", 4*time.Second),
+		// Late or duplicate events must not revive anything.
+		ctrEvent(StartContainer, "u", "s1", "c1", 5*time.Second),
+		ctrEvent(CreateContainer, "u", "s1", "c1", 5*time.Second),
+		podEvent(RunPodSandbox, "u", "s1", 5*time.Second),
+	)
+	if got := sandboxState(t, s, "u", "s1"); got != SandboxNotReady {
+		t.Errorf("sandbox = %s, want NotReady", got)
+	}
+	if got := containerState(t, s, "u", "c1"); got != ContainerExited {
+		t.Errorf("container = %s, want Exited", got)
+	}
+	mustApply(t, s, ctrEvent(RemoveContainer, "u", "s1", "c1", 6*time.Second), podEvent(RemovePodSandbox, "u", "s1", 7*time.Second),
+		ctrEvent(StopContainer, "u", "s1", "c1", 8*time.Second), podEvent(StopPodSandbox, "u", "s1", 8*time.Second))
+	if got := sandboxState(t, s, "u", "s1"); got != SandboxRemoved {
+		t.Errorf("sandbox = %s, want Removed", got)
+	}
+	if got := containerState(t, s, "u", "c1"); got != ContainerRemoved {
+		t.Errorf("container = %s, want Removed", got)
+	}
+}
+
+func TestContainerEventDoesNotInventASandbox(t *testing.T) {
+	s := New(0)
+	mustApply(t, s, ctrEvent(StopContainer, "u", "s1", "c1", 0))
+	p, _ := s.Pod("u")
+	if len(p.Sandboxes) != 0 {
+		t.Fatalf("sandboxes = %+v, want none", p.Sandboxes)
+	}
+	if p.Phase != PhaseTerminated {
+		t.Fatalf("phase = %s, want Terminated", p.Phase)
+	}
+}
+
+func TestPhaseIsDerivedFromRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		events []Event
+		want   Phase
+	}{
+		{"ready sandbox is running", []Event{podEvent(RunPodSandbox, "u", "s1", 0)}, PhaseRunning},
+		{"ready sandbox with exited container is running", []Event{
+			podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(StopContainer, "u", "s1", "c1", 1)}, PhaseRunning},
+		{"one ready sandbox among stopped ones is running", []Event{
+			podEvent(StopPodSandbox, "u", "old", 0), podEvent(RunPodSandbox, "u", "new", 1)}, PhaseRunning},
+		{"stopped sandbox with running container is terminating", []Event{
+			podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(StartContainer, "u", "s1", "c1", 1), podEvent(StopPodSandbox, "u", "s1", 2)}, PhaseTerminating},
+		{"stopped sandbox and exited container is terminated", []Event{
+			podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(StartContainer, "u", "s1", "c1", 1),
+			ctrEvent(StopContainer, "u", "s1", "c1", 2), podEvent(StopPodSandbox, "u", "s1", 3)}, PhaseTerminated},
+		{"created container counts as left, not running", []Event{
+			podEvent(StopPodSandbox, "u", "s1", 0), ctrEvent(CreateContainer, "u", "s1", "c1", 1)}, PhaseTerminated},
+		{"nothing left is removed", []Event{
+			podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(StartContainer, "u", "s1", "c1", 1),
+			ctrEvent(RemoveContainer, "u", "s1", "c1", 2), podEvent(RemovePodSandbox, "u", "s1", 3)}, PhaseRemoved},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(0)
+			mustApply(t, s, tc.events...)
+			p, _ := s.Pod("u")
+			if p.Phase != tc.want {
+				t.Fatalf("phase = %s, want %s", p.Phase, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnknownContainerCountsAsRunning(t *testing.T) {
+	s := New(0)
+	mustApply(t, s, podEvent(StopPodSandbox, "u", "s1", 0))
+	s.Reconcile(Listing{StartSeq: s.Seq(),
+		Sandboxes:  []ListedSandbox{{Pod: ident("u"), ID: "s1"}},
+		Containers: []ListedContainer{{Pod: ident("u"), ID: "c1", SandboxID: "s1", Name: "app", State: ContainerUnknown}},
+	}, t0)
+	if p, _ := s.Pod("u"); p.Phase != PhaseTerminating {
+		t.Fatalf("phase = %s, want Terminating", p.Phase)
+	}
+}
+
+func TestListingMarksAbsentRecordsRemoved(t *testing.T) {
+	s := New(0)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(StartContainer, "u", "s1", "c1", 0))
+	r := s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
+	if r.Removed != 2 {
+		t.Fatalf("Removed = %d, want 2", r.Removed)
+	}
+	p, _ := s.Pod("u")
+	if p.Phase != PhaseRemoved || p.RemovedSince != t0.Add(time.Minute) {
+		t.Fatalf("phase = %s since %v, want Removed since %v", p.Phase, p.RemovedSince, t0.Add(time.Minute))
+	}
+}
+
+func TestUnreadableListingEntriesAreNotRemoved(t *testing.T) {
+	s := New(0)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(StartContainer, "u", "s1", "c1", 0))
+	r := s.Reconcile(Listing{StartSeq: s.Seq(), Unreadable: []string{"s1", "c1"}}, t0)
+	if r.Removed != 0 {
+		t.Fatalf("Removed = %d, want 0: the runtime still lists them", r.Removed)
+	}
+}
+
+func TestListingOlderThanAnEventLeavesTheRecordAlone(t *testing.T) {
+	s := New(0)
+	start := s.Seq() // the listing is requested here ...
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(StartContainer, "u", "s1", "c1", 0))
+	// ... and does not contain what was created while it ran.
+	r := s.Reconcile(Listing{StartSeq: start}, t0)
+	if r.Removed != 0 {
+		t.Fatalf("Removed = %d, want 0", r.Removed)
+	}
+	if got := sandboxState(t, s, "u", "s1"); got != SandboxReady {
+		t.Fatalf("sandbox = %s, want Ready", got)
+	}
+	// A stale listing that still shows the sandbox Ready must not undo a stop.
+	mustApply(t, s, podEvent(StopPodSandbox, "u", "s1", time.Second))
+	s.Reconcile(Listing{StartSeq: start, Sandboxes: []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: true}}}, t0)
+	if got := sandboxState(t, s, "u", "s1"); got != SandboxNotReady {
+		t.Fatalf("sandbox = %s, want NotReady", got)
+	}
+}
+
+func TestNewerListingCorrectsAnEventClaim(t *testing.T) {
+	// containerd sends NRI StopPodSandbox before stopping; if the stop fails
+	// the sandbox stays Ready, and a later listing must say so.
+	s := New(0)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), podEvent(StopPodSandbox, "u", "s1", time.Second))
+	r := s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: true}}}, t0.Add(time.Minute))
+	if r.Corrected != 1 {
+		t.Fatalf("Corrected = %d, want 1", r.Corrected)
+	}
+	if got := sandboxState(t, s, "u", "s1"); got != SandboxReady {
+		t.Fatalf("sandbox = %s, want Ready", got)
+	}
+	// A state the listing itself reported is never moved back.
+	s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: false}}}, t0.Add(2*time.Minute))
+	s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: true}}}, t0.Add(3*time.Minute))
+	if got := sandboxState(t, s, "u", "s1"); got != SandboxNotReady {
+		t.Fatalf("sandbox = %s, want NotReady", got)
+	}
+}
+
+func TestListingLaggingBehindAnEventDoesNotCorrectIt(t *testing.T) {
+	// containerd sends NRI StopContainer for an exit before its CRI store
+	// says EXITED: a listing taken in between still shows Running.
+	s := New(0)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(StartContainer, "u", "s1", "c1", 0),
+		ctrEvent(StopContainer, "u", "s1", "c1", time.Second))
+	s.Reconcile(Listing{StartSeq: s.Seq(),
+		Sandboxes:  []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: true}},
+		Containers: []ListedContainer{{Pod: ident("u"), ID: "c1", SandboxID: "s1", State: ContainerRunning}},
+	}, t0.Add(2*time.Second))
+	if got := containerState(t, s, "u", "c1"); got != ContainerExited {
+		t.Fatalf("container = %s, want Exited: the listing is only lagging", got)
+	}
+}
+
+func TestListingAddsUnknownObjectsAsOrphans(t *testing.T) {
+	s := New(0)
+	created := t0.Add(-time.Hour)
+	r := s.Reconcile(Listing{StartSeq: s.Seq(),
+		Sandboxes:  []ListedSandbox{{Pod: ident("u"), ID: "s1", Attempt: 2, CreatedAt: created}},
+		Containers: []ListedContainer{{Pod: ident("u"), ID: "c1", SandboxID: "s1", Name: "app", Attempt: 3, State: ContainerExited, CreatedAt: created}},
+	}, t0)
+	if r.Added != 2 {
+		t.Fatalf("Added = %d, want 2", r.Added)
+	}
+	p, _ := s.Pod("u")
+	if !p.Orphan || p.Phase != PhaseTerminated || p.Namespace != "ns" {
+		t.Fatalf("pod = %+v, want an orphan, Terminated, namespace ns", p)
+	}
+	sb, c := p.Sandboxes[0], p.Containers[0]
+	if sb.Source != SourceListing || sb.Attempt != 2 || !sb.CreatedAt.Equal(created) || sb.State != SandboxNotReady {
+		t.Errorf("sandbox = %+v", sb)
+	}
+	if c.Source != SourceListing || c.Attempt != 3 || c.State != ContainerExited || c.Name != "app" {
+		t.Errorf("container = %+v", c)
+	}
+}
+
+func TestSynchronizeNeverRemovesAndFillsIn(t *testing.T) {
+	s := New(0)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(StopContainer, "u", "s1", "dead", 0))
+	r := s.Synchronize(t0, []SyncedSandbox{{Pod: ident("v"), SandboxID: "s2"}, {SandboxID: "bad"}},
+		[]SyncedContainer{{Pod: ident("v"), SandboxID: "s2", ID: "c2", Name: "app", State: ContainerRunning}})
+	if r.Added != 2 || r.Skipped != 1 {
+		t.Fatalf("result = %+v, want 2 added, 1 skipped", r)
+	}
+	if got := containerState(t, s, "u", "dead"); got != ContainerExited {
+		t.Fatalf("exited container absent from Synchronize = %s, want Exited", got)
+	}
+	if got := containerState(t, s, "v", "c2"); got != ContainerRunning {
+		t.Fatalf("synchronized container = %s, want Running", got)
+	}
+	if p, _ := s.Pod("v"); p.Orphan || p.Sandboxes[0].Source != SourceSync {
+		t.Fatalf("synchronized pod = %+v, want source sync, not orphan", p)
+	}
+}
+
+func TestRemovedPodsAreForgottenAfterRetention(t *testing.T) {
+	s := New(time.Minute)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), podEvent(RemovePodSandbox, "u", "s1", time.Second))
+	if r := s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(30*time.Second)); r.Forgotten != 0 {
+		t.Fatalf("forgot %d pods before the retention", r.Forgotten)
+	}
+	// A late event about the removed pod finds the tombstone.
+	mustApply(t, s, podEvent(StopPodSandbox, "u", "s1", 40*time.Second))
+	if got := sandboxState(t, s, "u", "s1"); got != SandboxRemoved {
+		t.Fatalf("sandbox = %s after a late event, want Removed", got)
+	}
+	if r := s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(62*time.Second)); r.Forgotten != 1 {
+		t.Fatalf("Forgotten = %d, want 1", r.Forgotten)
+	}
+	if _, ok := s.Pod("u"); ok {
+		t.Fatal("pod still known after the retention")
+	}
+}
+
+func TestRemovedRecordsOfALivePodArePruned(t *testing.T) {
+	s := New(time.Minute)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
+	// A crash-looping container leaves a removed record every restart.
+	for i := range 5 {
+		id := fmt.Sprintf("c%d", i)
+		at := time.Duration(i) * time.Second
+		mustApply(t, s, ctrEvent(StartContainer, "u", "s1", id, at), ctrEvent(StopContainer, "u", "s1", id, at), ctrEvent(RemoveContainer, "u", "s1", id, at))
+	}
+	mustApply(t, s, ctrEvent(StartContainer, "u", "s1", "live", 10*time.Second))
+	s.Reconcile(Listing{StartSeq: 0}, t0.Add(2*time.Minute))
+	p, _ := s.Pod("u")
+	if len(p.Containers) != 1 || p.Containers[0].ID != "live" {
+		t.Fatalf("containers = %+v, want only the live one", p.Containers)
+	}
+}
+
+func TestMismatchesFindEveryDisagreement(t *testing.T) {
+	s := New(0)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(StartContainer, "u", "s1", "c1", 0),
+		ctrEvent(StartContainer, "u", "s1", "c2", 0))
+	l := Listing{
+		Sandboxes: []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: false}, {Pod: ident("w"), ID: "s9"}},
+		Containers: []ListedContainer{{Pod: ident("u"), ID: "c1", SandboxID: "s1", State: ContainerRunning},
+			{Pod: ident("u"), ID: "c3", SandboxID: "s1", State: ContainerExited}},
+	}
+	got := s.View().Mismatches(l)
+	want := []string{"sandbox s1", "sandbox s9", "container c2", "container c3"}
+	if len(got) != len(want) {
+		t.Fatalf("mismatches = %q, want %d", got, len(want))
+	}
+	for _, w := range want {
+		if !strings.Contains(strings.Join(got, "\n"), w) {
+			t.Errorf("no mismatch about %s in %q", w, got)
+		}
+	}
+	s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: l.Sandboxes, Containers: l.Containers}, t0)
+	if m := s.View().Mismatches(l); len(m) != 0 {
+		t.Fatalf("after Reconcile: %q", m)
+	}
+}
+
+// TestRandomHistoriesKeepInvariants drives random events, synchronizations and
+// listings and checks after every step: a reconcile from a complete listing
+// leaves no mismatch, stale listings never move a record back, and a record
+// only moves back when a newer listing corrects an event's claim.
+func TestRandomHistoriesKeepInvariants(t *testing.T) {
+	for seed := int64(1); seed <= 200; seed++ {
+		runRandomHistory(t, seed, 300)
+	}
+}
+
+type truth struct {
+	sandboxes  map[string]ListedSandbox
+	containers map[string]ListedContainer
+	gone       map[string]bool // removed IDs, never created again
+}
+
+func (tr truth) listing(seq uint64) Listing {
+	l := Listing{StartSeq: seq}
+	for _, sb := range tr.sandboxes {
+		l.Sandboxes = append(l.Sandboxes, sb)
+	}
+	for _, c := range tr.containers {
+		l.Containers = append(l.Containers, c)
+	}
+	return l
+}
+
+func runRandomHistory(t *testing.T, seed int64, steps int) {
+	t.Helper()
+	rng := rand.New(rand.NewSource(seed))
+	s := New(time.Minute)
+	tr := truth{map[string]ListedSandbox{}, map[string]ListedContainer{}, map[string]bool{}}
+	now := t0
+	nextID := 0
+	for step := 0; step < steps; step++ {
+		now = now.Add(time.Duration(rng.Intn(20)) * time.Second)
+		before := s.View()
+		// IDs are never reused, as in a real runtime: a new sandbox or
+		// container gets the next number, other events pick a recent one.
+		uid := fmt.Sprintf("u%d", rng.Intn(6))
+		sid := fmt.Sprintf("%s-s%d", uid, max(0, nextID-rng.Intn(4)))
+		cid := fmt.Sprintf("%s-c%d", sid, max(0, nextID-rng.Intn(4)))
+		nextID++
+		stale := false
+		switch op := rng.Intn(10); {
+		case op < 6: // the runtime changes something and (mostly) tells NRI
+			kind := EventKind(1 + rng.Intn(7))
+			silent := rng.Intn(5) == 0 // e.g. the pause process died: no event
+			changed := applyTruth(tr, kind, ident(uid), sid, cid, now)
+			if changed && !silent {
+				mustApply(t, s, Event{Kind: kind, At: now, Pod: ident(uid), SandboxID: sid, ContainerID: cid, ContainerName: "app"})
+			}
+		case op < 7:
+			var sbs []SyncedSandbox
+			var cs []SyncedContainer
+			for _, sb := range tr.sandboxes {
+				sbs = append(sbs, SyncedSandbox{Pod: sb.Pod, SandboxID: sb.ID})
+			}
+			for _, c := range tr.containers {
+				if c.State == ContainerCreated || c.State == ContainerRunning {
+					cs = append(cs, SyncedContainer{Pod: c.Pod, SandboxID: c.SandboxID, ID: c.ID, Name: c.Name, State: c.State})
+				}
+			}
+			s.Synchronize(now, sbs, cs)
+		case op < 8: // a stale listing: taken, then an event arrives before it is applied
+			l := tr.listing(s.Seq())
+			kind := EventKind(1 + rng.Intn(7))
+			if applyTruth(tr, kind, ident(uid), sid, cid, now) {
+				mustApply(t, s, Event{Kind: kind, At: now, Pod: ident(uid), SandboxID: sid, ContainerID: cid, ContainerName: "app"})
+			}
+			s.Reconcile(l, now)
+			stale = true
+		default:
+			l := tr.listing(s.Seq())
+			s.Reconcile(l, now)
+			if m := s.View().Mismatches(l); len(m) != 0 {
+				t.Fatalf("seed %d step %d: after a fresh reconcile: %q", seed, step, m)
+			}
+		}
+		checkNoBackwardMoves(t, seed, step, before, s.View(), stale)
+	}
+}
+
+// applyTruth changes the simulated runtime; it reports whether anything changed.
+func applyTruth(tr truth, kind EventKind, pod PodIdentity, sid, cid string, now time.Time) bool {
+	sb, sbOK := tr.sandboxes[sid]
+	c, cOK := tr.containers[cid]
+	switch kind {
+	case RunPodSandbox:
+		if sbOK || tr.gone[sid] {
+			return false
+		}
+		tr.sandboxes[sid] = ListedSandbox{Pod: pod, ID: sid, Ready: true, CreatedAt: now}
+	case StopPodSandbox:
+		if !sbOK || !sb.Ready {
+			return false
+		}
+		sb.Ready = false
+		tr.sandboxes[sid] = sb
+	case RemovePodSandbox:
+		if !sbOK {
+			return false
+		}
+		delete(tr.sandboxes, sid)
+		tr.gone[sid] = true
+		for id, c := range tr.containers {
+			if c.SandboxID == sid {
+				delete(tr.containers, id)
+				tr.gone[id] = true
+			}
+		}
+	case CreateContainer:
+		if cOK || !sbOK || !sb.Ready || tr.gone[cid] {
+			return false
+		}
+		tr.containers[cid] = ListedContainer{Pod: pod, ID: cid, SandboxID: sid, Name: "app", State: ContainerCreated, CreatedAt: now}
+	case StartContainer:
+		if !cOK || c.State != ContainerCreated {
+			return false
+		}
+		c.State = ContainerRunning
+		tr.containers[cid] = c
+	case StopContainer:
+		if !cOK || c.State == ContainerExited {
+			return false
+		}
+		c.State = ContainerExited
+		tr.containers[cid] = c
+	case RemoveContainer:
+		if !cOK {
+			return false
+		}
+		delete(tr.containers, cid)
+		tr.gone[cid] = true
+	}
+	return true
+}
+
+func checkNoBackwardMoves(t *testing.T, seed int64, step int, before, after View, stale bool) {
+	t.Helper()
+	prevSandbox := map[string]Sandbox{}
+	prevContainer := map[string]Container{}
+	for _, p := range before.Pods {
+		for _, sb := range p.Sandboxes {
+			prevSandbox[sb.ID] = sb
+		}
+		for _, c := range p.Containers {
+			prevContainer[c.ID] = c
+		}
+	}
+	for _, p := range after.Pods {
+		for _, sb := range p.Sandboxes {
+			if old, ok := prevSandbox[sb.ID]; ok && sb.State < old.State && (stale || !old.fromEvent) {
+				t.Fatalf("seed %d step %d: sandbox %s moved back %s -> %s (stale=%v fromEvent=%v)", seed, step, sb.ID, old.State, sb.State, stale, old.fromEvent)
+			}
+		}
+		for _, c := range p.Containers {
+			if old, ok := prevContainer[c.ID]; ok && c.State.rank() < old.State.rank() && (stale || !old.fromEvent) {
+				t.Fatalf("seed %d step %d: container %s moved back %s -> %s", seed, step, c.ID, old.State, c.State)
+			}
+		}
+	}
+}
+
+func TestConcurrentApplyReconcileAndView(t *testing.T) {
+	s := New(time.Minute)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 500 {
+				uid := fmt.Sprintf("w%d-%d", w, i%50)
+				mustApply(t, s, podEvent(RunPodSandbox, uid, uid+"-s", 0), ctrEvent(StartContainer, uid, uid+"-s", uid+"-c", 0))
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 50 {
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0)
+			_ = s.View().Counts()
+		}
+	}()
+	wg.Wait()
+	if c := s.View().Counts(); c.Pods != 200 {
+		t.Fatalf("pods = %d, want 200", c.Pods)
+	}
+}

@@ -1,0 +1,230 @@
+// Package podstate keeps the plugin's own picture of every kubelet-managed pod,
+// sandbox and container on the node. It does no I/O.
+//
+// Records are derived, not stored phases: a sandbox moves Ready → NotReady →
+// Removed, a container Created → Running → Exited → Removed, and a pod's phase
+// is computed from its records every time it is read. NRI events are fast
+// hints; a CRI listing is the truth. Stale data never moves a record back: an
+// event never does, and a listing only corrects what an event claimed when
+// the listing started after that event (see Reconcile).
+package podstate
+
+import "time"
+
+// SandboxState is the lifecycle of a pod sandbox.
+type SandboxState uint8
+
+const (
+	SandboxReady SandboxState = iota
+	SandboxNotReady
+	SandboxRemoved
+)
+
+func (s SandboxState) String() string {
+	switch s {
+	case SandboxReady:
+		return "Ready"
+	case SandboxNotReady:
+		return "NotReady"
+	case SandboxRemoved:
+		return "Removed"
+	}
+	return "Invalid"
+}
+
+// ContainerState is the lifecycle of a container.
+type ContainerState uint8
+
+const (
+	ContainerCreated ContainerState = iota
+	ContainerRunning
+	// ContainerUnknown is what the runtime reports when it cannot tell, e.g.
+	// for a container whose task could not be loaded after a restart. It may
+	// still have processes, so it counts as running for the pod's phase.
+	ContainerUnknown
+	ContainerExited
+	ContainerRemoved
+)
+
+func (s ContainerState) String() string {
+	switch s {
+	case ContainerCreated:
+		return "Created"
+	case ContainerRunning:
+		return "Running"
+	case ContainerUnknown:
+		return "Unknown"
+	case ContainerExited:
+		return "Exited"
+	case ContainerRemoved:
+		return "Removed"
+	}
+	return "Invalid"
+}
+
+// rank orders container states; Running and Unknown share a rank so the
+// runtime may move a container between them.
+func (s ContainerState) rank() int {
+	switch s {
+	case ContainerCreated:
+		return 0
+	case ContainerRunning, ContainerUnknown:
+		return 1
+	case ContainerExited:
+		return 2
+	default:
+		return 3
+	}
+}
+
+// mayHaveProcesses reports whether a container in this state can still run.
+func (s ContainerState) mayHaveProcesses() bool {
+	return s == ContainerRunning || s == ContainerUnknown
+}
+
+// Phase is a pod's phase, derived from its sandboxes and containers.
+type Phase uint8
+
+const (
+	// PhaseRunning: a sandbox is Ready.
+	PhaseRunning Phase = iota
+	// PhaseTerminating: no Ready sandbox, but a container may still run.
+	PhaseTerminating
+	// PhaseTerminated: nothing runs, but a sandbox or container is left.
+	PhaseTerminated
+	// PhaseRemoved: nothing is left; the pod is forgotten after the retention.
+	PhaseRemoved
+)
+
+// Phases lists every phase, for callers that report counts per phase.
+var Phases = [...]Phase{PhaseRunning, PhaseTerminating, PhaseTerminated, PhaseRemoved}
+
+func (p Phase) String() string {
+	switch p {
+	case PhaseRunning:
+		return "Running"
+	case PhaseTerminating:
+		return "Terminating"
+	case PhaseTerminated:
+		return "Terminated"
+	case PhaseRemoved:
+		return "Removed"
+	}
+	return "Invalid"
+}
+
+// Source says how a record was first learned.
+type Source uint8
+
+const (
+	// SourceEvent: from a lifecycle event (RunPodSandbox, PostCreateContainer, ...).
+	SourceEvent Source = iota
+	// SourceSync: from NRI Synchronize after a (re)connect.
+	SourceSync
+	// SourceListing: from a CRI listing only. Such records are orphans: the
+	// runtime has them, but no NRI message ever told us about them.
+	SourceListing
+)
+
+func (s Source) String() string {
+	switch s {
+	case SourceEvent:
+		return "event"
+	case SourceSync:
+		return "sync"
+	case SourceListing:
+		return "listing"
+	}
+	return "invalid"
+}
+
+// Sandbox is the record of one pod sandbox.
+type Sandbox struct {
+	ID     string
+	PodUID string
+	// Attempt is the CRI metadata attempt; 0 until a listing reports it.
+	Attempt uint32
+	State   SandboxState
+	Source  Source
+	// CreatedAt is the runtime's creation time; zero until a listing reports it.
+	CreatedAt time.Time
+	FirstSeen time.Time
+	// StateSince is when State was first observed.
+	StateSince time.Time
+
+	seq       uint64 // Seq of the last change, to tell stale listings apart
+	fromEvent bool   // State was last set by an event (a hint a listing may correct)
+}
+
+// Container is the record of one container.
+type Container struct {
+	ID        string
+	SandboxID string
+	PodUID    string
+	Name      string
+	Attempt   uint32
+	State     ContainerState
+	Source    Source
+	CreatedAt time.Time
+	FirstSeen time.Time
+	// StateSince is when State was first observed.
+	StateSince time.Time
+
+	seq       uint64
+	fromEvent bool
+}
+
+// PodView is a read-only copy of one pod with its derived phase.
+type PodView struct {
+	UID       string
+	Namespace string
+	Name      string
+	Phase     Phase
+	// Orphan: the pod was first learned from a CRI listing, not from NRI.
+	Orphan    bool
+	FirstSeen time.Time
+	// LastLifeEvent is the last RunPodSandbox or PostStartContainer seen.
+	LastLifeEvent time.Time
+	// RemovedSince is when the phase became Removed (zero otherwise).
+	RemovedSince time.Time
+	Sandboxes    []Sandbox
+	Containers   []Container
+}
+
+// View is a consistent copy of the whole state, safe to read without locks.
+type View struct {
+	Seq  uint64
+	Pods []PodView // sorted by namespace, name, UID
+}
+
+// Counts summarises a View.
+type Counts struct {
+	Pods       int
+	ByPhase    [len(Phases)]int
+	Orphans    int
+	Sandboxes  int // not Removed
+	Containers int // not Removed
+}
+
+// Counts returns the number of pods per phase and of live records.
+func (v View) Counts() Counts {
+	var c Counts
+	for _, p := range v.Pods {
+		c.Pods++
+		c.ByPhase[p.Phase]++
+		if p.Orphan {
+			c.Orphans++
+		}
+		for _, s := range p.Sandboxes {
+			if s.State != SandboxRemoved {
+				c.Sandboxes++
+			}
+		}
+		for _, ct := range p.Containers {
+			if ct.State != ContainerRemoved {
+				c.Containers++
+			}
+		}
+	}
+	return c
+}
