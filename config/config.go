@@ -1,0 +1,284 @@
+// Package config holds the nri-housekeeper configuration: the TOML schema,
+// its defaults and its validation.
+//
+// The same schema is read from a file (Load, for --config FILE) and from the
+// text containerd passes to the plugin's Configure call (Parse). The keys are a
+// contract (DESIGN.md §6); example.toml documents every one of them.
+//
+// Every problem found in a text is reported as an *Error naming the source,
+// the line and the full dotted key; all problems of a text are reported at
+// once (see Problems).
+package config
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// Values of Pods.Source.
+const (
+	// PodsSourceKubeletDir: a pod is gone when <kubelet_root>/pods/<uid> is absent.
+	PodsSourceKubeletDir = "kubelet-dir"
+	// PodsSourceNone: a pod is never considered gone; only the keep-newest rules apply.
+	PodsSourceNone = "none"
+)
+
+// Values of Orphans.Action.
+const (
+	OrphansActionReport = "report"
+	OrphansActionStop   = "stop"
+)
+
+// Values of Cgroups.Driver.
+const (
+	DriverCgroupfs = "cgroupfs"
+	DriverSystemd  = "systemd"
+	DriverAuto     = "auto"
+)
+
+// Values of Log.Level. LevelWarning is an alias of LevelWarn.
+const (
+	LevelTrace   = "trace"
+	LevelDebug   = "debug"
+	LevelInfo    = "info"
+	LevelWarn    = "warn"
+	LevelWarning = "warning"
+	LevelError   = "error"
+)
+
+// Values of Log.Target.
+const (
+	// TargetAuto: journald when its socket exists, stderr otherwise.
+	TargetAuto     = "auto"
+	TargetJournald = "journald"
+	TargetStderr   = "stderr"
+	TargetFile     = "file"
+)
+
+// UnixScheme is the prefix of Runtime.Endpoint.
+const UnixScheme = "unix://"
+
+// MaxSize is the largest config text Parse and Load accept, in bytes (the
+// documented example is about 6 KiB). It bounds the decoding time: go-toml's
+// duplicate-key tracking is quadratic in the number of keys of a table.
+const MaxSize = 64 << 10
+
+// Config is the whole configuration. Its sections mirror the TOML tables of
+// DESIGN.md §6; the TOML key of each field is given in its comment.
+type Config struct {
+	DryRun       bool         // dry_run
+	Housekeeping Housekeeping // [housekeeping]
+	NRI          NRI          // [nri]
+	Runtime      Runtime      // [runtime]
+	Pods         Pods         // [pods]
+	Containers   Containers   // [containers]
+	Orphans      Orphans      // [orphans]
+	Logs         Logs         // [logs]
+	Cgroups      Cgroups      // [cgroups]
+	PodDirs      PodDirs      // [pod_dirs]
+	Metrics      Metrics      // [metrics]
+	Log          Log          // [log]
+}
+
+// Housekeeping is the [housekeeping] section: the housekeeping loop.
+type Housekeeping struct {
+	Period          time.Duration // period; > 0
+	StartupDelay    time.Duration // startup_delay; >= 0 (0: no extra delay)
+	LeakGrace       time.Duration // leak_grace; >= 0 (0: act as soon as eligible)
+	SlowPassWarning time.Duration // slow_pass_warning; >= 0 (0: never warn)
+	MaxParallel     int           // max_parallel; >= 1
+}
+
+// NRI is the [nri] section: how the plugin registers with containerd.
+type NRI struct {
+	Socket      string // socket; absolute path (external mode only)
+	PluginName  string // plugin_name; [a-zA-Z0-9_.+-]+
+	PluginIndex string // plugin_index; two decimal digits
+}
+
+// Runtime is the [runtime] section: containerd's CRI and API endpoint.
+type Runtime struct {
+	Endpoint   string        // endpoint; "unix://" + absolute path
+	Namespace  string        // namespace; a containerd namespace name
+	RPCTimeout time.Duration // rpc_timeout; > 0
+}
+
+// Pods is the [pods] section: the oracle deciding whether a pod is gone.
+type Pods struct {
+	Source      string // source; PodsSourceKubeletDir or PodsSourceNone
+	KubeletRoot string // kubelet_root; absolute path
+}
+
+// Containers is the [containers] section: dead container garbage collection.
+type Containers struct {
+	MinAge             time.Duration // min_age; >= 0
+	MaxPerPodContainer int           // max_per_pod_container; >= 0
+	MaxContainers      int           // max_containers; >= -1 (-1: no node-wide cap)
+}
+
+// Orphans is the [orphans] section: live pods whose pod is gone.
+type Orphans struct {
+	Action      string        // action; OrphansActionReport or OrphansActionStop
+	StopTimeout time.Duration // stop_timeout; >= 0 (0: kill at once)
+	MaxPerPass  int           // max_per_pass; >= 0
+	MaxFraction float64       // max_fraction; in [0, 1]
+}
+
+// Logs is the [logs] section: kubelet's container log locations.
+type Logs struct {
+	PodLogsDir       string // pod_logs_dir; absolute path
+	ContainerLogsDir string // container_logs_dir; absolute path
+}
+
+// Cgroups is the [cgroups] section: pod cgroup cleanup.
+type Cgroups struct {
+	Enabled    bool   // enabled
+	Driver     string // driver; DriverCgroupfs, DriverSystemd or DriverAuto
+	Mountpoint string // mountpoint; absolute path
+	Root       string // root; path of the kubepods cgroup relative to Mountpoint
+}
+
+// PodDirs is the [pod_dirs] section: orphaned kubelet pod directories.
+type PodDirs struct {
+	RemoveOrphaned bool // remove_orphaned
+}
+
+// Metrics is the [metrics] section.
+type Metrics struct {
+	Address string // address; host:port, "" disables the metrics server
+}
+
+// Log is the [log] section: the plugin's own logging.
+type Log struct {
+	Level  string // level; one of the Level* constants
+	Target string // target; one of the Target* constants
+	File   string // file; absolute path, required when Target is TargetFile
+}
+
+// Default returns the defaults of DESIGN.md §6. It is what an empty text
+// parses to, and what example.toml spells out.
+func Default() Config {
+	return Config{
+		DryRun: false,
+		Housekeeping: Housekeeping{
+			Period:          30 * time.Second,
+			StartupDelay:    time.Minute,
+			LeakGrace:       5 * time.Minute,
+			SlowPassWarning: 15 * time.Second,
+			MaxParallel:     4,
+		},
+		NRI: NRI{
+			Socket:      "/var/run/nri/nri.sock",
+			PluginName:  "nri-housekeeper",
+			PluginIndex: "10",
+		},
+		Runtime: Runtime{
+			Endpoint:   "unix:///run/containerd/containerd.sock",
+			Namespace:  "k8s.io",
+			RPCTimeout: 10 * time.Second,
+		},
+		Pods: Pods{
+			Source:      PodsSourceKubeletDir,
+			KubeletRoot: "/var/lib/kubelet",
+		},
+		Containers: Containers{
+			MinAge:             0,
+			MaxPerPodContainer: 1,
+			MaxContainers:      -1,
+		},
+		Orphans: Orphans{
+			Action:      OrphansActionReport,
+			StopTimeout: time.Second,
+			MaxPerPass:  3,
+			MaxFraction: 0.1,
+		},
+		Logs: Logs{
+			PodLogsDir:       "/var/log/pods",
+			ContainerLogsDir: "/var/log/containers",
+		},
+		Cgroups: Cgroups{
+			Enabled:    true,
+			Driver:     DriverAuto,
+			Mountpoint: "/sys/fs/cgroup",
+			Root:       "kubepods",
+		},
+		PodDirs: PodDirs{
+			RemoveOrphaned: false,
+		},
+		Metrics: Metrics{
+			Address: "127.0.0.1:9560",
+		},
+		Log: Log{
+			Level:  LevelInfo,
+			Target: TargetAuto,
+			File:   "",
+		},
+	}
+}
+
+//go:embed example.toml
+var example string
+
+// Example returns the documented example configuration (example.toml): every
+// key with a comment and its default value. Parse(Example()) yields Default().
+func Example() string {
+	return example
+}
+
+// Parse decodes a TOML text and validates the result. source names where the
+// text came from (a file path, "containerd plugin config", ...) and prefixes
+// every problem. Keys the text omits keep their Default value.
+//
+// A runtime.endpoint given as a bare absolute path is normalised to
+// "unix://<path>".
+//
+// On failure the error joins one *Error per problem (see Problems). A TOML
+// syntax error stops decoding, so it is reported alone; all other problems
+// (unknown keys, wrong types, invalid values) are reported together.
+func Parse(data []byte, source string) (Config, error) {
+	c := Default()
+	d := decoder{problems{source: source}}
+	if len(data) > MaxSize {
+		d.addAt(0, "", "config text is larger than %d bytes", MaxSize)
+		return Config{}, d.err()
+	}
+	data = bytes.TrimPrefix(data, []byte("\ufeff")) // a UTF-8 byte order mark, as some editors write
+	if !d.decode(data, &c) {
+		return Config{}, d.err()
+	}
+	if len(c.Runtime.Endpoint) > 0 && c.Runtime.Endpoint[0] == '/' {
+		c.Runtime.Endpoint = UnixScheme + c.Runtime.Endpoint
+	}
+	validate(&d.problems, c)
+	if err := d.err(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Load reads the file at path and parses it with the path as source.
+func Load(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading config file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	if err != nil {
+		return Config{}, fmt.Errorf("reading config file: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Validate checks the semantic rules of every field (the rules Parse applies
+// after decoding). Its problems carry no source and no line. Unlike Parse it
+// does not normalise: Runtime.Endpoint must carry the "unix://" scheme.
+func (c Config) Validate() error {
+	var p problems
+	validate(&p, c)
+	return p.err()
+}

@@ -1,0 +1,610 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const testSource = "/etc/nri/conf.d/10-nri-housekeeper.conf"
+
+// badConfigs is one bad text per rule: the problem must be reported alone, on
+// key at line (0: not in the text), with a message containing msg.
+var badConfigs = []struct {
+	name string
+	text string
+	key  string
+	line int
+	msg  string
+}{
+	// Unknown keys and sections.
+	{"unknown_key", "[housekeeping]\nperod = \"30s\"\n", "housekeeping.perod", 2, "unknown key (keys of [housekeeping]: period, startup_delay"},
+	{"unknown_top_level_key", "dryrun = true\n", "dryrun", 1, "unknown key (top-level keys: dry_run; sections: housekeeping"},
+	{"unknown_section", "# comment\n[housekeeper]\nperiod = \"30s\"\n", "housekeeper", 2, "unknown section"},
+	{"unknown_subtable", "[housekeeping.extra]\nx = 1\n", "housekeeping.extra", 1, "unknown key"},
+	{"key_in_wrong_section", "[nri]\nsocket = \"/run/nri.sock\"\nperiod = \"30s\"\n", "nri.period", 3, "did you mean housekeeping.period?"},
+	{"top_level_key_after_section", "[log]\nlevel = \"info\"\ndry_run = true\n", "log.dry_run", 3, "did you mean dry_run? (top-level keys must come before"},
+	{"section_key_at_top_level", "max_parallel = 2\n", "max_parallel", 1, "did you mean housekeeping.max_parallel?"},
+
+	// Wrong types.
+	{"wrong_type_string_for_int", "[housekeeping]\nmax_parallel = \"4\"\n", "housekeeping.max_parallel", 2, `expected an integer, got string "4"`},
+	{"wrong_type_float_for_int", "[orphans]\nmax_per_pass = 1.5\n", "orphans.max_per_pass", 2, "expected an integer, got float 1.5"},
+	{"wrong_type_int_for_duration", "[housekeeping]\nperiod = 30\n", "housekeeping.period", 2, `expected a duration string such as "30s" or "5m", got integer 30`},
+	{"wrong_type_string_for_bool", "dry_run = \"yes\"\n", "dry_run", 1, `expected a boolean (true or false), got string "yes"`},
+	{"wrong_type_int_for_string", "[nri]\nplugin_index = 10\n", "nri.plugin_index", 2, "expected a string, got integer 10"},
+	{"wrong_type_string_for_float", "[orphans]\nmax_fraction = \"10%\"\n", "orphans.max_fraction", 2, `expected a number, got string "10%"`},
+	{"wrong_type_array_for_string", "[log]\nlevel = [\"info\"]\n", "log.level", 2, "expected a string, got an array"},
+	{"wrong_type_date_for_duration", "[containers]\nmin_age = 1979-05-27\n", "containers.min_age", 2, "got a date/time"},
+	{"wrong_type_scalar_for_section", "housekeeping = 5\n", "housekeeping", 1, "expected a table (a [housekeeping] section), got integer 5"},
+	{"wrong_type_array_of_tables_for_section", "[[metrics]]\naddress = \"\"\n", "metrics", 1, "expected a table (a [metrics] section), got an array"},
+
+	// Durations.
+	{"bad_duration", "[housekeeping]\nperiod = \"5 minutes\"\n", "housekeeping.period", 2, `invalid duration "5 minutes" (use Go duration syntax such as "30s", "5m")`},
+	{"bad_duration_no_unit", "[orphans]\nstop_timeout = \"10\"\n", "orphans.stop_timeout", 2, `invalid duration "10"`},
+	{"bad_duration_empty", "[runtime]\nrpc_timeout = \"\"\n", "runtime.rpc_timeout", 2, `invalid duration ""`},
+	{"negative_duration_startup_delay", "[housekeeping]\nstartup_delay = \"-1s\"\n", "housekeeping.startup_delay", 2, `must not be negative, got "-1s"`},
+	{"negative_duration_leak_grace", "[housekeeping]\nleak_grace = \"-5m\"\n", "housekeeping.leak_grace", 2, "must not be negative"},
+	{"negative_duration_slow_pass_warning", "[housekeeping]\nslow_pass_warning = \"-1ms\"\n", "housekeeping.slow_pass_warning", 2, "must not be negative"},
+	{"negative_duration_min_age", "[containers]\nmin_age = \"-1h\"\n", "containers.min_age", 2, "must not be negative"},
+	{"negative_duration_stop_timeout", "[orphans]\nstop_timeout = \"-1s\"\n", "orphans.stop_timeout", 2, "must not be negative"},
+	{"zero_duration_period", "[housekeeping]\nperiod = \"0s\"\n", "housekeeping.period", 2, `must be positive, got "0s"`},
+	{"negative_duration_period", "[housekeeping]\nperiod = \"-30s\"\n", "housekeeping.period", 2, "must be positive"},
+	{"zero_duration_rpc_timeout", "[runtime]\nrpc_timeout = \"0\"\n", "runtime.rpc_timeout", 2, "must be positive"},
+
+	// Counts.
+	{"max_parallel_below_1", "[housekeeping]\nmax_parallel = 0\n", "housekeeping.max_parallel", 2, "must be at least 1, got 0"},
+	{"max_per_pod_container_negative", "[containers]\nmax_per_pod_container = -1\n", "containers.max_per_pod_container", 2, "must be at least 0, got -1"},
+	{"max_containers_below_minus_1", "[containers]\nmax_containers = -2\n", "containers.max_containers", 2, "must be at least -1, got -2"},
+	{"max_per_pass_negative", "[orphans]\nmax_per_pass = -3\n", "orphans.max_per_pass", 2, "must be at least 0, got -3"},
+	{"max_fraction_above_1", "[orphans]\nmax_fraction = 1.5\n", "orphans.max_fraction", 2, "must be between 0 and 1, got 1.5"},
+	{"max_fraction_negative", "[orphans]\nmax_fraction = -0.1\n", "orphans.max_fraction", 2, "must be between 0 and 1, got -0.1"},
+	{"max_fraction_nan", "[orphans]\nmax_fraction = nan\n", "orphans.max_fraction", 2, "must be between 0 and 1, got NaN"},
+
+	// Enumerations.
+	{"unknown_enum_pods_source", "[pods]\nsource = \"kubelet\"\n", "pods.source", 2, `invalid value "kubelet" (expected one of "kubelet-dir", "none")`},
+	{"unknown_enum_orphans_action", "[orphans]\naction = \"kill\"\n", "orphans.action", 2, `expected one of "report", "stop"`},
+	{"unknown_enum_cgroups_driver", "[cgroups]\ndriver = \"systemd-cgroup\"\n", "cgroups.driver", 2, `expected one of "cgroupfs", "systemd", "auto"`},
+	{"unknown_enum_log_level", "[log]\nlevel = \"verbose\"\n", "log.level", 2, `invalid value "verbose"`},
+	{"unknown_enum_log_level_case", "[log]\nlevel = \"INFO\"\n", "log.level", 2, `invalid value "INFO"`},
+	{"unknown_enum_log_target", "[log]\ntarget = \"syslog\"\n", "log.target", 2, `expected one of "auto", "journald", "stderr", "file"`},
+
+	// log.target = "file" needs log.file.
+	{"log_target_file_without_file", "[log]\ntarget = \"file\"\n", "log.file", 0, `must be set to an absolute path when log.target is "file"`},
+	{"log_target_file_with_empty_file", "[log]\ntarget = \"file\"\nfile = \"\"\n", "log.file", 3, "must be set to an absolute path"},
+
+	// NRI plugin identity.
+	{"plugin_index_one_digit", "[nri]\nplugin_index = \"1\"\n", "nri.plugin_index", 2, `invalid plugin index "1" (expected two decimal digits`},
+	{"plugin_index_three_digits", "[nri]\nplugin_index = \"100\"\n", "nri.plugin_index", 2, "invalid plugin index"},
+	{"plugin_index_not_digits", "[nri]\nplugin_index = \"1a\"\n", "nri.plugin_index", 2, "invalid plugin index"},
+	{"plugin_name_bad_character", "[nri]\nplugin_name = \"nri housekeeper\"\n", "nri.plugin_name", 2, "(use only letters, digits and _ . + -)"},
+	{"plugin_name_slash", "[nri]\nplugin_name = \"a/b\"\n", "nri.plugin_name", 2, "invalid plugin name"},
+	{"plugin_name_empty", "[nri]\nplugin_name = \"\"\n", "nri.plugin_name", 2, "must not be empty"},
+
+	// Runtime endpoint and namespace.
+	{"endpoint_tcp", "[runtime]\nendpoint = \"tcp://127.0.0.1:1234\"\n", "runtime.endpoint", 2, `expected "unix://" followed by an absolute path`},
+	{"endpoint_unix_relative", "[runtime]\nendpoint = \"unix://run/containerd.sock\"\n", "runtime.endpoint", 2, "invalid endpoint"},
+	{"endpoint_relative_path", "[runtime]\nendpoint = \"run/containerd/containerd.sock\"\n", "runtime.endpoint", 2, "invalid endpoint"},
+	{"endpoint_empty", "[runtime]\nendpoint = \"\"\n", "runtime.endpoint", 2, "invalid endpoint"},
+	{"namespace_empty", "[runtime]\nnamespace = \"\"\n", "runtime.namespace", 2, "invalid namespace"},
+	{"namespace_bad_character", "[runtime]\nnamespace = \"k8s/io\"\n", "runtime.namespace", 2, "invalid namespace"},
+
+	// Absolute paths.
+	{"relative_path_kubelet_root", "[pods]\nkubelet_root = \"var/lib/kubelet\"\n", "pods.kubelet_root", 2, `must be an absolute path, got "var/lib/kubelet"`},
+	{"relative_path_pod_logs_dir", "[logs]\npod_logs_dir = \"pods\"\n", "logs.pod_logs_dir", 2, "must be an absolute path"},
+	{"relative_path_container_logs_dir", "[logs]\ncontainer_logs_dir = \"./containers\"\n", "logs.container_logs_dir", 2, "must be an absolute path"},
+	{"relative_path_cgroups_mountpoint", "[cgroups]\nmountpoint = \"sys/fs/cgroup\"\n", "cgroups.mountpoint", 2, "must be an absolute path"},
+	{"relative_path_nri_socket", "[nri]\nsocket = \"nri.sock\"\n", "nri.socket", 2, "must be an absolute path"},
+	{"relative_path_log_file", "[log]\ntarget = \"file\"\nfile = \"nri-housekeeper.log\"\n", "log.file", 3, "must be an absolute path"},
+	{"empty_path_kubelet_root", "[pods]\nkubelet_root = \"\"\n", "pods.kubelet_root", 2, `must be an absolute path, got ""`},
+	{"cgroups_root_dotdot", "[cgroups]\nroot = \"../kubepods\"\n", "cgroups.root", 2, "invalid cgroup root"},
+	{"cgroups_root_absolute", "[cgroups]\nroot = \"/kubepods\"\n", "cgroups.root", 2, "relative to cgroups.mountpoint"},
+	{"cgroups_root_empty", "[cgroups]\nroot = \"\"\n", "cgroups.root", 2, "invalid cgroup root"},
+
+	// Metrics address.
+	{"metrics_address_no_port", "[metrics]\naddress = \"127.0.0.1\"\n", "metrics.address", 2, `invalid address "127.0.0.1" (expected host:port`},
+	{"metrics_address_port_only", "[metrics]\naddress = \"9560\"\n", "metrics.address", 2, "invalid address"},
+	{"metrics_address_named_port", "[metrics]\naddress = \"localhost:http\"\n", "metrics.address", 2, "invalid address"},
+	{"metrics_address_port_out_of_range", "[metrics]\naddress = \":65536\"\n", "metrics.address", 2, "invalid address"},
+	{"metrics_address_empty_port", "[metrics]\naddress = \"localhost:\"\n", "metrics.address", 2, "invalid address"},
+
+	// Key forms other than [section] + key.
+	{"dotted_key_at_top_level", "dry_run = true\nhousekeeping.period = \"1 m\"\n", "housekeeping.period", 2, "invalid duration"},
+	{"inline_table", "\n\nhousekeeping = { max_parallel = 4, period = \"0s\" }\n", "housekeeping.period", 3, "must be positive"},
+	{"inline_table_unknown_key", "log = { level = \"info\", colour = true }\n", "log.colour", 1, "unknown key"},
+	{"quoted_key", "[\"housekeeping\"]\n\"period\" = \"x\"\n", "housekeeping.period", 2, "invalid duration"},
+	{"quoted_unknown_key", "[log]\n\"a b\" = 1\n", `log."a b"`, 2, "unknown key"},
+	{"crlf_line_endings", "# x\r\n[housekeeping]\r\n\r\nperiod = \"x\"\r\n", "housekeeping.period", 4, "invalid duration"},
+	{"multiline_string_before", "[nri]\nsocket = \"\"\"\n/run/nri/\\\n  nri.sock\"\"\"\nplugin_index = \"7\"\n", "nri.plugin_index", 5, "invalid plugin index"},
+
+	// TOML itself.
+	{"toml_syntax_unterminated_string", "[housekeeping]\nperiod = \"5m\n", "housekeeping.period", 2, "invalid TOML: basic strings cannot have new lines"},
+	{"toml_syntax_bad_boolean", "# top\n\ndry_run = tru\n", "dry_run", 3, "invalid TOML"},
+	{"toml_syntax_unclosed_header", "dry_run = false\n\n[housekeeping\nperiod = \"1s\"\n", "housekeeping", 3, "invalid TOML"},
+	{"toml_syntax_missing_value", "[orphans]\naction =\n", "orphans.action", 2, "invalid TOML"},
+	{"toml_syntax_garbage_line", "[metrics]\naddress = \"\"\nthis is not toml\n", "metrics", 3, "invalid TOML"},
+	{"toml_integer_overflow", "[housekeeping]\nmax_parallel = 99999999999999999999\n", "housekeeping.max_parallel", 2, "out of range"},
+	{"toml_duplicate_key", "[housekeeping]\nperiod = \"1s\"\n\nperiod = \"2s\"\n", "housekeeping.period", 4, "invalid TOML: key period is already defined"},
+	{"toml_duplicate_section", "[nri]\nplugin_index = \"10\"\n[log]\n[nri]\n", "nri", 4, "invalid TOML: table nri already exists"},
+	{"toml_dotted_key_then_table", "log.level = \"info\"\n[log]\ntarget = \"auto\"\n", "log", 2, "invalid TOML"},
+}
+
+func TestParseRejectsBadConfigs(t *testing.T) {
+	for _, tc := range badConfigs {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.text), testSource)
+			if err == nil {
+				t.Fatalf("Parse accepted %q: %+v", tc.text, c)
+			}
+			if c != (Config{}) {
+				t.Errorf("Parse returned a non-zero Config with an error: %+v", c)
+			}
+			ps := Problems(err)
+			if len(ps) != 1 {
+				t.Fatalf("want 1 problem, got %d:\n%v", len(ps), err)
+			}
+			p := ps[0]
+			if p.Key != tc.key || p.Line != tc.line || p.Source != testSource {
+				t.Errorf("got source %q line %d key %q, want %q line %d key %q\n%v",
+					p.Source, p.Line, p.Key, testSource, tc.line, tc.key, err)
+			}
+			if !strings.Contains(p.Msg, tc.msg) {
+				t.Errorf("message %q does not contain %q", p.Msg, tc.msg)
+			}
+			var e *Error
+			if !errors.As(err, &e) || e != p {
+				t.Errorf("errors.As did not find the problem in %v", err)
+			}
+		})
+	}
+}
+
+func TestErrorNamesSourceLineAndKey(t *testing.T) {
+	text := "# nri-housekeeper\n\ndry_run = false\n\n[housekeeping]\n# how often\nperiod = \"5 minutes\"\n"
+	_, err := Parse([]byte(text), testSource)
+	want := testSource + `:7: housekeeping.period: invalid duration "5 minutes" (use Go duration syntax such as "30s", "5m")`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got  %v\nwant %s", err, want)
+	}
+}
+
+func TestErrorSaysDefaultForKeysNotInText(t *testing.T) {
+	_, err := Parse([]byte("[log]\ntarget = \"file\"\n"), "containerd plugin config")
+	want := `containerd plugin config:(default): log.file: must be set to an absolute path when log.target is "file"`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got  %v\nwant %s", err, want)
+	}
+}
+
+func TestTextLargerThanMaxSizeIsRejected(t *testing.T) {
+	text := "# padding\n" + strings.Repeat("#", MaxSize)
+	_, err := Parse([]byte(text), "big.conf")
+	want := "big.conf: config text is larger than 65536 bytes"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got  %v\nwant %s", err, want)
+	}
+	c, err := Parse([]byte(text[:MaxSize]), "big.conf")
+	if err != nil || c != Default() {
+		t.Fatalf("a text of MaxSize bytes: %+v, %v", c, err)
+	}
+
+	path := filepath.Join(t.TempDir(), "big.conf")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || !strings.HasPrefix(err.Error(), path+": config text is larger") {
+		t.Fatalf("Load: %v", err)
+	}
+}
+
+func TestEmptyTextYieldsDefaults(t *testing.T) {
+	for _, text := range []string{"", "\n", "  \n\t\n", "# only a comment\n", "\r\n"} {
+		c, err := Parse([]byte(text), "test")
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", text, err)
+		}
+		if c != Default() {
+			t.Errorf("Parse(%q) = %+v, want Default()", text, c)
+		}
+	}
+}
+
+func TestByteOrderMarkIsIgnored(t *testing.T) {
+	c, err := Parse([]byte("\ufeffdry_run = true\n"), "test")
+	if err != nil || !c.DryRun {
+		t.Fatalf("got %+v, %v", c, err)
+	}
+	_, err = Parse([]byte("\ufeff\n[log]\nlevel = \"x\"\n"), "test")
+	if ps := Problems(err); len(ps) != 1 || ps[0].Line != 3 {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExampleParsesToDefault(t *testing.T) {
+	c, err := Parse([]byte(Example()), "example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != Default() {
+		t.Errorf("example.toml = %+v\nDefault() = %+v", c, Default())
+	}
+}
+
+func TestExampleDocumentsEveryKeyWithAComment(t *testing.T) {
+	data := []byte(Example())
+	s := scan(data)
+	lines := strings.Split(string(data), "\n")
+	var c Config
+	for _, sec := range schema(&c) {
+		for _, f := range sec.fields {
+			key := sec.key(f.name)
+			line, ok := s.lines[key]
+			if !ok {
+				t.Errorf("example.toml lacks %s", key)
+				continue
+			}
+			if line < 2 || !strings.HasPrefix(lines[line-2], "#") {
+				t.Errorf("example.toml: %s (line %d) has no comment above it", key, line)
+			}
+		}
+	}
+}
+
+func TestSchemaCoversEveryField(t *testing.T) {
+	var c Config
+	bound := map[any]bool{}
+	for _, sec := range schema(&c) {
+		for _, f := range sec.fields {
+			bound[f.ptr] = true
+		}
+	}
+	var walk func(v reflect.Value, name string)
+	walk = func(v reflect.Value, name string) {
+		if v.Kind() == reflect.Struct {
+			for i := range v.NumField() {
+				walk(v.Field(i), name+"."+v.Type().Field(i).Name)
+			}
+			return
+		}
+		if !bound[v.Addr().Interface()] {
+			t.Errorf("field Config%s has no TOML key in schema", name)
+		}
+	}
+	walk(reflect.ValueOf(&c).Elem(), "")
+}
+
+// fullConfig sets every key to a value that differs from its default.
+const fullConfig = `
+dry_run = true
+
+[housekeeping]
+period = "1m"
+startup_delay = "0s"
+leak_grace = "10m"
+slow_pass_warning = "0s"
+max_parallel = 8
+
+[nri]
+socket = "/run/nri/nri.sock"
+plugin_name = "housekeeper.test+1"
+plugin_index = "05"
+
+[runtime]
+endpoint = "unix:///var/run/containerd/containerd.sock"
+namespace = "k8s-test"
+rpc_timeout = "2.5s"
+
+[pods]
+source = "none"
+kubelet_root = "/data/kubelet"
+
+[containers]
+min_age = "1h"
+max_per_pod_container = 0
+max_containers = 100
+
+[orphans]
+action = "stop"
+stop_timeout = "30s"
+max_per_pass = 0
+max_fraction = 1 # an integer is accepted for a float
+
+[logs]
+pod_logs_dir = "/data/log/pods"
+container_logs_dir = "/data/log/containers"
+
+[cgroups]
+enabled = false
+driver = "systemd"
+mountpoint = "/mnt/cgroup"
+root = "custom/kubepods"
+
+[pod_dirs]
+remove_orphaned = true
+
+[metrics]
+address = ""
+
+[log]
+level = "warning"
+target = "file"
+file = "/var/log/nri-housekeeper.log"
+`
+
+var fullConfigWant = Config{
+	DryRun: true,
+	Housekeeping: Housekeeping{
+		Period:          time.Minute,
+		StartupDelay:    0,
+		LeakGrace:       10 * time.Minute,
+		SlowPassWarning: 0,
+		MaxParallel:     8,
+	},
+	NRI:        NRI{Socket: "/run/nri/nri.sock", PluginName: "housekeeper.test+1", PluginIndex: "05"},
+	Runtime:    Runtime{Endpoint: "unix:///var/run/containerd/containerd.sock", Namespace: "k8s-test", RPCTimeout: 2500 * time.Millisecond},
+	Pods:       Pods{Source: PodsSourceNone, KubeletRoot: "/data/kubelet"},
+	Containers: Containers{MinAge: time.Hour, MaxPerPodContainer: 0, MaxContainers: 100},
+	Orphans:    Orphans{Action: OrphansActionStop, StopTimeout: 30 * time.Second, MaxPerPass: 0, MaxFraction: 1},
+	Logs:       Logs{PodLogsDir: "/data/log/pods", ContainerLogsDir: "/data/log/containers"},
+	Cgroups:    Cgroups{Enabled: false, Driver: DriverSystemd, Mountpoint: "/mnt/cgroup", Root: "custom/kubepods"},
+	PodDirs:    PodDirs{RemoveOrphaned: true},
+	Metrics:    Metrics{Address: ""},
+	Log:        Log{Level: LevelWarning, Target: TargetFile, File: "/var/log/nri-housekeeper.log"},
+}
+
+func TestEveryKeyCanBeSet(t *testing.T) {
+	// The expectation must differ from Default() in every field, or a key
+	// that is silently ignored would go unnoticed.
+	want, def := reflect.ValueOf(fullConfigWant), reflect.ValueOf(Default())
+	for i := range want.NumField() {
+		w, d := want.Field(i), def.Field(i)
+		if w.Kind() != reflect.Struct {
+			if w.Equal(d) {
+				t.Errorf("fullConfig leaves %s at its default", want.Type().Field(i).Name)
+			}
+			continue
+		}
+		for j := range w.NumField() {
+			if w.Field(j).Equal(d.Field(j)) {
+				t.Errorf("fullConfig leaves %s.%s at its default", want.Type().Field(i).Name, w.Type().Field(j).Name)
+			}
+		}
+	}
+
+	c, err := Parse([]byte(fullConfig), "full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != fullConfigWant {
+		t.Errorf("got  %+v\nwant %+v", c, fullConfigWant)
+	}
+}
+
+func TestKeysMayUseDottedKeysAndInlineTables(t *testing.T) {
+	text := `dry_run = true
+housekeeping.period = "1m"
+housekeeping.max_parallel = 2
+nri = { plugin_index = "20", plugin_name = "hk" }
+[log]
+level = "debug"
+`
+	c, err := Parse([]byte(text), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.DryRun = true
+	want.Housekeeping.Period = time.Minute
+	want.Housekeeping.MaxParallel = 2
+	want.NRI.PluginIndex = "20"
+	want.NRI.PluginName = "hk"
+	want.Log.Level = LevelDebug
+	if c != want {
+		t.Errorf("got  %+v\nwant %+v", c, want)
+	}
+}
+
+func TestBareEndpointPathIsNormalised(t *testing.T) {
+	c, err := Parse([]byte("[runtime]\nendpoint = \"/run/k3s/containerd/containerd.sock\"\n"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "unix:///run/k3s/containerd/containerd.sock"; c.Runtime.Endpoint != want {
+		t.Errorf("endpoint = %q, want %q", c.Runtime.Endpoint, want)
+	}
+}
+
+func TestMultipleProblemsAreAllReported(t *testing.T) {
+	text := `dry_run = "no"
+unknown_top = 1
+
+[housekeeping]
+period = "5 minutes"
+max_parallel = 0
+leak_grace = 300
+
+[nri]
+plugin_index = "7"
+period = "30s"
+
+[pods]
+kubelet_root = "relative/kubelet"
+
+[bogus]
+x = 1
+
+[orphans]
+action = "destroy"
+max_fraction = 2.0
+
+[log]
+target = "file"
+`
+	_, err := Parse([]byte(text), testSource)
+	type where struct {
+		line int
+		key  string
+	}
+	want := []where{
+		{1, "dry_run"},
+		{2, "unknown_top"},
+		{5, "housekeeping.period"},
+		{6, "housekeeping.max_parallel"},
+		{7, "housekeeping.leak_grace"},
+		{10, "nri.plugin_index"},
+		{11, "nri.period"},
+		{14, "pods.kubelet_root"},
+		{16, "bogus"},
+		{20, "orphans.action"},
+		{21, "orphans.max_fraction"},
+		{0, "log.file"},
+	}
+	ps := Problems(err)
+	var got []where
+	for _, p := range ps {
+		got = append(got, where{p.Line, p.Key})
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got problems %v\nwant %v\nerror:\n%v", got, want, err)
+	}
+	// One line of text per problem, in the same order.
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != len(ps) {
+		t.Fatalf("error has %d lines, want %d:\n%v", len(lines), len(ps), err)
+	}
+	for i, p := range ps {
+		if lines[i] != p.Error() {
+			t.Errorf("line %d = %q, want %q", i, lines[i], p.Error())
+		}
+	}
+	var e *Error
+	if !errors.As(err, &e) || e.Key != "dry_run" {
+		t.Errorf("errors.As found %v, want the dry_run problem", e)
+	}
+}
+
+func TestValidateReportsWithoutSourceOrLine(t *testing.T) {
+	c := Default()
+	c.Housekeeping.Period = 0
+	c.Runtime.Endpoint = "/run/containerd/containerd.sock" // only Parse normalises
+	err := c.Validate()
+	ps := Problems(err)
+	if len(ps) != 2 {
+		t.Fatalf("want 2 problems, got %v", err)
+	}
+	if got, want := ps[0].Error(), `housekeeping.period: must be positive, got "0s" (use e.g. "30s")`; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if ps[1].Key != "runtime.endpoint" || ps[1].Source != "" || ps[1].Line != 0 {
+		t.Errorf("got %+v", ps[1])
+	}
+}
+
+func TestValidateAcceptsBoundaryValues(t *testing.T) {
+	c := Default()
+	c.Housekeeping.StartupDelay = 0
+	c.Housekeeping.LeakGrace = 0
+	c.Housekeeping.SlowPassWarning = 0
+	c.Housekeeping.MaxParallel = 1
+	c.Containers.MaxPerPodContainer = 0
+	c.Containers.MaxContainers = -1
+	c.Orphans.StopTimeout = 0
+	c.Orphans.MaxPerPass = 0
+	c.Orphans.MaxFraction = 0
+	c.Metrics.Address = ""
+	c.Log.Level = LevelWarn
+	c.Log.File = "/var/log/x.log" // a file without target "file" is allowed
+	c.NRI.PluginIndex = "00"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c.Orphans.MaxFraction = 1
+	c.Metrics.Address = "[::1]:0"
+	c.NRI.PluginIndex = "99"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestProblemsOfNonConfigErrorIsEmpty(t *testing.T) {
+	if ps := Problems(errors.New("x")); ps != nil {
+		t.Errorf("got %v", ps)
+	}
+	if ps := Problems(nil); ps != nil {
+		t.Errorf("got %v", ps)
+	}
+}
+
+func TestLoadMissingFileNamesPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing.conf")
+	_, err := Load(path)
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("error %v does not name %s", err, path)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("error %v is not fs.ErrNotExist", err)
+	}
+}
+
+func TestLoadUsesPathAsSource(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "10-nri-housekeeper.conf")
+	if err := os.WriteFile(path, []byte("[metrics]\naddress = \"nope\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if err == nil || !strings.HasPrefix(err.Error(), path+":2: metrics.address: ") {
+		t.Fatalf("got %v", err)
+	}
+
+	if err := os.WriteFile(path, []byte(fullConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil || c != fullConfigWant {
+		t.Fatalf("Load = %+v, %v", c, err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(Example()))
+	f.Add([]byte(fullConfig))
+	for _, tc := range badConfigs {
+		f.Add([]byte(tc.text))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data, "fuzz")
+		if err == nil {
+			if err := c.Validate(); err != nil {
+				t.Fatalf("Parse accepted a config that Validate rejects: %v", err)
+			}
+			return
+		}
+		ps := Problems(err)
+		if len(ps) == 0 {
+			t.Fatalf("error without problems: %v", err)
+		}
+		lines := bytes.Count(data, []byte("\n")) + 1
+		for _, p := range ps {
+			if p.Source != "fuzz" || p.Msg == "" || p.Line < 0 || p.Line > lines {
+				t.Fatalf("bad problem %+v in %d lines", p, lines)
+			}
+			// Only a default value can lack a line; the one default that can
+			// fail is log.file (when log.target is "file"). A text too large
+			// is the one problem about no key.
+			if p.Line == 0 && p.Key != "log.file" && !(p.Key == "" && len(data) > MaxSize) {
+				t.Fatalf("problem without line: %+v", p)
+			}
+		}
+	})
+}

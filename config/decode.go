@@ -1,0 +1,474 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
+)
+
+// field is one key of the schema, bound to the Config field it sets.
+type field struct {
+	name string
+	ptr  any // *bool, *int, *float64, *string or *time.Duration (a duration string)
+}
+
+// section is one table of the schema; name is "" for the top-level keys.
+type section struct {
+	name   string
+	fields []field
+}
+
+// schema lists every TOML key, bound to the fields of c. It is the only place
+// that maps keys to fields.
+func schema(c *Config) []section {
+	return []section{
+		{"", []field{
+			{"dry_run", &c.DryRun},
+		}},
+		{"housekeeping", []field{
+			{"period", &c.Housekeeping.Period},
+			{"startup_delay", &c.Housekeeping.StartupDelay},
+			{"leak_grace", &c.Housekeeping.LeakGrace},
+			{"slow_pass_warning", &c.Housekeeping.SlowPassWarning},
+			{"max_parallel", &c.Housekeeping.MaxParallel},
+		}},
+		{"nri", []field{
+			{"socket", &c.NRI.Socket},
+			{"plugin_name", &c.NRI.PluginName},
+			{"plugin_index", &c.NRI.PluginIndex},
+		}},
+		{"runtime", []field{
+			{"endpoint", &c.Runtime.Endpoint},
+			{"namespace", &c.Runtime.Namespace},
+			{"rpc_timeout", &c.Runtime.RPCTimeout},
+		}},
+		{"pods", []field{
+			{"source", &c.Pods.Source},
+			{"kubelet_root", &c.Pods.KubeletRoot},
+		}},
+		{"containers", []field{
+			{"min_age", &c.Containers.MinAge},
+			{"max_per_pod_container", &c.Containers.MaxPerPodContainer},
+			{"max_containers", &c.Containers.MaxContainers},
+		}},
+		{"orphans", []field{
+			{"action", &c.Orphans.Action},
+			{"stop_timeout", &c.Orphans.StopTimeout},
+			{"max_per_pass", &c.Orphans.MaxPerPass},
+			{"max_fraction", &c.Orphans.MaxFraction},
+		}},
+		{"logs", []field{
+			{"pod_logs_dir", &c.Logs.PodLogsDir},
+			{"container_logs_dir", &c.Logs.ContainerLogsDir},
+		}},
+		{"cgroups", []field{
+			{"enabled", &c.Cgroups.Enabled},
+			{"driver", &c.Cgroups.Driver},
+			{"mountpoint", &c.Cgroups.Mountpoint},
+			{"root", &c.Cgroups.Root},
+		}},
+		{"pod_dirs", []field{
+			{"remove_orphaned", &c.PodDirs.RemoveOrphaned},
+		}},
+		{"metrics", []field{
+			{"address", &c.Metrics.Address},
+		}},
+		{"log", []field{
+			{"level", &c.Log.Level},
+			{"target", &c.Log.Target},
+			{"file", &c.Log.File},
+		}},
+	}
+}
+
+func (s section) field(name string) (field, bool) {
+	for _, f := range s.fields {
+		if f.name == name {
+			return f, true
+		}
+	}
+	return field{}, false
+}
+
+func (s section) key(name string) string {
+	if s.name == "" {
+		return name
+	}
+	return s.name + "." + name
+}
+
+func (s section) names() string {
+	var names []string
+	for _, f := range s.fields {
+		names = append(names, f.name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// decoder decodes one text into a Config, collecting its problems.
+type decoder struct {
+	problems
+}
+
+// decode decodes data into c. It returns false if data is not valid TOML; the
+// problem is then recorded and c is left untouched.
+//
+// The text is decoded in three steps: go-toml checks the TOML (syntax,
+// redefined keys) while decoding into a generic map; the unstable parser
+// gives the line of every key; the map is then checked against the schema,
+// so that every unknown key and wrong type is reported, not just the first.
+func (d *decoder) decode(data []byte, c *Config) bool {
+	var doc map[string]any
+	if err := toml.Unmarshal(data, &doc); err != nil {
+		d.tomlError(data, err)
+		return false
+	}
+	s := scan(data)
+	if s.err != nil { // not expected: go-toml accepted the same text
+		d.addAt(0, "", "invalid TOML: %v", s.err)
+		return false
+	}
+	d.lines = s.lines
+
+	secs := schema(c)
+	top := secs[0]
+	for name, v := range doc {
+		key := dotted(name)
+		if f, ok := top.field(name); ok {
+			d.set(key, f, v)
+			continue
+		}
+		i := slices.IndexFunc(secs[1:], func(s section) bool { return s.name == name })
+		if i < 0 {
+			d.unknown(secs, top, name, v)
+			continue
+		}
+		sec := secs[1+i]
+		table, ok := v.(map[string]any)
+		if !ok {
+			d.add(key, "expected a table (a [%s] section), got %s", name, describe(v))
+			continue
+		}
+		for k, v := range table {
+			if f, ok := sec.field(k); ok {
+				d.set(sec.key(k), f, v)
+			} else {
+				d.unknown(secs, sec, k, v)
+			}
+		}
+	}
+	return true
+}
+
+// unknown records name, found in section in, as an unknown key or section,
+// with a hint when the name belongs elsewhere.
+func (d *decoder) unknown(secs []section, in section, name string, v any) {
+	key := dotted(in.name, name)
+	if in.name == "" {
+		key = dotted(name)
+	}
+	var elsewhere []string
+	for _, s := range secs {
+		if _, ok := s.field(name); ok && s.name != in.name {
+			elsewhere = append(elsewhere, s.key(name))
+		}
+	}
+	switch {
+	case len(elsewhere) > 0 && elsewhere[0] == "dry_run":
+		d.add(key, "unknown key; did you mean dry_run? (top-level keys must come before the first [section] header)")
+	case len(elsewhere) > 0:
+		d.add(key, "unknown key; did you mean %s? (a key belongs to the [section] header above it)", strings.Join(elsewhere, " or "))
+	case in.name != "":
+		d.add(key, "unknown key (keys of [%s]: %s)", in.name, in.names())
+	default:
+		var names []string
+		for _, s := range secs[1:] {
+			names = append(names, s.name)
+		}
+		what := "key"
+		if _, ok := v.(map[string]any); ok {
+			what = "section"
+		}
+		d.add(key, "unknown %s (top-level keys: dry_run; sections: %s)", what, strings.Join(names, ", "))
+	}
+}
+
+// set checks the type of v and stores it in f.
+func (d *decoder) set(key string, f field, v any) {
+	switch p := f.ptr.(type) {
+	case *bool:
+		b, ok := v.(bool)
+		if !ok {
+			d.add(key, "expected a boolean (true or false), got %s", describe(v))
+			return
+		}
+		*p = b
+	case *int:
+		i, ok := v.(int64)
+		if !ok {
+			d.add(key, "expected an integer, got %s", describe(v))
+			return
+		}
+		if int64(int(i)) != i {
+			d.add(key, "integer %d is out of range", i)
+			return
+		}
+		*p = int(i)
+	case *float64:
+		switch x := v.(type) {
+		case float64:
+			*p = x
+		case int64:
+			*p = float64(x)
+		default:
+			d.add(key, "expected a number, got %s", describe(v))
+		}
+	case *string:
+		s, ok := v.(string)
+		if !ok {
+			d.add(key, "expected a string, got %s", describe(v))
+			return
+		}
+		*p = s
+	case *time.Duration:
+		s, ok := v.(string)
+		if !ok {
+			d.add(key, "expected a duration string such as \"30s\" or \"5m\", got %s", describe(v))
+			return
+		}
+		dur, err := time.ParseDuration(s)
+		if err != nil {
+			d.add(key, "invalid duration %s (use Go duration syntax such as \"30s\", \"5m\")", quote(s))
+			return
+		}
+		*p = dur
+	default:
+		panic(fmt.Sprintf("config: schema field %s has unsupported type %T", key, f.ptr))
+	}
+}
+
+// tomlError records err, returned by go-toml for data, with its line.
+func (d *decoder) tomlError(data []byte, err error) {
+	msg := "invalid TOML: " + strings.TrimPrefix(err.Error(), "toml: ")
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		line, _ := de.Position()
+		d.addAt(line, syntaxKey(data, line), "%s", msg)
+		return
+	}
+	// Errors about redefined keys and tables carry no position. Decoding
+	// stops at the first failing expression, so find the shortest prefix of
+	// whole expressions that fails.
+	s := scan(data)
+	n := len(s.exprs)
+	end := func(i int) int {
+		if i+1 < n {
+			return s.exprs[i+1].start
+		}
+		return len(data)
+	}
+	i := sort.Search(n, func(i int) bool {
+		var m map[string]any
+		return toml.Unmarshal(data[:end(i)], &m) != nil
+	})
+	if i == n {
+		d.addAt(0, "", "%s", msg)
+		return
+	}
+	d.addAt(s.exprs[i].line, s.exprs[i].key, "%s", msg)
+}
+
+// scanned is what scan learns about a text.
+type scanned struct {
+	lines map[string]int // dotted key or table -> line of its first occurrence
+	exprs []expr         // top-level expressions (key/values and table headers)
+	table string         // the table in effect where parsing stopped
+	err   error          // the parser's error, if any
+}
+
+type expr struct {
+	key   string // dotted key of a key/value, or the table of a header
+	line  int    // line of its first key
+	start int    // offset of the start of that line
+}
+
+// scan walks the expressions of data with go-toml's unstable parser,
+// recording the line of every key, table header and inline table key.
+func scan(data []byte) scanned {
+	s := scanned{lines: map[string]int{}}
+	var p unstable.Parser
+	p.Reset(data)
+	var table []string
+	for p.NextExpression() {
+		e := p.Expression()
+		var path []string
+		var first *unstable.Node
+		switch e.Kind {
+		case unstable.Table, unstable.ArrayTable:
+			table, first = keyPath(nil, e.Key())
+			path = table
+		case unstable.KeyValue:
+			path, first = keyPath(table, e.Key())
+		default:
+			continue
+		}
+		pos := p.Shape(first.Raw).Start
+		s.record(path, pos.Line)
+		if e.Kind == unstable.KeyValue {
+			s.inline(&p, path, e.Value())
+		}
+		s.exprs = append(s.exprs, expr{key: dotted(path...), line: pos.Line, start: pos.Offset - (pos.Column - 1)})
+	}
+	s.table = dotted(table...)
+	s.err = p.Error()
+	return s
+}
+
+// inline records the keys of v, the value of key path, if it is an inline table.
+func (s *scanned) inline(p *unstable.Parser, path []string, v *unstable.Node) {
+	if v.Kind != unstable.InlineTable {
+		return
+	}
+	it := v.Children()
+	for it.Next() {
+		kv := it.Node()
+		if kv.Kind != unstable.KeyValue {
+			continue
+		}
+		sub, first := keyPath(path, kv.Key())
+		s.record(sub, p.Shape(first.Raw).Start.Line)
+		s.inline(p, sub, kv.Value())
+	}
+}
+
+// record sets the line of path and of its parent tables, unless known already.
+func (s *scanned) record(path []string, line int) {
+	for i := range path {
+		k := dotted(path[:i+1]...)
+		if _, ok := s.lines[k]; !ok {
+			s.lines[k] = line
+		}
+	}
+}
+
+// keyPath returns prefix followed by the parts of key, and the first key node.
+func keyPath(prefix []string, key unstable.Iterator) ([]string, *unstable.Node) {
+	path := slices.Clone(prefix)
+	var first *unstable.Node
+	for key.Next() {
+		if first == nil {
+			first = key.Node()
+		}
+		path = append(path, string(key.Node().Data))
+	}
+	return path, first
+}
+
+// syntaxKey guesses the dotted key a syntax error on line belongs to: the
+// key or table header written on that line, within the table in effect. It
+// returns the table alone, or "", when the line does not start with a key.
+func syntaxKey(data []byte, line int) string {
+	s := scan(data)
+	lines := bytes.Split(data, []byte("\n"))
+	if line < 1 || line > len(lines) {
+		return s.table
+	}
+	text := strings.TrimSpace(string(lines[line-1]))
+	if h, ok := strings.CutPrefix(text, "["); ok {
+		h = strings.TrimPrefix(h, "[")
+		if i := strings.IndexAny(h, "]#"); i >= 0 {
+			h = h[:i]
+		}
+		return bareKey(h)
+	}
+	k, _, ok := strings.Cut(text, "=")
+	if !ok {
+		return s.table
+	}
+	k = bareKey(k)
+	switch {
+	case k == "":
+		return s.table
+	case s.table == "":
+		return k
+	default:
+		return s.table + "." + k
+	}
+}
+
+// bareKey normalises a dotted key of bare parts ("a . b" -> "a.b"), or
+// returns "" if text is not one.
+func bareKey(text string) string {
+	parts := strings.Split(text, ".")
+	for i, part := range parts {
+		part = strings.TrimSpace(part)
+		if !isBare(part) {
+			return ""
+		}
+		parts[i] = part
+	}
+	return strings.Join(parts, ".")
+}
+
+// dotted joins key parts as written in TOML, quoting parts that are not bare.
+func dotted(parts ...string) string {
+	quoted := make([]string, len(parts))
+	for i, p := range parts {
+		if isBare(p) {
+			quoted[i] = p
+		} else {
+			quoted[i] = strconv.Quote(p)
+		}
+	}
+	return strings.Join(quoted, ".")
+}
+
+// isBare reports whether s is a TOML bare key: A-Z a-z 0-9 _ -.
+func isBare(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// describe names the TOML type and value of a decoded value.
+func describe(v any) string {
+	switch x := v.(type) {
+	case string:
+		return "string " + quote(x)
+	case int64:
+		return "integer " + strconv.FormatInt(x, 10)
+	case float64:
+		return "float " + strconv.FormatFloat(x, 'g', -1, 64)
+	case bool:
+		return "boolean " + strconv.FormatBool(x)
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	default:
+		return "a date/time"
+	}
+}
+
+// quote quotes s for a message, shortening long values.
+func quote(s string) string {
+	const limit = 64
+	if len(s) > limit {
+		return strconv.Quote(s[:limit]) + "..."
+	}
+	return strconv.Quote(s)
+}

@@ -1,0 +1,158 @@
+package config
+
+import (
+	"net"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// validate records every semantic problem of c.
+//
+// Durations: period and rpc_timeout must be positive (a zero period would
+// spin, a zero timeout would fail every call). The others may be zero:
+// startup_delay 0 = no delay beyond the sources being ready, leak_grace 0 =
+// act as soon as an object is eligible, slow_pass_warning 0 = never warn,
+// min_age 0 = no minimum age, stop_timeout 0 = kill at once. None may be
+// negative.
+func validate(p *problems, c Config) {
+	h := c.Housekeeping
+	positive(p, "housekeeping.period", h.Period)
+	nonNegative(p, "housekeeping.startup_delay", h.StartupDelay)
+	nonNegative(p, "housekeeping.leak_grace", h.LeakGrace)
+	nonNegative(p, "housekeeping.slow_pass_warning", h.SlowPassWarning)
+	atLeast(p, "housekeeping.max_parallel", h.MaxParallel, 1)
+
+	absPath(p, "nri.socket", c.NRI.Socket)
+	switch name := c.NRI.PluginName; {
+	case name == "":
+		p.add("nri.plugin_name", "must not be empty")
+	case !pluginName.MatchString(name):
+		p.add("nri.plugin_name", "invalid plugin name %s (use only letters, digits and _ . + -)", quote(name))
+	}
+	if idx := c.NRI.PluginIndex; len(idx) != 2 || !isDigit(idx[0]) || !isDigit(idx[1]) {
+		p.add("nri.plugin_index", "invalid plugin index %s (expected two decimal digits, \"00\" to \"99\")", quote(idx))
+	}
+
+	if ep := c.Runtime.Endpoint; !strings.HasPrefix(ep, UnixScheme) || !filepath.IsAbs(ep[len(UnixScheme):]) || strings.ContainsRune(ep, 0) {
+		p.add("runtime.endpoint", "invalid endpoint %s (expected \"unix://\" followed by an absolute path, such as \"unix:///run/containerd/containerd.sock\")", quote(ep))
+	}
+	if ns := c.Runtime.Namespace; len(ns) > 76 || !namespace.MatchString(ns) {
+		p.add("runtime.namespace", "invalid namespace %s (expected a containerd namespace such as \"k8s.io\": letters and digits separated by single . _ or -, at most 76 characters)", quote(ns))
+	}
+	positive(p, "runtime.rpc_timeout", c.Runtime.RPCTimeout)
+
+	oneOf(p, "pods.source", c.Pods.Source, PodsSourceKubeletDir, PodsSourceNone)
+	absPath(p, "pods.kubelet_root", c.Pods.KubeletRoot)
+
+	nonNegative(p, "containers.min_age", c.Containers.MinAge)
+	atLeast(p, "containers.max_per_pod_container", c.Containers.MaxPerPodContainer, 0)
+	atLeast(p, "containers.max_containers", c.Containers.MaxContainers, -1)
+
+	o := c.Orphans
+	oneOf(p, "orphans.action", o.Action, OrphansActionReport, OrphansActionStop)
+	nonNegative(p, "orphans.stop_timeout", o.StopTimeout)
+	atLeast(p, "orphans.max_per_pass", o.MaxPerPass, 0)
+	if !(o.MaxFraction >= 0 && o.MaxFraction <= 1) { // also rejects NaN
+		p.add("orphans.max_fraction", "must be between 0 and 1, got %s", strconv.FormatFloat(o.MaxFraction, 'g', -1, 64))
+	}
+
+	absPath(p, "logs.pod_logs_dir", c.Logs.PodLogsDir)
+	absPath(p, "logs.container_logs_dir", c.Logs.ContainerLogsDir)
+
+	oneOf(p, "cgroups.driver", c.Cgroups.Driver, DriverCgroupfs, DriverSystemd, DriverAuto)
+	absPath(p, "cgroups.mountpoint", c.Cgroups.Mountpoint)
+	if root := c.Cgroups.Root; !cgroupRoot(root) {
+		p.add("cgroups.root", "invalid cgroup root %s (expected a path relative to cgroups.mountpoint, such as \"kubepods\", without . or .. elements)", quote(root))
+	}
+
+	if addr := c.Metrics.Address; addr != "" && !hostPort(addr) {
+		p.add("metrics.address", "invalid address %s (expected host:port such as \"127.0.0.1:9560\" or \":9560\", or \"\" to disable)", quote(addr))
+	}
+
+	oneOf(p, "log.level", c.Log.Level, LevelTrace, LevelDebug, LevelInfo, LevelWarn, LevelWarning, LevelError)
+	oneOf(p, "log.target", c.Log.Target, TargetAuto, TargetJournald, TargetStderr, TargetFile)
+	switch {
+	case c.Log.File != "":
+		absPath(p, "log.file", c.Log.File)
+	case c.Log.Target == TargetFile:
+		p.add("log.file", "must be set to an absolute path when log.target is %q", TargetFile)
+	}
+}
+
+var (
+	// pluginName is what containerd's NRI accepts in a plugin name.
+	pluginName = regexp.MustCompile(`^[a-zA-Z0-9_.+-]+$`)
+	// namespace is containerd's identifier syntax (pkg/identifiers).
+	namespace = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
+)
+
+func positive(p *problems, key string, d time.Duration) {
+	if d <= 0 {
+		p.add(key, "must be positive, got %q (use e.g. \"30s\")", d.String())
+	}
+}
+
+func nonNegative(p *problems, key string, d time.Duration) {
+	if d < 0 {
+		p.add(key, "must not be negative, got %q", d.String())
+	}
+}
+
+func atLeast(p *problems, key string, n, least int) {
+	if n < least {
+		p.add(key, "must be at least %d, got %d", least, n)
+	}
+}
+
+func oneOf(p *problems, key, v string, allowed ...string) {
+	if slices.Contains(allowed, v) {
+		return
+	}
+	quoted := make([]string, len(allowed))
+	for i, a := range allowed {
+		quoted[i] = strconv.Quote(a)
+	}
+	p.add(key, "invalid value %s (expected one of %s)", quote(v), strings.Join(quoted, ", "))
+}
+
+func absPath(p *problems, key, path string) {
+	if !filepath.IsAbs(path) || strings.ContainsRune(path, 0) {
+		p.add(key, "must be an absolute path, got %s", quote(path))
+	}
+}
+
+// cgroupRoot reports whether root is a non-empty relative path without empty,
+// "." or ".." elements.
+func cgroupRoot(root string) bool {
+	if root == "" || strings.ContainsRune(root, 0) {
+		return false
+	}
+	for part := range strings.SplitSeq(root, "/") {
+		if part == "" || part == "." || part == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// hostPort reports whether addr is host:port with a decimal port (host may
+// be empty: all interfaces; port 0 picks a free port).
+func hostPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return false
+	}
+	for i := range len(port) {
+		if !isDigit(port[i]) {
+			return false
+		}
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && n <= 65535
+}
+
+func isDigit(b byte) bool { return '0' <= b && b <= '9' }
