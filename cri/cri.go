@@ -1,0 +1,217 @@
+// Package cri is the only code that talks to containerd's CRI service. It
+// lists sandboxes and containers into plain Go values (Snapshot) so the rest
+// of the plugin never sees protobufs, and skips and counts malformed entries.
+package cri
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// maxMessageSize bounds one CRI response. A node with 10,000 pods and their
+// labels and annotations lists well under this.
+const maxMessageSize = 64 << 20
+
+// Client is a CRI runtime-service client on containerd's socket.
+type Client struct {
+	endpoint   string
+	rpcTimeout time.Duration
+	conn       *grpc.ClientConn
+	runtime    runtimeapi.RuntimeServiceClient
+}
+
+// Dial prepares a client for endpoint ("unix:///run/containerd/containerd.sock").
+// The connection is made lazily, so Dial succeeds while containerd is down;
+// every call is bounded by rpcTimeout.
+func Dial(endpoint string, rpcTimeout time.Duration) (*Client, error) {
+	if !strings.HasPrefix(endpoint, "unix://") {
+		return nil, fmt.Errorf("CRI endpoint %q: only unix:// endpoints are supported", endpoint)
+	}
+	conn, err := grpc.NewClient(endpoint,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize)))
+	if err != nil {
+		return nil, fmt.Errorf("CRI endpoint %s: %w", endpoint, err)
+	}
+	return &Client{endpoint: endpoint, rpcTimeout: rpcTimeout, conn: conn, runtime: runtimeapi.NewRuntimeServiceClient(conn)}, nil
+}
+
+// Close releases the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Endpoint returns the endpoint the client talks to.
+func (c *Client) Endpoint() string { return c.endpoint }
+
+// Version returns the runtime's name and version.
+func (c *Client) Version(ctx context.Context) (name, version string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
+	defer cancel()
+	r, err := c.runtime.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil {
+		return "", "", fmt.Errorf("CRI Version on %s: %w", c.endpoint, err)
+	}
+	return r.GetRuntimeName(), r.GetRuntimeVersion(), nil
+}
+
+// ContainerState is a CRI container state.
+type ContainerState string
+
+const (
+	ContainerCreated ContainerState = "CREATED"
+	ContainerRunning ContainerState = "RUNNING"
+	ContainerExited  ContainerState = "EXITED"
+	ContainerUnknown ContainerState = "UNKNOWN"
+)
+
+// Sandbox is one pod sandbox from ListPodSandbox.
+type Sandbox struct {
+	ID string
+	// Metadata as the creator (kubelet) set it.
+	Name, Namespace, UID string
+	Attempt              uint32
+	Ready                bool
+	CreatedAt            time.Time
+	Labels               map[string]string
+}
+
+// Container is one container from ListContainers.
+type Container struct {
+	ID        string
+	SandboxID string
+	Name      string // CRI metadata name
+	Attempt   uint32
+	State     ContainerState
+	CreatedAt time.Time
+	Labels    map[string]string
+}
+
+// Malformed is a listing entry that could not be read.
+type Malformed struct {
+	Kind   string // "sandbox" or "container"
+	ID     string // may be empty
+	Reason string
+}
+
+func (m Malformed) String() string {
+	id := m.ID
+	if id == "" {
+		id = "<no id>"
+	}
+	return fmt.Sprintf("%s %s: %s", m.Kind, id, m.Reason)
+}
+
+// Snapshot is one complete listing of the runtime, in every state.
+type Snapshot struct {
+	TakenAt    time.Time
+	Sandboxes  []Sandbox
+	Containers []Container
+	// Malformed entries are left out of Sandboxes and Containers.
+	Malformed []Malformed
+}
+
+// Snapshot lists all sandboxes and all containers. Any failure fails the
+// whole snapshot: a partial listing must never be taken for the truth.
+func (c *Client) Snapshot(ctx context.Context) (Snapshot, error) {
+	snap := Snapshot{TakenAt: time.Now()}
+	sctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
+	pods, err := c.runtime.ListPodSandbox(sctx, &runtimeapi.ListPodSandboxRequest{})
+	cancel()
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("CRI ListPodSandbox on %s: %w", c.endpoint, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
+	ctrs, err := c.runtime.ListContainers(cctx, &runtimeapi.ListContainersRequest{})
+	cancel()
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("CRI ListContainers on %s: %w", c.endpoint, err)
+	}
+	snap.Sandboxes, snap.Containers, snap.Malformed = convert(pods.GetItems(), ctrs.GetContainers())
+	return snap, nil
+}
+
+// convert turns CRI messages into plain values, skipping what cannot be read.
+func convert(pods []*runtimeapi.PodSandbox, ctrs []*runtimeapi.Container) ([]Sandbox, []Container, []Malformed) {
+	var bad []Malformed
+	sandboxes := make([]Sandbox, 0, len(pods))
+	for _, p := range pods {
+		s, reason := convertSandbox(p)
+		if reason != "" {
+			bad = append(bad, Malformed{Kind: "sandbox", ID: p.GetId(), Reason: reason})
+			continue
+		}
+		sandboxes = append(sandboxes, s)
+	}
+	containers := make([]Container, 0, len(ctrs))
+	for _, c := range ctrs {
+		ct, reason := convertContainer(c)
+		if reason != "" {
+			bad = append(bad, Malformed{Kind: "container", ID: c.GetId(), Reason: reason})
+			continue
+		}
+		containers = append(containers, ct)
+	}
+	return sandboxes, containers, bad
+}
+
+func convertSandbox(p *runtimeapi.PodSandbox) (Sandbox, string) {
+	switch {
+	case p == nil:
+		return Sandbox{}, "empty entry"
+	case p.Id == "":
+		return Sandbox{}, "no id"
+	case p.Metadata == nil:
+		return Sandbox{}, "no metadata"
+	case p.CreatedAt <= 0:
+		return Sandbox{}, "no creation time"
+	}
+	var ready bool
+	switch p.State {
+	case runtimeapi.PodSandboxState_SANDBOX_READY:
+		ready = true
+	case runtimeapi.PodSandboxState_SANDBOX_NOTREADY:
+	default:
+		return Sandbox{}, fmt.Sprintf("unknown state %d", p.State)
+	}
+	return Sandbox{
+		ID: p.Id, Name: p.Metadata.Name, Namespace: p.Metadata.Namespace, UID: p.Metadata.Uid,
+		Attempt: p.Metadata.Attempt, Ready: ready, CreatedAt: time.Unix(0, p.CreatedAt), Labels: p.Labels,
+	}, ""
+}
+
+func convertContainer(c *runtimeapi.Container) (Container, string) {
+	switch {
+	case c == nil:
+		return Container{}, "empty entry"
+	case c.Id == "":
+		return Container{}, "no id"
+	case c.PodSandboxId == "":
+		return Container{}, "no sandbox id"
+	case c.Metadata == nil:
+		return Container{}, "no metadata"
+	case c.CreatedAt <= 0:
+		return Container{}, "no creation time"
+	}
+	var state ContainerState
+	switch c.State {
+	case runtimeapi.ContainerState_CONTAINER_CREATED:
+		state = ContainerCreated
+	case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		state = ContainerRunning
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		state = ContainerExited
+	case runtimeapi.ContainerState_CONTAINER_UNKNOWN:
+		state = ContainerUnknown
+	default:
+		return Container{}, fmt.Sprintf("unknown state %d", c.State)
+	}
+	return Container{
+		ID: c.Id, SandboxID: c.PodSandboxId, Name: c.Metadata.Name, Attempt: c.Metadata.Attempt,
+		State: state, CreatedAt: time.Unix(0, c.CreatedAt), Labels: c.Labels,
+	}, ""
+}

@@ -1,0 +1,57 @@
+package cri
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func TestMalformedEntriesAreSkippedAndNamed(t *testing.T) {
+	meta := &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u", Attempt: 1}
+	cmeta := &runtimeapi.ContainerMetadata{Name: "app", Attempt: 2}
+	pods := []*runtimeapi.PodSandbox{
+		{Id: "good", Metadata: meta, State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY, CreatedAt: 5, Labels: map[string]string{"a": "b"}},
+		nil,
+		{Metadata: meta, CreatedAt: 5},
+		{Id: "nometa", CreatedAt: 5},
+		{Id: "notime", Metadata: meta},
+		{Id: "badstate", Metadata: meta, CreatedAt: 5, State: 7},
+	}
+	ctrs := []*runtimeapi.Container{
+		{Id: "c", PodSandboxId: "good", Metadata: cmeta, State: runtimeapi.ContainerState_CONTAINER_UNKNOWN, CreatedAt: 6},
+		{Id: "nosandbox", Metadata: cmeta, CreatedAt: 6},
+		{Id: "nometa", PodSandboxId: "good", CreatedAt: 6},
+		{Id: "badstate", PodSandboxId: "good", Metadata: cmeta, CreatedAt: 6, State: 9},
+	}
+	sandboxes, containers, bad := convert(pods, ctrs)
+	if len(sandboxes) != 1 || len(containers) != 1 {
+		t.Fatalf("kept %d sandboxes, %d containers; want 1 and 1", len(sandboxes), len(containers))
+	}
+	wantSandbox := Sandbox{ID: "good", Name: "p", Namespace: "ns", UID: "u", Attempt: 1, CreatedAt: time.Unix(0, 5)}
+	if s := sandboxes[0]; s.ID != wantSandbox.ID || s.UID != "u" || s.Ready || s.Attempt != 1 || !s.CreatedAt.Equal(wantSandbox.CreatedAt) || s.Labels["a"] != "b" {
+		t.Errorf("sandbox = %+v", s)
+	}
+	if c := containers[0]; c.State != ContainerUnknown || c.Name != "app" || c.Attempt != 2 || c.SandboxID != "good" {
+		t.Errorf("container = %+v", c)
+	}
+	var got []string
+	for _, m := range bad {
+		got = append(got, m.String())
+	}
+	want := []string{
+		"sandbox <no id>: empty entry", "sandbox <no id>: no id", "sandbox nometa: no metadata",
+		"sandbox notime: no creation time", "sandbox badstate: unknown state 7",
+		"container nosandbox: no sandbox id", "container nometa: no metadata", "container badstate: unknown state 9",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("malformed =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestDialRejectsNonUnixEndpoints(t *testing.T) {
+	if _, err := Dial("tcp://127.0.0.1:1", time.Second); err == nil || !strings.Contains(err.Error(), "unix://") {
+		t.Fatalf("err = %v, want a unix:// hint", err)
+	}
+}

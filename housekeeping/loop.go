@@ -1,0 +1,277 @@
+// Package housekeeping runs the plugin's periodic pass: take a fresh CRI
+// listing, reconcile the pod state with it, and report what changed. All
+// runtime calls happen here, never in an NRI handler.
+package housekeeping
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/logging"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// Runtime is what a pass needs from the container runtime.
+type Runtime interface {
+	Snapshot(ctx context.Context) (cri.Snapshot, error)
+}
+
+// Options configure a Loop.
+type Options struct {
+	Period          time.Duration // between passes
+	SlowPassWarning time.Duration // warn when a pass takes longer
+	// Debounce delays a pass after Wake so that a burst of stop/remove events
+	// (a node draining) costs one listing, not one per event.
+	Debounce time.Duration
+}
+
+// Loop is the housekeeping loop. Create it with New, start it with Run.
+type Loop struct {
+	state   *podstate.State
+	runtime Runtime
+	opts    Options
+	log     logrus.FieldLogger
+	now     func() time.Time
+
+	resync chan struct{}
+	wake   chan struct{}
+
+	mu       sync.Mutex
+	last     PassResult
+	passes   uint64
+	failures int                       // consecutive failed listings
+	phases   map[string]podstate.Phase // phase per pod UID at the last pass, for transition logs
+}
+
+// PassResult says what one pass did.
+type PassResult struct {
+	Started  time.Time
+	Duration time.Duration
+	// Err is set when the listing failed: nothing was changed then.
+	Err       error
+	Reconcile podstate.ReconcileResult
+	Listing   ListingStats
+	Counts    podstate.Counts
+}
+
+// New returns a loop over state that lists through runtime.
+func New(state *podstate.State, runtime Runtime, opts Options, log logrus.FieldLogger) *Loop {
+	if opts.Debounce <= 0 {
+		opts.Debounce = time.Second
+	}
+	return &Loop{
+		state: state, runtime: runtime, opts: opts, log: log, now: time.Now,
+		resync: make(chan struct{}, 1), wake: make(chan struct{}, 1),
+		phases: make(map[string]podstate.Phase),
+	}
+}
+
+// Resync asks for a pass now. It never blocks.
+func (l *Loop) Resync() { notify(l.resync) }
+
+// Wake asks for a pass soon (debounced). It never blocks.
+func (l *Loop) Wake() { notify(l.wake) }
+
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default: // a pass is already pending
+	}
+}
+
+// Run passes once at start, then every period and when woken, until ctx ends.
+// After a failed listing it retries sooner (1s doubling up to the period):
+// a pre-registered plugin starts before containerd serves CRI.
+func (l *Loop) Run(ctx context.Context) error {
+	ticker := time.NewTicker(l.opts.Period)
+	defer ticker.Stop()
+	var retry <-chan time.Time
+	retryWait := time.Duration(0)
+	for {
+		if r := l.Pass(ctx); r.Err != nil {
+			retryWait = min(max(2*retryWait, time.Second), l.opts.Period)
+			retry = time.After(retryWait)
+		} else {
+			retryWait, retry = 0, nil
+		}
+		if !l.waitForTrigger(ctx, ticker.C, retry) {
+			return nil
+		}
+	}
+}
+
+// waitForTrigger blocks until the next pass is due: the period, a resync, a
+// retry, or the end of the debounce after a wake. It is false when ctx ends.
+func (l *Loop) waitForTrigger(ctx context.Context, tick, retry <-chan time.Time) bool {
+	var debounce <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick:
+			return true
+		case <-l.resync:
+			return true
+		case <-retry:
+			return true
+		case <-debounce:
+			return true
+		case <-l.wake:
+			if debounce == nil {
+				debounce = time.After(l.opts.Debounce)
+			}
+		}
+	}
+}
+
+// Passes returns how many passes finished, and the last one's result.
+func (l *Loop) Passes() (uint64, PassResult) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.passes, l.last
+}
+
+// Pass runs one pass: a fresh listing, then reconcile. A failed listing
+// changes nothing.
+func (l *Loop) Pass(ctx context.Context) PassResult {
+	r := PassResult{Started: l.now()}
+	startSeq := l.state.Seq()
+	snap, err := l.runtime.Snapshot(ctx)
+	if err != nil {
+		r.Err = err
+		r.Duration = l.now().Sub(r.Started)
+		l.finish(r, nil)
+		return r
+	}
+	listing, stats := ToListing(startSeq, snap)
+	r.Listing = stats
+	if len(snap.Malformed) > 0 {
+		l.log.WithField("entries", summarize(snap.Malformed, 5)).
+			Warnf("runtime listed %d malformed entries; they are skipped and never acted on", len(snap.Malformed))
+	}
+	r.Reconcile = l.state.Reconcile(listing, snap.TakenAt)
+	view := l.state.View()
+	r.Counts = view.Counts()
+	r.Duration = l.now().Sub(r.Started)
+	l.finish(r, &view)
+	return r
+}
+
+func (l *Loop) finish(r PassResult, view *podstate.View) {
+	l.mu.Lock()
+	l.passes++
+	l.last = r
+	failures := l.failures
+	if r.Err != nil {
+		l.failures++
+	} else {
+		l.failures = 0
+	}
+	var transitions []transition
+	if view != nil {
+		transitions = l.transitions(*view)
+	}
+	l.mu.Unlock()
+	if r.Err != nil {
+		// Said once per outage, then every 20th attempt, not every retry.
+		if failures%20 == 0 {
+			l.log.WithError(r.Err).WithField("attempts", failures+1).
+				Warn("housekeeping pass skipped: the runtime listing failed, nothing is changed on partial data")
+		}
+		return
+	}
+	if failures > 0 {
+		l.log.WithField("failed_passes", failures).Info("runtime listing works again")
+	}
+	for _, t := range transitions {
+		l.log.WithFields(logrus.Fields{
+			logging.FieldPodUID: t.pod.UID, logging.FieldPodNamespace: t.pod.Namespace, logging.FieldPodName: t.pod.Name,
+			"phase": t.pod.Phase.String(), "previous_phase": t.from,
+		}).Infof("pod %s/%s: %s -> %s; %s", t.pod.Namespace, t.pod.Name, t.from, t.pod.Phase, describe(t.pod))
+	}
+	c := r.Counts
+	entry := l.log.WithFields(logrus.Fields{
+		"pods": c.Pods, "running": c.ByPhase[podstate.PhaseRunning], "terminating": c.ByPhase[podstate.PhaseTerminating],
+		"terminated": c.ByPhase[podstate.PhaseTerminated], "orphans": c.Orphans,
+		"sandboxes": c.Sandboxes, "containers": c.Containers,
+		"added": r.Reconcile.Added, "updated": r.Reconcile.Updated, "removed": r.Reconcile.Removed,
+		"forgotten": r.Reconcile.Forgotten, "unmanaged": r.Listing.Unmanaged, "malformed": r.Listing.Malformed,
+		"took": r.Duration.Round(time.Microsecond).String(),
+	})
+	changed := r.Reconcile.Added+r.Reconcile.Updated+r.Reconcile.Removed+r.Reconcile.Forgotten > 0 || len(transitions) > 0
+	if changed {
+		entry.Info("housekeeping pass")
+	} else {
+		entry.Debug("housekeeping pass")
+	}
+	if l.opts.SlowPassWarning > 0 && r.Duration > l.opts.SlowPassWarning {
+		l.log.WithField("took", r.Duration.String()).Warnf("housekeeping pass slower than %s", l.opts.SlowPassWarning)
+	}
+}
+
+type transition struct {
+	pod  podstate.PodView
+	from string // previous phase, or "new"
+}
+
+// transitions returns the pods whose phase changed since the last pass, and
+// remembers the new phases. l.mu must be held.
+func (l *Loop) transitions(v podstate.View) []transition {
+	var out []transition
+	seen := make(map[string]podstate.Phase, len(v.Pods))
+	for _, p := range v.Pods {
+		seen[p.UID] = p.Phase
+		old, known := l.phases[p.UID]
+		if known && old == p.Phase {
+			continue
+		}
+		from := "new"
+		if known {
+			from = old.String()
+		}
+		out = append(out, transition{pod: p, from: from})
+	}
+	l.phases = seen
+	return out
+}
+
+// describe lists a pod's records briefly: "sandboxes 1 Ready; containers app Running".
+func describe(p podstate.PodView) string {
+	var sb, ct []string
+	for _, s := range p.Sandboxes {
+		sb = append(sb, fmt.Sprintf("%s %s", short(s.ID), s.State))
+	}
+	for _, c := range p.Containers {
+		ct = append(ct, fmt.Sprintf("%s/%s %s", c.Name, short(c.ID), c.State))
+	}
+	orphan := ""
+	if p.Orphan {
+		orphan = " (orphan: learned from the runtime listing, not from NRI)"
+	}
+	return fmt.Sprintf("sandboxes [%s] containers [%s]%s", strings.Join(sb, ", "), strings.Join(ct, ", "), orphan)
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func summarize(bad []cri.Malformed, n int) string {
+	var parts []string
+	for i, m := range bad {
+		if i == n {
+			parts = append(parts, fmt.Sprintf("and %d more", len(bad)-n))
+			break
+		}
+		parts = append(parts, m.String())
+	}
+	return strings.Join(parts, "; ")
+}

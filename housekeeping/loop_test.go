@@ -1,0 +1,213 @@
+package housekeeping
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// fakeRuntime returns a fixed snapshot (or error) and counts listings.
+type fakeRuntime struct {
+	mu    sync.Mutex
+	snap  cri.Snapshot
+	err   error
+	calls atomic.Int64
+}
+
+func (f *fakeRuntime) Snapshot(context.Context) (cri.Snapshot, error) {
+	f.calls.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.snap, f.err
+}
+
+func (f *fakeRuntime) set(snap cri.Snapshot, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.snap, f.err = snap, err
+}
+
+func kubeletLabels(uid string) map[string]string {
+	return map[string]string{podstate.LabelPodUID: uid, podstate.LabelPodNamespace: "ns", podstate.LabelPodName: "p-" + uid}
+}
+
+func testLogger() (*logrus.Logger, *bytes.Buffer) {
+	var buf bytes.Buffer
+	l := logrus.New()
+	l.SetOutput(&buf)
+	l.SetLevel(logrus.DebugLevel)
+	return l, &buf
+}
+
+var now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func TestToListingKeepsOnlyKubeletObjects(t *testing.T) {
+	snap := cri.Snapshot{
+		Sandboxes: []cri.Sandbox{
+			{ID: "s1", Ready: true, Labels: kubeletLabels("u1"), CreatedAt: now, Attempt: 1},
+			{ID: "other", Ready: true, Labels: map[string]string{"app": "not-kubelet"}},
+		},
+		Containers: []cri.Container{
+			{ID: "c1", SandboxID: "s1", Name: "app", State: cri.ContainerExited, Labels: kubeletLabels("u1")},
+			{ID: "c2", SandboxID: "other", Name: "x", State: cri.ContainerRunning},
+		},
+		Malformed: []cri.Malformed{{Kind: "sandbox", ID: "weird", Reason: "no metadata"}, {Kind: "container", Reason: "empty entry"}},
+	}
+	l, st := ToListing(7, snap)
+	if st.Unmanaged != 2 || st.Malformed != 2 {
+		t.Fatalf("stats = %+v, want 2 unmanaged, 2 malformed", st)
+	}
+	if l.StartSeq != 7 || len(l.Sandboxes) != 1 || len(l.Containers) != 1 {
+		t.Fatalf("listing = %+v", l)
+	}
+	if l.Sandboxes[0].Pod.UID != "u1" || l.Sandboxes[0].Attempt != 1 || !l.Sandboxes[0].Ready {
+		t.Errorf("sandbox = %+v", l.Sandboxes[0])
+	}
+	if l.Containers[0].State != podstate.ContainerExited || l.Containers[0].Pod.UID != "u1" {
+		t.Errorf("container = %+v", l.Containers[0])
+	}
+	if len(l.Unreadable) != 1 || l.Unreadable[0] != "weird" {
+		t.Errorf("unreadable = %q, want [weird]", l.Unreadable)
+	}
+}
+
+func TestFailedListingChangesNothing(t *testing.T) {
+	state := podstate.New(0)
+	if err := state.Apply(podstate.Event{Kind: podstate.RunPodSandbox, At: now, Pod: podstate.PodIdentity{UID: "u", Namespace: "ns", Name: "p"}, SandboxID: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{}, errors.New("connection refused"))
+	log, buf := testLogger()
+	loop := New(state, rt, Options{Period: time.Hour}, log)
+	r := loop.Pass(context.Background())
+	if r.Err == nil {
+		t.Fatal("pass did not report the listing error")
+	}
+	if p, _ := state.Pod("u"); p.Phase != podstate.PhaseRunning {
+		t.Fatalf("phase = %s after a failed listing, want Running (unchanged)", p.Phase)
+	}
+	if !strings.Contains(buf.String(), "nothing is changed on partial data") {
+		t.Fatalf("log does not explain the skipped pass:\n%s", buf.String())
+	}
+}
+
+func TestPassReconcilesAndLogsPhaseTransitions(t *testing.T) {
+	state := podstate.New(0)
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{{ID: "s1", Ready: false, Labels: kubeletLabels("u1"), CreatedAt: now}}}, nil)
+	log, buf := testLogger()
+	loop := New(state, rt, Options{Period: time.Hour}, log)
+	r := loop.Pass(context.Background())
+	if r.Err != nil || r.Reconcile.Added != 1 || r.Counts.ByPhase[podstate.PhaseTerminated] != 1 {
+		t.Fatalf("result = %+v", r)
+	}
+	if !strings.Contains(buf.String(), "pod ns/p-u1: new -> Terminated") || !strings.Contains(buf.String(), "pod_uid=u1") {
+		t.Fatalf("no transition line with pod fields:\n%s", buf.String())
+	}
+	buf.Reset()
+	loop.Pass(context.Background())
+	if strings.Contains(buf.String(), "->") {
+		t.Fatalf("an unchanged pod was logged as a transition:\n%s", buf.String())
+	}
+	if n, last := loop.Passes(); n != 2 || last.Err != nil {
+		t.Fatalf("passes = %d, last = %+v", n, last)
+	}
+}
+
+func TestWakeIsDebouncedAndResyncIsImmediate(t *testing.T) {
+	rt := &fakeRuntime{}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Hour, Debounce: 200 * time.Millisecond}, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { _ = loop.Run(ctx); close(done) }()
+	waitCalls(t, rt, 1) // the pass at start
+
+	for range 20 {
+		loop.Wake()
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := rt.calls.Load(); got != 1 {
+		t.Fatalf("listings = %d before the debounce ended, want 1", got)
+	}
+	waitCalls(t, rt, 2)
+	time.Sleep(300 * time.Millisecond)
+	if got := rt.calls.Load(); got != 2 {
+		t.Fatalf("a burst of 20 wakes caused %d passes, want 1", got-1)
+	}
+
+	start := time.Now()
+	loop.Resync()
+	waitCalls(t, rt, 3)
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Fatalf("resync pass took %v to start, want immediate", d)
+	}
+	cancel()
+	<-done
+}
+
+func waitCalls(t *testing.T, rt *fakeRuntime, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for rt.calls.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("listings = %d, want %d", rt.calls.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestNotifyNeverBlocks(t *testing.T) {
+	loop := New(podstate.New(0), &fakeRuntime{}, Options{Period: time.Hour}, logrus.New())
+	done := make(chan struct{})
+	go func() {
+		for range 1000 {
+			loop.Wake()
+			loop.Resync()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Wake/Resync blocked with no loop running")
+	}
+}
+
+func TestFailedListingIsRetriedBeforeThePeriod(t *testing.T) {
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{}, errors.New("containerd is starting"))
+	log, buf := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Hour}, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { _ = loop.Run(ctx); close(done) }()
+	waitCalls(t, rt, 1)
+	rt.set(cri.Snapshot{TakenAt: now}, nil)
+	start := time.Now()
+	waitCalls(t, rt, 2)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("retry after %v, want about 1s", d)
+	}
+	cancel()
+	<-done
+	if n := strings.Count(buf.String(), "runtime listing failed"); n != 1 {
+		t.Fatalf("failure logged %d times, want once:\n%s", n, buf.String())
+	}
+	if !strings.Contains(buf.String(), "runtime listing works again") {
+		t.Fatalf("recovery not logged:\n%s", buf.String())
+	}
+}

@@ -1,0 +1,129 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+)
+
+// PreRegistered reports whether containerd launched this process from its
+// NRI plugin directory: it then passes the connection as an inherited fd.
+func PreRegistered() bool { return os.Getenv(api.PluginSocketEnvVar) != "" }
+
+// ConnectOptions says how to reach the runtime in external mode.
+type ConnectOptions struct {
+	SocketPath  string
+	PluginName  string
+	PluginIndex string
+	// MinBackoff and MaxBackoff bound the wait between connection attempts.
+	// MaxBackoff stays at or under 1s so the plugin is back within 2s of
+	// containerd's NRI socket reappearing. Zero means 100ms and 1s.
+	MinBackoff, MaxBackoff time.Duration
+	// Dial connects to SocketPath; nil means a plain unix-socket dial.
+	Dial func(socketPath string) (net.Conn, error)
+}
+
+// Run serves NRI until ctx ends. Pre-registered (launched by containerd), it
+// returns when the connection is lost: the inherited fd cannot be redialled
+// and containerd relaunches its plugins when it restarts. External, it
+// reconnects with backoff for as long as ctx lives; every new connection
+// starts with a Synchronize, which triggers a fresh listing.
+func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
+	if PreRegistered() {
+		s, err := stub.New(p, stub.WithOnClose(p.connectionLost), stub.WithLogger(stubLogger{p.log}))
+		if err != nil {
+			return fmt.Errorf("create NRI stub from the connection containerd passed: %w", err)
+		}
+		err = s.Run(ctx)
+		p.connectionLost()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case p.stats.Registrations.Load() == 0:
+			return fmt.Errorf("registering over the NRI connection containerd passed: %w", err)
+		}
+		return fmt.Errorf("NRI connection to containerd lost (containerd relaunches pre-registered plugins when it restarts): %w", err)
+	}
+
+	stubOpts := []stub.Option{
+		stub.WithPluginName(opts.PluginName),
+		stub.WithPluginIdx(opts.PluginIndex),
+		stub.WithSocketPath(opts.SocketPath),
+		stub.WithOnClose(p.connectionLost),
+		stub.WithLogger(stubLogger{p.log}),
+	}
+	if opts.Dial != nil {
+		stubOpts = append(stubOpts, stub.WithDialer(opts.Dial))
+	}
+	s, err := stub.New(p, stubOpts...)
+	if err != nil {
+		return fmt.Errorf("create NRI stub %s-%s: %w", opts.PluginIndex, opts.PluginName, err)
+	}
+	minWait, maxWait := opts.MinBackoff, opts.MaxBackoff
+	if minWait <= 0 {
+		minWait = 100 * time.Millisecond
+	}
+	if maxWait < minWait {
+		maxWait = max(minWait, time.Second)
+	}
+	log := p.log.WithField("socket", opts.SocketPath)
+	wait := minWait
+	failures := 0
+	for {
+		registrations := p.stats.Registrations.Load()
+		err := s.Run(ctx)
+		p.connectionLost()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if p.stats.Registrations.Load() != registrations {
+			// A session ran; it ended because the runtime went away.
+			log.WithError(err).Warn("NRI connection lost, reconnecting")
+			wait, failures = minWait, 0
+		} else {
+			failures++
+			fields := log.WithError(err).WithField("attempts", failures)
+			switch {
+			case failures == 1 && registrations == 0:
+				fields.Warn("cannot connect to NRI yet: is containerd running with NRI enabled " +
+					"(containerd 2.x: on by default; 1.7: [plugins.\"io.containerd.nri.v1.nri\"] disable = false)? retrying")
+			case failures%60 == 0:
+				fields.Warn("still cannot connect to NRI, retrying")
+			default:
+				fields.Debug("NRI connection attempt failed")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxWait)
+	}
+}
+
+// stubLogger routes the NRI stub's own messages into our logger; its
+// informational chatter (one line per connection step) goes to debug.
+type stubLogger struct{ log logrus.FieldLogger }
+
+func (l stubLogger) Debugf(_ context.Context, format string, args ...any) {
+	l.log.Debugf("nri: "+format, args...)
+}
+
+func (l stubLogger) Infof(_ context.Context, format string, args ...any) {
+	l.log.Debugf("nri: "+format, args...)
+}
+
+func (l stubLogger) Warnf(_ context.Context, format string, args ...any) {
+	l.log.Warnf("nri: "+format, args...)
+}
+
+func (l stubLogger) Errorf(_ context.Context, format string, args ...any) {
+	l.log.Errorf("nri: "+format, args...)
+}

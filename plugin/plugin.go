@@ -1,0 +1,223 @@
+// Package plugin is the NRI side of nri-housekeeper: its handlers turn NRI
+// lifecycle messages into podstate events and wake the housekeeping loop.
+//
+// Handlers only record and wake. containerd holds its NRI lock while a
+// handler runs, so a handler that did I/O or called back into CRI would stall
+// every pod operation on the node (and a CRI call would deadlock until the
+// plugin is disconnected after the request timeout). Handlers never return an
+// error either: for NRI an error from RunPodSandbox fails the pod.
+package plugin
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// Compile-time checks: the stub finds handlers by type assertion, so a
+// handler with a wrong signature would be silently ignored.
+var (
+	_ stub.ConfigureInterface           = (*Plugin)(nil)
+	_ stub.SynchronizeInterface         = (*Plugin)(nil)
+	_ stub.RunPodInterface              = (*Plugin)(nil)
+	_ stub.StopPodInterface             = (*Plugin)(nil)
+	_ stub.RemovePodInterface           = (*Plugin)(nil)
+	_ stub.PostCreateContainerInterface = (*Plugin)(nil)
+	_ stub.PostStartContainerInterface  = (*Plugin)(nil)
+	_ stub.StopContainerInterface       = (*Plugin)(nil)
+	_ stub.RemoveContainerInterface     = (*Plugin)(nil)
+)
+
+// Waker is told when housekeeping should run early. Both methods must return
+// at once.
+type Waker interface {
+	// Resync asks for a fresh listing now: NRI just (re)synchronized.
+	Resync()
+	// Wake asks for an early pass: something stopped or was removed.
+	Wake()
+}
+
+// ConfigFunc receives the configuration text containerd passes to a
+// pre-registered plugin (the contents of its .conf file). An error rejects
+// the configuration: containerd then drops the plugin.
+type ConfigFunc func(text string) error
+
+// Plugin implements the NRI handlers. Create it with New.
+type Plugin struct {
+	state     *podstate.State
+	waker     Waker
+	log       logrus.FieldLogger
+	now       func() time.Time
+	configure ConfigFunc
+
+	connected    atomic.Bool
+	synchronized atomic.Bool
+	stats        Stats
+}
+
+// Stats counts what the handlers saw. Read it with Plugin.Stats.
+type Stats struct {
+	Events        [podstate.RemoveContainer + 1]atomic.Uint64 // by podstate.EventKind
+	Unmanaged     atomic.Uint64                               // events about objects without kubelet labels
+	Rejected      atomic.Uint64                               // events podstate could not record
+	Synchronizes  atomic.Uint64
+	Registrations atomic.Uint64
+}
+
+// New returns a Plugin recording into state. configure may be nil (external
+// mode: containerd passes no configuration then).
+func New(state *podstate.State, waker Waker, log logrus.FieldLogger, configure ConfigFunc) *Plugin {
+	return &Plugin{state: state, waker: waker, log: log, now: time.Now, configure: configure}
+}
+
+// Connected reports whether the plugin is registered with the runtime.
+func (p *Plugin) Connected() bool { return p.connected.Load() }
+
+// Synchronized reports whether the runtime sent its state since the last
+// (re)connect: only then is the podstate complete.
+func (p *Plugin) Synchronized() bool { return p.synchronized.Load() }
+
+// Stats returns the handler counters.
+func (p *Plugin) Stats() *Stats { return &p.stats }
+
+// Configure is called once per connection, before Synchronize.
+func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
+	p.log.WithFields(logrus.Fields{"runtime": runtime, "runtime_version": version}).Info("registered with the runtime over NRI")
+	if p.configure != nil {
+		if err := p.configure(config); err != nil {
+			p.log.WithError(err).Error("rejecting the configuration containerd passed")
+			return 0, err
+		}
+	}
+	p.stats.Registrations.Add(1)
+	p.connected.Store(true)
+	// 0 subscribes to every event this plugin has a handler for.
+	return 0, nil
+}
+
+// Synchronize records the runtime's pods and running containers.
+func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	sandboxes := make([]podstate.SyncedSandbox, 0, len(pods))
+	idByPod := make(map[string]podstate.PodIdentity, len(pods))
+	unmanaged := 0
+	for _, pod := range pods {
+		id, ok := podstate.KubeletPod(pod.GetLabels())
+		if !ok {
+			unmanaged++
+			continue
+		}
+		idByPod[pod.GetId()] = id
+		sandboxes = append(sandboxes, podstate.SyncedSandbox{Pod: id, SandboxID: pod.GetId()})
+	}
+	containers := make([]podstate.SyncedContainer, 0, len(ctrs))
+	for _, c := range ctrs {
+		id, ok := idByPod[c.GetPodSandboxId()]
+		if !ok {
+			unmanaged++
+			continue
+		}
+		containers = append(containers, podstate.SyncedContainer{
+			Pod: id, SandboxID: c.GetPodSandboxId(), ID: c.GetId(), Name: c.GetName(), State: syncedState(c.GetState()),
+		})
+	}
+	r := p.state.Synchronize(p.now(), sandboxes, containers)
+	p.stats.Synchronizes.Add(1)
+	p.stats.Unmanaged.Add(uint64(unmanaged))
+	p.stats.Rejected.Add(uint64(r.Skipped))
+	p.synchronized.Store(true)
+	p.log.WithFields(logrus.Fields{
+		"pods": len(sandboxes), "containers": len(containers), "new_records": r.Added,
+		"unmanaged": unmanaged, "malformed": r.Skipped,
+	}).Info("synchronized with the runtime")
+	p.waker.Resync()
+	return nil, nil
+}
+
+// syncedState maps an NRI container state; Synchronize leaves exited ones out,
+// and a paused container still has processes.
+func syncedState(s api.ContainerState) podstate.ContainerState {
+	switch s {
+	case api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_PAUSED:
+		return podstate.ContainerRunning
+	case api.ContainerState_CONTAINER_STOPPED:
+		return podstate.ContainerExited
+	}
+	return podstate.ContainerCreated
+}
+
+// RunPodSandbox records a new sandbox.
+func (p *Plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.record(podstate.RunPodSandbox, pod, nil)
+	return nil
+}
+
+// StopPodSandbox records a stopped sandbox.
+func (p *Plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.record(podstate.StopPodSandbox, pod, nil)
+	return nil
+}
+
+// RemovePodSandbox records a removed sandbox.
+func (p *Plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.record(podstate.RemovePodSandbox, pod, nil)
+	return nil
+}
+
+// PostCreateContainer records a created container.
+func (p *Plugin) PostCreateContainer(_ context.Context, pod *api.PodSandbox, c *api.Container) error {
+	p.record(podstate.CreateContainer, pod, c)
+	return nil
+}
+
+// PostStartContainer records a running container.
+func (p *Plugin) PostStartContainer(_ context.Context, pod *api.PodSandbox, c *api.Container) error {
+	p.record(podstate.StartContainer, pod, c)
+	return nil
+}
+
+// StopContainer records a container stopped through CRI or exited by itself.
+func (p *Plugin) StopContainer(_ context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
+	p.record(podstate.StopContainer, pod, c)
+	return nil, nil
+}
+
+// RemoveContainer records a removed container.
+func (p *Plugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, c *api.Container) error {
+	p.record(podstate.RemoveContainer, pod, c)
+	return nil
+}
+
+// record is the whole of every lifecycle handler: map, apply, maybe wake.
+func (p *Plugin) record(kind podstate.EventKind, pod *api.PodSandbox, c *api.Container) {
+	p.stats.Events[kind].Add(1)
+	id, ok := podstate.KubeletPod(pod.GetLabels())
+	if !ok {
+		p.stats.Unmanaged.Add(1)
+		return
+	}
+	ev := podstate.Event{Kind: kind, At: p.now(), Pod: id, SandboxID: pod.GetId()}
+	if c != nil {
+		ev.ContainerID, ev.ContainerName = c.GetId(), c.GetName()
+	}
+	if err := p.state.Apply(ev); err != nil {
+		p.stats.Rejected.Add(1)
+		p.log.WithError(err).Warn("NRI event not recorded")
+		return
+	}
+	switch kind {
+	case podstate.StopPodSandbox, podstate.RemovePodSandbox, podstate.StopContainer:
+		p.waker.Wake()
+	}
+}
+
+// connectionLost is called by the stub when the runtime connection drops.
+func (p *Plugin) connectionLost() {
+	p.connected.Store(false)
+	p.synchronized.Store(false)
+}

@@ -1,0 +1,357 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+type countingWaker struct{ resyncs, wakes atomic.Int64 }
+
+func (w *countingWaker) Resync() { w.resyncs.Add(1) }
+func (w *countingWaker) Wake()   { w.wakes.Add(1) }
+
+func quietLogger() *logrus.Logger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}
+
+func kubeletPod(uid, id string) *api.PodSandbox {
+	return &api.PodSandbox{Id: id, Uid: uid, Name: "pod-" + uid, Namespace: "ns", Labels: map[string]string{
+		podstate.LabelPodUID: uid, podstate.LabelPodName: "pod-" + uid, podstate.LabelPodNamespace: "ns",
+	}}
+}
+
+func ctr(pod *api.PodSandbox, id string, state api.ContainerState) *api.Container {
+	return &api.Container{Id: id, PodSandboxId: pod.Id, Name: "app", State: state}
+}
+
+func newTestPlugin() (*Plugin, *podstate.State, *countingWaker) {
+	state := podstate.New(0)
+	w := &countingWaker{}
+	return New(state, w, quietLogger(), nil), state, w
+}
+
+func podPhase(t *testing.T, s *podstate.State, uid string) podstate.Phase {
+	t.Helper()
+	p, ok := s.Pod(uid)
+	if !ok {
+		t.Fatalf("pod %s not tracked", uid)
+	}
+	return p.Phase
+}
+
+func TestHandlersRecordOnlyKubeletPods(t *testing.T) {
+	p, state, _ := newTestPlugin()
+	ctx := context.Background()
+	pod := kubeletPod("u1", "s1")
+	foreign := &api.PodSandbox{Id: "s2", Name: "buildkit", Labels: map[string]string{"app": "x"}}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("handler returned an error: %v", err)
+		}
+	}
+	must(p.RunPodSandbox(ctx, pod))
+	must(p.RunPodSandbox(ctx, foreign))
+	must(p.PostCreateContainer(ctx, pod, ctr(pod, "c1", api.ContainerState_CONTAINER_CREATED)))
+	must(p.PostStartContainer(ctx, pod, ctr(pod, "c1", api.ContainerState_CONTAINER_RUNNING)))
+	must(p.PostStartContainer(ctx, foreign, ctr(foreign, "c2", api.ContainerState_CONTAINER_RUNNING)))
+	if got := len(state.View().Pods); got != 1 {
+		t.Fatalf("tracked pods = %d, want 1 (the kubelet one)", got)
+	}
+	if got := p.Stats().Unmanaged.Load(); got != 2 {
+		t.Fatalf("unmanaged = %d, want 2", got)
+	}
+	_, err := p.StopContainer(ctx, pod, ctr(pod, "c1", api.ContainerState_CONTAINER_STOPPED))
+	must(err)
+	must(p.StopPodSandbox(ctx, pod))
+	if ph := podPhase(t, state, "u1"); ph != podstate.PhaseTerminated {
+		t.Fatalf("phase = %s, want Terminated", ph)
+	}
+	must(p.RemoveContainer(ctx, pod, ctr(pod, "c1", api.ContainerState_CONTAINER_STOPPED)))
+	must(p.RemovePodSandbox(ctx, pod))
+	if ph := podPhase(t, state, "u1"); ph != podstate.PhaseRemoved {
+		t.Fatalf("phase = %s, want Removed", ph)
+	}
+	if got := p.Stats().Events[podstate.StartContainer].Load(); got != 2 {
+		t.Fatalf("StartContainer events = %d, want 2", got)
+	}
+}
+
+func TestHandlersNeverFailEvenOnUnrecordableEvents(t *testing.T) {
+	p, _, _ := newTestPlugin()
+	pod := kubeletPod("u1", "") // no sandbox ID: podstate rejects it
+	if err := p.RunPodSandbox(context.Background(), pod); err != nil {
+		t.Fatalf("RunPodSandbox returned %v; an error would fail the pod in containerd", err)
+	}
+	if got := p.Stats().Rejected.Load(); got != 1 {
+		t.Fatalf("rejected = %d, want 1", got)
+	}
+}
+
+func TestOnlyStopAndRemoveEventsWakeHousekeeping(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		call  func(p *Plugin, pod *api.PodSandbox)
+		wakes int64
+	}{
+		{"RunPodSandbox", func(p *Plugin, pod *api.PodSandbox) { _ = p.RunPodSandbox(ctx, pod) }, 0},
+		{"PostCreateContainer", func(p *Plugin, pod *api.PodSandbox) { _ = p.PostCreateContainer(ctx, pod, ctr(pod, "c", 0)) }, 0},
+		{"PostStartContainer", func(p *Plugin, pod *api.PodSandbox) { _ = p.PostStartContainer(ctx, pod, ctr(pod, "c", 0)) }, 0},
+		{"StopContainer", func(p *Plugin, pod *api.PodSandbox) { _, _ = p.StopContainer(ctx, pod, ctr(pod, "c", 0)) }, 1},
+		{"RemoveContainer", func(p *Plugin, pod *api.PodSandbox) { _ = p.RemoveContainer(ctx, pod, ctr(pod, "c", 0)) }, 0},
+		{"StopPodSandbox", func(p *Plugin, pod *api.PodSandbox) { _ = p.StopPodSandbox(ctx, pod) }, 1},
+		{"RemovePodSandbox", func(p *Plugin, pod *api.PodSandbox) { _ = p.RemovePodSandbox(ctx, pod) }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _, w := newTestPlugin()
+			tc.call(p, kubeletPod("u", "s"))
+			if got := w.wakes.Load(); got != tc.wakes {
+				t.Fatalf("wakes = %d, want %d", got, tc.wakes)
+			}
+		})
+	}
+}
+
+func TestSynchronizeRecordsAndAsksForAListing(t *testing.T) {
+	p, state, w := newTestPlugin()
+	pod := kubeletPod("u1", "s1")
+	foreign := &api.PodSandbox{Id: "s2"}
+	_, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod, foreign},
+		[]*api.Container{ctr(pod, "c1", api.ContainerState_CONTAINER_RUNNING), ctr(foreign, "c2", api.ContainerState_CONTAINER_RUNNING)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Synchronized() || w.resyncs.Load() != 1 {
+		t.Fatalf("synchronized = %v, resyncs = %d; want true, 1", p.Synchronized(), w.resyncs.Load())
+	}
+	v, _ := state.Pod("u1")
+	if v.Phase != podstate.PhaseRunning || len(v.Containers) != 1 || v.Containers[0].State != podstate.ContainerRunning {
+		t.Fatalf("pod = %+v", v)
+	}
+	if got := p.Stats().Unmanaged.Load(); got != 2 {
+		t.Fatalf("unmanaged = %d, want 2", got)
+	}
+}
+
+func TestConfigurePassesTheTextAndRejectsBadOnes(t *testing.T) {
+	var got string
+	p := New(podstate.New(0), &countingWaker{}, quietLogger(), func(text string) error {
+		got = text
+		if text == "bad" {
+			return errors.New("line 1: bad")
+		}
+		return nil
+	})
+	if _, err := p.Configure(context.Background(), "dry_run = true", "containerd", "2.4.2"); err != nil || got != "dry_run = true" {
+		t.Fatalf("Configure = %v, text %q", err, got)
+	}
+	if !p.Connected() {
+		t.Fatal("not connected after Configure")
+	}
+	p.connectionLost()
+	if _, err := p.Configure(context.Background(), "bad", "containerd", "2.4.2"); err == nil {
+		t.Fatal("a bad configuration was accepted")
+	}
+	if p.Connected() {
+		t.Fatal("connected although the configuration was rejected")
+	}
+}
+
+// fakeRuntime is the runtime side of NRI, in process: containerd/nri's own
+// adaptation package, as containerd embeds it.
+type fakeRuntime struct {
+	*adaptation.Adaptation
+	pods []*api.PodSandbox
+	ctrs []*api.Container
+}
+
+func startRuntime(t *testing.T, socket string, pods []*api.PodSandbox, ctrs []*api.Container) *fakeRuntime {
+	t.Helper()
+	r := &fakeRuntime{pods: pods, ctrs: ctrs}
+	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
+		_, err := cb(ctx, r.pods, r.ctrs)
+		return err
+	}
+	update := func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil }
+	a, err := adaptation.New("fake-containerd", "2.4.2", sync, update,
+		adaptation.WithSocketPath(socket), adaptation.WithPluginPath(t.TempDir()), adaptation.WithPluginConfigPath(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Adaptation = a
+	return r
+}
+
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > limit {
+			t.Fatalf("%s: not within %v", what, limit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestPluginFollowsARealNRIRuntimeAndReconnects(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "nri.sock")
+	existing := kubeletPod("u0", "s0")
+	rt := startRuntime(t, socket, []*api.PodSandbox{existing}, []*api.Container{ctr(existing, "c0", api.ContainerState_CONTAINER_RUNNING)})
+	p, state, _ := newTestPlugin()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	// The in-process runtime's Stop does not close plugin connections the way
+	// a dying containerd does, so the test keeps the connection to close it.
+	var conn atomic.Pointer[net.Conn]
+	dial := func(path string) (net.Conn, error) {
+		c, err := net.Dial("unix", path)
+		if err == nil {
+			conn.Store(&c)
+		}
+		return c, err
+	}
+	go func() {
+		done <- p.Run(ctx, ConnectOptions{SocketPath: socket, PluginName: "nri-housekeeper", PluginIndex: "10", Dial: dial})
+	}()
+	waitFor(t, "first synchronize", 5*time.Second, p.Synchronized)
+	if ph := podPhase(t, state, "u0"); ph != podstate.PhaseRunning {
+		t.Fatalf("synchronized pod phase = %s, want Running", ph)
+	}
+
+	pod := kubeletPod("u1", "s1")
+	c := ctr(pod, "c1", api.ContainerState_CONTAINER_CREATED)
+	steps := []struct {
+		name string
+		do   func() error
+		want podstate.Phase
+	}{
+		{"RunPodSandbox", func() error { return rt.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: pod}) }, podstate.PhaseRunning},
+		{"PostCreateContainer", func() error {
+			return rt.PostCreateContainer(ctx, &api.PostCreateContainerRequest{Pod: pod, Container: c})
+		}, podstate.PhaseRunning},
+		{"PostStartContainer", func() error {
+			return rt.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: pod, Container: c})
+		}, podstate.PhaseRunning},
+		{"StopPodSandbox", func() error { return rt.StopPodSandbox(ctx, &api.StopPodSandboxRequest{Pod: pod}) }, podstate.PhaseTerminating},
+		{"StopContainer", func() error {
+			_, err := rt.StopContainer(ctx, &api.StopContainerRequest{Pod: pod, Container: c})
+			return err
+		}, podstate.PhaseTerminated},
+		{"RemoveContainer", func() error {
+			return rt.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: pod, Container: c})
+		}, podstate.PhaseTerminated},
+		{"RemovePodSandbox", func() error { return rt.RemovePodSandbox(ctx, &api.RemovePodSandboxRequest{Pod: pod}) }, podstate.PhaseRemoved},
+	}
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		// Delivery is synchronous: the handler ran before the call returned.
+		if ph := podPhase(t, state, "u1"); ph != st.want {
+			t.Fatalf("after %s: phase = %s, want %s", st.name, ph, st.want)
+		}
+	}
+
+	// The runtime goes away and comes back with a new pod: the plugin
+	// reconnects by itself and resynchronizes.
+	rt.Stop()
+	_ = (*conn.Load()).Close()
+	waitFor(t, "disconnect noticed", 5*time.Second, func() bool { return !p.Connected() })
+	newPod := kubeletPod("u2", "s2")
+	rt = startRuntime(t, socket, []*api.PodSandbox{existing, newPod}, nil)
+	defer rt.Stop()
+	took := waitFor(t, "reconnect", 2*time.Second, func() bool { return p.Synchronized() && p.Connected() })
+	t.Logf("reconnected and resynchronized %v after the runtime came back", took)
+	if ph := podPhase(t, state, "u2"); ph != podstate.PhaseRunning {
+		t.Fatalf("pod created while disconnected: phase = %s, want Running", ph)
+	}
+	if got := p.Stats().Registrations.Load(); got != 2 {
+		t.Fatalf("registrations = %d, want 2", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v after cancel, want nil", err)
+	}
+}
+
+func TestExternalModeKeepsRetryingUntilTheRuntimeAppears(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "nri.sock")
+	p, _, _ := newTestPlugin()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_ = p.Run(ctx, ConnectOptions{SocketPath: socket, PluginName: "nri-housekeeper", PluginIndex: "10"})
+	}()
+	time.Sleep(1500 * time.Millisecond) // several failed attempts, backoff at its cap
+	rt := startRuntime(t, socket, nil, nil)
+	defer rt.Stop()
+	took := waitFor(t, "connect", 2*time.Second, p.Synchronized)
+	t.Logf("connected %v after the runtime appeared", took)
+}
+
+func TestPreRegisteredModeNeedsItsFd(t *testing.T) {
+	t.Setenv(api.PluginSocketEnvVar, "not-a-number")
+	t.Setenv(api.PluginNameEnvVar, "nri-housekeeper")
+	t.Setenv(api.PluginIdxEnvVar, "10")
+	p, _, _ := newTestPlugin()
+	err := p.Run(context.Background(), ConnectOptions{})
+	if err == nil {
+		t.Fatal("pre-registered Run with a bad fd returned nil")
+	}
+	t.Log(err)
+}
+
+func BenchmarkHandlers10kPods(b *testing.B) {
+	state := podstate.New(0)
+	p := New(state, &countingWaker{}, quietLogger(), nil)
+	var pods []*api.PodSandbox
+	var ctrs []*api.Container
+	for i := range 10000 {
+		pod := kubeletPod(fmt.Sprintf("uid-%05d", i), fmt.Sprintf("sandbox-%05d", i))
+		pods = append(pods, pod)
+		for j := range 3 {
+			ctrs = append(ctrs, ctr(pod, fmt.Sprintf("ctr-%05d-%d", i, j), api.ContainerState_CONTAINER_RUNNING))
+		}
+	}
+	if _, err := p.Synchronize(context.Background(), pods, ctrs); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	// One iteration is a pod's whole life: 1 + 3*4 + 2 = 15 events.
+	for i := 0; b.Loop(); i++ {
+		pod := kubeletPod(fmt.Sprintf("bench-%d", i), fmt.Sprintf("bench-sandbox-%d", i))
+		_ = p.RunPodSandbox(ctx, pod)
+		for j := range 3 {
+			c := ctr(pod, fmt.Sprintf("bench-ctr-%d-%d", i, j), api.ContainerState_CONTAINER_CREATED)
+			_ = p.PostCreateContainer(ctx, pod, c)
+			_ = p.PostStartContainer(ctx, pod, c)
+			_, _ = p.StopContainer(ctx, pod, c)
+			_ = p.RemoveContainer(ctx, pod, c)
+		}
+		_ = p.StopPodSandbox(ctx, pod)
+		_ = p.RemovePodSandbox(ctx, pod)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*15)/1000, "µs/event")
+}
