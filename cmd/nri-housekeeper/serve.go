@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-housekeeper/nri-housekeeper/config"
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/housekeeping"
+	"github.com/nri-housekeeper/nri-housekeeper/logging"
+	"github.com/nri-housekeeper/nri-housekeeper/plugin"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// preRegisteredSource names the configuration containerd passes to Configure.
+const preRegisteredSource = "containerd plugin config"
+
+// serve wires the plugin together and runs it until ctx ends or, when
+// containerd launched it, until containerd goes away.
+func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writer) int {
+	preRegistered := plugin.PreRegistered()
+	log, closeLog, err := logging.New(logOptions(cfg, stderr))
+	if err != nil {
+		fmt.Fprintf(stderr, "nri-housekeeper: %v\n", err)
+		return 2
+	}
+	defer func() { _ = closeLog() }()
+
+	state := podstate.New(0)
+	waker := &loopWaker{}
+	configured := make(chan config.Config, 1)
+	var configure plugin.ConfigFunc
+	if preRegistered {
+		configure = func(text string) error {
+			c := config.Default()
+			if strings.TrimSpace(text) != "" {
+				var err error
+				if c, err = config.Parse([]byte(text), preRegisteredSource); err != nil {
+					return err
+				}
+			}
+			select {
+			case configured <- c:
+			default: // containerd configures a launched plugin once
+			}
+			return nil
+		}
+	}
+	nri := plugin.New(state, waker, log, configure)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	nriDone := make(chan error, 1)
+	go func() {
+		nriDone <- nri.Run(ctx, plugin.ConnectOptions{
+			SocketPath: cfg.NRI.Socket, PluginName: cfg.NRI.PluginName, PluginIndex: cfg.NRI.PluginIndex,
+		})
+	}()
+
+	mode := "external"
+	if preRegistered {
+		mode = "pre-registered"
+		select {
+		case cfg = <-configured:
+			source = preRegisteredSource
+		case err := <-nriDone:
+			log.WithError(err).Error("NRI registration with containerd failed")
+			return 1
+		case <-ctx.Done():
+			return 0
+		}
+		closeConfigured, err := reconfigureLogger(log, logOptions(cfg, stderr))
+		if err != nil {
+			log.WithError(err).Error("cannot set up logging as configured; keeping the default target")
+		} else {
+			defer func() { _ = closeConfigured() }()
+		}
+	}
+	log.WithFields(logrus.Fields{
+		"version": version, "mode": mode, "config": source, "dry_run": cfg.DryRun,
+		"period": cfg.Housekeeping.Period.String(), "runtime": cfg.Runtime.Endpoint,
+	}).Info("nri-housekeeper starting")
+
+	client, err := cri.Dial(cfg.Runtime.Endpoint, cfg.Runtime.RPCTimeout)
+	if err != nil {
+		log.WithError(err).Error("cannot use the CRI endpoint; check runtime.endpoint")
+		return 2
+	}
+	defer client.Close()
+	if name, ver, err := client.Version(ctx); err != nil {
+		log.WithError(err).Info("CRI runtime not reachable yet (containerd may still be starting); housekeeping retries")
+	} else {
+		log.WithFields(logrus.Fields{"runtime_name": name, "runtime_version": ver}).Info("CRI runtime reachable")
+	}
+
+	loop := housekeeping.New(state, client, housekeeping.Options{
+		Period: cfg.Housekeeping.Period, SlowPassWarning: cfg.Housekeeping.SlowPassWarning,
+	}, log)
+	waker.loop.Store(loop)
+	loopDone := make(chan error, 1)
+	go func() { loopDone <- loop.Run(ctx) }()
+
+	select {
+	case err := <-nriDone:
+		cancel()
+		<-loopDone
+		if err != nil {
+			log.WithError(err).Error("exiting")
+			return 1
+		}
+	case <-ctx.Done():
+		<-nriDone
+		<-loopDone
+	}
+	log.Info("nri-housekeeper stopped")
+	return 0
+}
+
+// loopWaker forwards NRI wake-ups to the loop once it exists: in
+// pre-registered mode NRI synchronizes before the configuration that the
+// loop needs has been read. The loop's first pass covers anything missed.
+type loopWaker struct {
+	loop atomic.Pointer[housekeeping.Loop]
+}
+
+func (w *loopWaker) Resync() {
+	if l := w.loop.Load(); l != nil {
+		l.Resync()
+	}
+}
+
+func (w *loopWaker) Wake() {
+	if l := w.loop.Load(); l != nil {
+		l.Wake()
+	}
+}
+
+func logOptions(cfg config.Config, stderr io.Writer) logging.Options {
+	return logging.Options{Level: cfg.Log.Level, Target: cfg.Log.Target, File: cfg.Log.File, Stderr: stderr}
+}
+
+// reconfigureLogger points an existing logger (already handed to the NRI
+// side) at the configured target.
+func reconfigureLogger(log *logrus.Logger, opts logging.Options) (func() error, error) {
+	configured, closeFn, err := logging.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	log.ReplaceHooks(configured.Hooks)
+	log.SetFormatter(configured.Formatter)
+	log.SetOutput(configured.Out)
+	log.SetLevel(configured.GetLevel())
+	return closeFn, nil
+}
