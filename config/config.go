@@ -236,9 +236,10 @@ func Example() string {
 // A runtime.endpoint given as a bare absolute path is normalised to
 // "unix://<path>".
 //
-// On failure the error joins one *Error per problem (see Problems). A TOML
-// syntax error stops decoding, so it is reported alone; all other problems
-// (unknown keys, wrong types, invalid values) are reported together.
+// On failure the error joins one *Error per problem (see Problems). A text
+// that is not valid TOML (a syntax error, a key or table defined twice) stops
+// decoding, so that problem is reported alone; all other problems (unknown
+// keys, wrong types, invalid values) are reported together.
 func Parse(data []byte, source string) (Config, error) {
 	c := Default()
 	d := decoder{problems{source: source}}

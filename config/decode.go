@@ -171,9 +171,9 @@ func (d *decoder) decode(data []byte, c *Config) bool {
 // unknown records name, found in section in, as an unknown key or section,
 // with a hint when the name belongs elsewhere.
 func (d *decoder) unknown(secs []section, in section, name string, v any) {
-	key := dotted(in.name, name)
-	if in.name == "" {
-		key = dotted(name)
+	key := dotted(name)
+	if in.name != "" {
+		key = dotted(in.name, name)
 	}
 	var elsewhere []string
 	for _, s := range secs {
