@@ -1,0 +1,609 @@
+package gc
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// Plan makes one plan. Rules propose candidate actions from the listing as
+// it is now; then every candidate waits for leak_grace from when it was first
+// proposed (or from its pod's last life event), an action runs only after
+// the actions it depends on, and the blast-radius breaker refuses a pass that
+// would stop too many live pods.
+func Plan(in Input) Result {
+	if !in.Oracle.Ready() {
+		why := "the pod oracle is not ready"
+		if in.Oracle.PodDirs.Err != nil {
+			why += ": " + in.Oracle.PodDirs.Err.Error()
+		}
+		return Result{NotReady: why, Leaks: map[string]int{}, EligibleSince: map[string]time.Time{}}
+	}
+	p := newPlanner(in)
+	p.containerRules()
+	p.orphanRules()
+	p.sandboxRules()
+	p.podLogDirRules()
+	p.logLinkRules()
+	return p.resolve()
+}
+
+// sandboxInfo is a managed sandbox with its pod and the oracle's verdict.
+type sandboxInfo struct {
+	*cri.Sandbox
+	pod  PodRef
+	gone bool
+}
+
+// containerInfo is a managed container with its pod and the oracle's verdict.
+type containerInfo struct {
+	*cri.Container
+	pod  PodRef
+	gone bool
+}
+
+type planner struct {
+	in Input
+	// Managed objects only: those with kubelet's pod labels.
+	sandboxes  []*sandboxInfo
+	containers []*containerInfo
+	// sandboxesByUID groups sandboxes by CRI metadata UID, as kubelet does;
+	// uids lists its keys in listing order.
+	sandboxesByUID map[string][]*sandboxInfo
+	uids           []string
+	// unmanagedByUID has the sandboxes without kubelet labels that still
+	// claim a UID: a pod's log dir stays while any sandbox claims it.
+	unmanagedByUID map[string][]*cri.Sandbox
+	// refs lists, per sandbox ID, every container referencing it: managed or
+	// not, in any state (kubelet's "active" test).
+	refs map[string][]*cri.Container
+	// containerByID indexes every listed container; built on first use.
+	containerByID map[string]*cri.Container
+	// removal is the key of the candidate that removes (or first stops) a
+	// container or sandbox, by object ID.
+	removal map[string]string
+	// orphanStop is the key of the orphans.stop action of a container.
+	orphanStop map[string]string
+
+	candidates []Action
+	kept       []Kept
+	leaks      map[string]int
+}
+
+func newPlanner(in Input) *planner {
+	p := &planner{
+		in:             in,
+		sandboxesByUID: make(map[string][]*sandboxInfo, len(in.Sandboxes)),
+		unmanagedByUID: make(map[string][]*cri.Sandbox),
+		refs:           make(map[string][]*cri.Container, len(in.Sandboxes)),
+		removal:        make(map[string]string),
+		orphanStop:     make(map[string]string),
+		leaks:          make(map[string]int),
+	}
+	// One allocation each for the managed objects, one oracle lookup per
+	// object: the planner is linear in the node's size.
+	sandboxes := make([]sandboxInfo, 0, len(in.Sandboxes))
+	for i := range in.Sandboxes {
+		s := &in.Sandboxes[i]
+		id, ok := podstate.KubeletPod(s.Labels)
+		if !ok {
+			if s.UID != "" {
+				p.unmanagedByUID[s.UID] = append(p.unmanagedByUID[s.UID], s)
+			}
+			continue
+		}
+		uid := s.UID
+		if uid == "" {
+			uid = id.UID
+		}
+		sandboxes = append(sandboxes, sandboxInfo{Sandbox: s, pod: PodRef{UID: uid, Namespace: id.Namespace, Name: id.Name}, gone: in.Oracle.gone(uid)})
+		si := &sandboxes[len(sandboxes)-1]
+		p.sandboxes = append(p.sandboxes, si)
+		if _, ok := p.sandboxesByUID[uid]; !ok {
+			p.uids = append(p.uids, uid)
+		}
+		p.sandboxesByUID[uid] = append(p.sandboxesByUID[uid], si)
+	}
+	containers := make([]containerInfo, 0, len(in.Containers))
+	for i := range in.Containers {
+		c := &in.Containers[i]
+		p.refs[c.SandboxID] = append(p.refs[c.SandboxID], c)
+		if id, ok := podstate.KubeletPod(c.Labels); ok {
+			containers = append(containers, containerInfo{Container: c, pod: PodRef(id), gone: in.Oracle.gone(id.UID)})
+			p.containers = append(p.containers, &containers[len(containers)-1])
+		}
+	}
+	return p
+}
+
+func (p *planner) gone(uid string) bool { return p.in.Oracle.gone(uid) }
+
+func (p *planner) propose(a Action) {
+	p.candidates = append(p.candidates, a)
+}
+
+func (p *planner) keep(object string, pod PodRef, format string, args ...any) {
+	p.kept = append(p.kept, Kept{Object: object, Pod: pod, Reason: fmt.Sprintf(format, args...)})
+}
+
+// newestFirst orders by creation time, newest first; ties by ID so plans
+// are deterministic.
+func newestFirst[T any](s []T, created func(T) time.Time, id func(T) string) {
+	sort.SliceStable(s, func(i, j int) bool {
+		ci, cj := created(s[i]), created(s[j])
+		if !ci.Equal(cj) {
+			return ci.After(cj)
+		}
+		return id(s[i]) < id(s[j])
+	})
+}
+
+func containerCreated(c *containerInfo) time.Time { return c.CreatedAt }
+func containerID(c *containerInfo) string         { return c.ID }
+
+// containerRules is kubelet's evictContainers: evict units of (pod UID,
+// container name); gone pods lose all their dead containers, others keep
+// the newest max_per_pod_container, then the node is capped at
+// max_containers (per-unit share first, then oldest first).
+func (p *planner) containerRules() {
+	// Units are visited in listing order (deterministic for a given input,
+	// and cheaper than sorting thousands of keys).
+	units := make(map[string][]*containerInfo)
+	var keys []string
+	for _, c := range p.containers {
+		if c.State == cri.ContainerRunning {
+			continue // never evicted; a running container of a gone pod is an orphan
+		}
+		if age := p.in.Now.Sub(c.CreatedAt); age < p.in.Policy.MinAge {
+			p.keep(containerObject(*c.Container), c.pod, "younger than containers.min_age (%s < %s)", round(age), p.in.Policy.MinAge)
+			continue
+		}
+		key := c.pod.UID + "/" + c.Name
+		if _, ok := units[key]; !ok {
+			keys = append(keys, key)
+		}
+		units[key] = append(units[key], c)
+	}
+	live := make([]string, 0, len(keys))
+	for _, key := range keys {
+		unit := units[key]
+		newestFirst(unit, containerCreated, containerID)
+		if unit[0].gone {
+			for _, c := range unit {
+				p.evictContainer(c, RuleContainerPodGone, "its pod is gone from the node (no kubelet pod dir)")
+			}
+			delete(units, key)
+			continue
+		}
+		live = append(live, key)
+		if n := p.in.Policy.MaxPerPodContainer; n >= 0 && len(unit) > n {
+			for _, c := range unit[n:] {
+				p.evictContainer(c, RuleContainerMaxPerPod,
+					fmt.Sprintf("%d newer dead instance(s) of %q are kept (containers.max_per_pod_container = %d)", n, c.Name, n))
+			}
+			units[key] = unit[:n]
+		}
+		for _, c := range units[key] {
+			p.keep(containerObject(*c.Container), c.pod, "newest dead instance(s) of %q in a live pod (containers.max_per_pod_container = %d)",
+				c.Name, p.in.Policy.MaxPerPodContainer)
+		}
+	}
+	p.capContainers(units, live)
+}
+
+// capContainers applies max_containers to the units of live pods.
+func (p *planner) capContainers(units map[string][]*containerInfo, live []string) {
+	maxN := p.in.Policy.MaxContainers
+	total := 0
+	for _, key := range live {
+		total += len(units[key])
+	}
+	if maxN < 0 || total <= maxN || len(live) == 0 {
+		return
+	}
+	reason := fmt.Sprintf("the node keeps at most %d dead containers (containers.max_containers)", maxN)
+	share := max(1, maxN/len(live))
+	for _, key := range live {
+		if unit := units[key]; len(unit) > share {
+			for _, c := range unit[share:] {
+				p.evictContainer(c, RuleContainerMaxContainers, reason+fmt.Sprintf("; %d per container name", share))
+				total--
+			}
+			units[key] = unit[:share]
+		}
+	}
+	if total <= maxN {
+		return
+	}
+	var flat []*containerInfo
+	for _, key := range live {
+		flat = append(flat, units[key]...)
+	}
+	newestFirst(flat, containerCreated, containerID)
+	for _, c := range flat[maxN:] {
+		p.evictContainer(c, RuleContainerMaxContainers, reason+"; oldest first")
+	}
+}
+
+// evictContainer proposes removing a dead container; one in state UNKNOWN
+// may still have processes and is stopped first, removed on a later pass.
+func (p *planner) evictContainer(c *containerInfo, rule, reason string) {
+	a := Action{Kind: RemoveContainer, Rule: rule, Reason: reason, Pod: c.pod,
+		Key: "container/" + c.ID, SandboxID: c.SandboxID, ContainerID: c.ID, ContainerName: c.Name}
+	if c.State == cri.ContainerUnknown {
+		a.Kind = StopContainer
+		a.Key = "stop-container/" + c.ID
+		a.Reason += "; state UNKNOWN: stopped first, removed on a later pass"
+		p.leaks[LeakUnknownCtr]++
+	} else {
+		p.removal[c.ID] = a.Key
+		p.leaks[LeakContainer]++
+	}
+	p.propose(a)
+}
+
+// orphanRules finds live pods whose pod is gone: a Ready sandbox or a
+// running container (kubelet's "kill orphaned runtime pods"). They are
+// reported, or stopped with orphans.action = "stop".
+func (p *planner) orphanRules() {
+	type orphan struct {
+		pod        PodRef
+		sandboxes  []*sandboxInfo
+		containers []*containerInfo
+	}
+	byUID := make(map[string]*orphan)
+	get := func(pod PodRef) *orphan {
+		o, ok := byUID[pod.UID]
+		if !ok {
+			o = &orphan{pod: pod}
+			byUID[pod.UID] = o
+		}
+		return o
+	}
+	for _, s := range p.sandboxes {
+		if s.Ready && s.gone {
+			o := get(s.pod)
+			o.sandboxes = append(o.sandboxes, s)
+		}
+	}
+	for _, c := range p.containers {
+		if c.State == cri.ContainerRunning && c.gone {
+			o := get(c.pod)
+			o.containers = append(o.containers, c)
+		}
+	}
+	for _, uid := range sortedKeys(byUID) {
+		o := byUID[uid]
+		p.leaks[LeakOrphanPod]++
+		what := fmt.Sprintf("%d Ready sandbox(es), %d running container(s)", len(o.sandboxes), len(o.containers))
+		if !p.in.Policy.StopOrphans {
+			p.keep("live pod "+o.pod.Namespace+"/"+o.pod.Name, o.pod,
+				"orphaned live pod (%s) whose pod is gone: reported only (orphans.action = \"report\")", what)
+			continue
+		}
+		stops := make(map[string][]string) // sandbox ID -> its container stop keys
+		for _, c := range o.containers {
+			key := "stop-container/" + c.ID
+			p.orphanStop[c.ID] = key
+			stops[c.SandboxID] = append(stops[c.SandboxID], key)
+			p.propose(Action{Kind: StopContainer, Rule: RuleOrphanStop, Pod: o.pod, Key: key,
+				SandboxID: c.SandboxID, ContainerID: c.ID, ContainerName: c.Name, Timeout: p.in.Policy.StopTimeout,
+				Reason: "running container of a pod that is gone from the node (orphans.action = \"stop\")"})
+		}
+		for _, s := range o.sandboxes {
+			p.propose(Action{Kind: StopSandbox, Rule: RuleOrphanStop, Pod: o.pod, Key: "stop-sandbox/" + s.ID,
+				SandboxID: s.ID, DependsOn: stops[s.ID],
+				Reason: "Ready sandbox of a pod that is gone from the node (orphans.action = \"stop\")"})
+		}
+	}
+}
+
+// sandboxRules is kubelet's evictSandboxes: a sandbox is active while Ready
+// or referenced by any container; of a gone pod every inactive sandbox goes,
+// of a live pod all inactive ones but the newest. A sandbox whose containers
+// this plan removes becomes inactive once they are gone: it depends on them.
+func (p *planner) sandboxRules() {
+	for _, uid := range p.uids {
+		group := p.sandboxesByUID[uid]
+		newestFirst(group, func(s *sandboxInfo) time.Time { return s.CreatedAt }, func(s *sandboxInfo) string { return s.ID })
+		gone := group[0].gone
+		considered, rule, reason := group, RuleSandboxPodGone, "its pod is gone from the node (no kubelet pod dir)"
+		if !gone {
+			considered, rule = group[1:], RuleSandboxNotNewest
+			reason = fmt.Sprintf("not the newest sandbox of its pod (newest: %s)", short(group[0].ID))
+			if !group[0].Ready {
+				p.keep(sandboxObject(*group[0].Sandbox), group[0].pod, "newest sandbox of a live pod (kubelet may still use it)")
+			}
+		}
+		for _, s := range considered {
+			if s.Ready {
+				continue // a live sandbox; of a gone pod, orphanRules handles it
+			}
+			deps, blocker := p.dependencies(s.ID)
+			if blocker != "" {
+				p.keep(sandboxObject(*s.Sandbox), s.pod, "%s", blocker)
+				continue
+			}
+			p.leaks[LeakSandbox]++
+			key := "sandbox/" + s.ID
+			p.removal[s.ID] = key
+			p.propose(Action{Kind: RemoveSandbox, Rule: rule, Reason: reason, Pod: s.pod, Key: key,
+				SandboxID: s.ID, DependsOn: deps})
+		}
+	}
+}
+
+// dependencies returns the removal keys of the containers referencing a
+// sandbox, or why the sandbox is still in use.
+func (p *planner) dependencies(sandboxID string) ([]string, string) {
+	var deps []string
+	for _, c := range p.refs[sandboxID] {
+		key, ok := p.removal[c.ID]
+		if !ok {
+			return nil, fmt.Sprintf("in use: referenced by container %s (%s, %s)", short(c.ID), c.Name, c.State)
+		}
+		deps = append(deps, key)
+	}
+	sort.Strings(deps)
+	return deps, ""
+}
+
+// podLogDirRules is kubelet's evictPodLogsDirectories, stricter: a pod log
+// dir goes when its pod is gone and no sandbox of the pod is left (or all of
+// them are removed first by this plan).
+func (p *planner) podLogDirRules() {
+	for _, d := range p.in.PodLogDirs {
+		if !p.gone(d.UID) || !directlyIn(d.Path, p.in.Policy.PodLogsDir) {
+			continue
+		}
+		pod := PodRef{UID: d.UID, Namespace: d.Namespace, Name: d.PodName}
+		object := "pod log dir " + d.Path
+		var deps []string
+		blocked := false
+		if len(p.unmanagedByUID[d.UID]) > 0 {
+			p.keep(object, pod, "sandbox %s without kubelet labels claims the pod's UID", short(p.unmanagedByUID[d.UID][0].ID))
+			continue
+		}
+		for _, s := range p.sandboxesByUID[d.UID] {
+			key, ok := p.removal[s.ID]
+			if !ok {
+				p.keep(object, pod, "sandbox %s of the pod still exists (%s)", short(s.ID), readyWord(s.Ready))
+				blocked = true
+				break
+			}
+			deps = append(deps, key)
+		}
+		if blocked {
+			continue
+		}
+		p.leaks[LeakPodLogDir]++
+		p.propose(Action{Kind: RemovePodLogDir, Rule: RulePodLogDir, Pod: pod, Key: "pod-log-dir/" + d.Path,
+			Path: d.Path, DependsOn: deps, Reason: "log dir of a pod that is gone from the node, with no sandbox left"})
+	}
+}
+
+// logLinkRules is kubelet's legacy log link cleanup: a dangling link whose
+// container is exited or not listed at all. A link to a container that is
+// not exited is kept: log rotation briefly leaves the target missing.
+func (p *planner) logLinkRules() {
+	for _, l := range p.in.ContainerLogLinks {
+		if !l.Dangling || !directlyIn(l.Path, p.in.Policy.ContainerLogsDir) {
+			continue
+		}
+		pod := PodRef{Namespace: l.Namespace, Name: l.PodName}
+		c, listed, ambiguous := p.linkedContainer(l)
+		if ambiguous {
+			p.keep("log link "+l.Path, pod, "its truncated container ID %s matches several listed containers", l.ContainerID)
+			continue
+		}
+		why := "dangling link of a container the runtime no longer lists"
+		var deps []string
+		if listed {
+			pod.UID = c.Labels[podstate.LabelPodUID]
+			why = "dangling link of an exited container"
+			if c.State != cri.ContainerExited {
+				removal, removing := p.removal[c.ID]
+				if !removing {
+					p.keep("log link "+l.Path, pod, "its container %s is %s (log rotation can leave the target missing briefly)", short(c.ID), c.State)
+					continue
+				}
+				why, deps = "dangling link of a container this plan removes", []string{removal}
+			}
+		}
+		p.leaks[LeakLogLink]++
+		p.propose(Action{Kind: RemoveContainerLogLink, Rule: RuleDanglingLogLink, Pod: pod, Key: "log-link/" + l.Path,
+			Path: l.Path, ContainerID: l.ContainerID, ContainerName: l.ContainerName, Reason: why, DependsOn: deps})
+	}
+}
+
+// linkedContainer finds a link's container. kubelet truncates link names to
+// 255 bytes, cutting the ID; containerd resolves such a prefix, so do we.
+func (p *planner) linkedContainer(l nodefs.ContainerLogLink) (c *cri.Container, listed, ambiguous bool) {
+	if p.containerByID == nil {
+		p.containerByID = make(map[string]*cri.Container, len(p.in.Containers))
+		for i := range p.in.Containers {
+			p.containerByID[p.in.Containers[i].ID] = &p.in.Containers[i]
+		}
+	}
+	if c, ok := p.containerByID[l.ContainerID]; ok || !l.Truncated {
+		return c, ok, false
+	}
+	for id, candidate := range p.containerByID {
+		if strings.HasPrefix(id, l.ContainerID) {
+			if listed {
+				return nil, false, true
+			}
+			c, listed = candidate, true
+		}
+	}
+	return c, listed, false
+}
+
+// resolve applies leak_grace, the breaker and dependencies to the candidates.
+func (p *planner) resolve() Result {
+	r := Result{Kept: p.kept, Leaks: p.leaks, EligibleSince: make(map[string]time.Time, len(p.candidates))}
+	order := make(map[Kind]int, len(Kinds))
+	for i, k := range Kinds {
+		order[k] = i
+	}
+	// Keys are unique, so an unstable sort is deterministic; sorting
+	// pointers avoids moving the large Action values around.
+	sorted := make([]*Action, len(p.candidates))
+	for i := range p.candidates {
+		sorted[i] = &p.candidates[i]
+	}
+	slices.SortFunc(sorted, func(a, b *Action) int {
+		if d := order[a.Kind] - order[b.Kind]; d != 0 {
+			return d
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	// notDue holds every candidate that is not due, with why.
+	notDue := make(map[string]waiting)
+	for _, a := range sorted {
+		since, ok := p.in.EligibleSince[a.Key]
+		if !ok || since.After(p.in.Now) {
+			since = p.in.Now
+		}
+		if life := p.in.LastLifeEvent[a.Pod.UID]; life.After(since) && !life.After(p.in.Now) {
+			since = life
+		}
+		a.EligibleSince = since
+		r.EligibleSince[a.Key] = since
+		if left := p.in.Policy.LeakGrace - p.in.Now.Sub(since); left > 0 {
+			notDue[a.Key] = waiting{graceLeft: left}
+		}
+	}
+	r.Breaker = p.breaker(notDue)
+	r.Deferred = make([]Deferred, 0, len(notDue))
+	r.Actions = make([]Action, 0, len(sorted)-len(notDue))
+	for _, a := range sorted {
+		w, deferred := notDue[a.Key]
+		if !deferred {
+			for _, dep := range a.DependsOn {
+				if _, blocked := notDue[dep]; blocked {
+					w, deferred = waiting{waitsFor: dep}, true
+					notDue[a.Key] = w
+					break
+				}
+			}
+		}
+		if deferred {
+			r.Deferred = append(r.Deferred, Deferred{Action: *a, GraceLeft: w.graceLeft, WaitsFor: w.waitsFor, Breaker: w.breaker})
+			continue
+		}
+		r.Actions = append(r.Actions, *a)
+	}
+	return r
+}
+
+// waiting is why a candidate is not due.
+type waiting struct {
+	graceLeft time.Duration
+	waitsFor  string
+	breaker   bool
+}
+
+// breaker refuses every orphan stop of the pass when the due ones would stop
+// more live pods than orphans.max_per_pass or orphans.max_fraction of the
+// Ready sandboxes. It marks them not due and returns the trip.
+func (p *planner) breaker(notDue map[string]waiting) *Trip {
+	pods := make(map[string]PodRef)
+	for _, a := range p.candidates {
+		if _, held := notDue[a.Key]; a.Rule == RuleOrphanStop && !held {
+			pods[a.Pod.UID] = a.Pod
+		}
+	}
+	if len(pods) == 0 {
+		return nil
+	}
+	ready := 0
+	for _, s := range p.sandboxes {
+		if s.Ready {
+			ready++
+		}
+	}
+	pol := p.in.Policy
+	n := len(pods)
+	if n <= pol.MaxStopsPerPass && float64(n) <= pol.MaxStopFraction*float64(ready) {
+		return nil
+	}
+	t := &Trip{Pods: n, ReadySandbox: ready, MaxPerPass: pol.MaxStopsPerPass, MaxFraction: pol.MaxStopFraction}
+	for _, uid := range sortedKeys(pods) {
+		t.AffectedPods = append(t.AffectedPods, pods[uid])
+	}
+	t.ReasonMessage = fmt.Sprintf("blast-radius breaker: this pass would stop %d live pod(s) of %d Ready sandbox(es), over orphans.max_per_pass = %d or orphans.max_fraction = %g; stopping none",
+		n, ready, pol.MaxStopsPerPass, pol.MaxStopFraction)
+	for _, a := range p.candidates {
+		if _, held := notDue[a.Key]; a.Rule == RuleOrphanStop && !held {
+			notDue[a.Key] = waiting{breaker: true}
+			t.StopsRefused++
+		}
+	}
+	return t
+}
+
+// directlyIn reports whether path is a direct child of root (both clean
+// and absolute): removals never reach outside the configured roots.
+func directlyIn(path, root string) bool {
+	return root != "" && filepath.IsAbs(path) && path == filepath.Clean(path) &&
+		filepath.Dir(path) == filepath.Clean(root) && filepath.Base(path) != ".."
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func short(id string) string {
+	if len(id) > 13 {
+		return id[:13]
+	}
+	return id
+}
+
+func round(d time.Duration) time.Duration { return d.Round(time.Second) }
+
+func readyWord(ready bool) string {
+	if ready {
+		return "Ready"
+	}
+	return "NotReady"
+}
+
+func sandboxObject(s cri.Sandbox) string { return "sandbox " + s.ID }
+
+func containerObject(c cri.Container) string {
+	return fmt.Sprintf("container %s (%s)", c.ID, c.Name)
+}
+
+// Summary is a one-line count of a result, for logs.
+func (r Result) Summary() string {
+	var parts []string
+	for _, k := range Kinds {
+		n := 0
+		for _, a := range r.Actions {
+			if a.Kind == k {
+				n++
+			}
+		}
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "nothing due"
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,453 @@
+package gc
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+var now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+const (
+	podLogs = "/var/log/pods"
+	ctrLogs = "/var/log/containers"
+)
+
+func labels(uid string) map[string]string {
+	return map[string]string{podstate.LabelPodUID: uid, podstate.LabelPodNamespace: "ns", podstate.LabelPodName: "pod-" + uid}
+}
+
+func sb(id, uid string, ready bool, age time.Duration) cri.Sandbox {
+	return cri.Sandbox{ID: id, UID: uid, Name: "pod-" + uid, Namespace: "ns", Ready: ready, CreatedAt: now.Add(-age), Labels: labels(uid)}
+}
+
+func ctr(id, sandbox, uid, name string, state cri.ContainerState, age time.Duration) cri.Container {
+	return cri.Container{ID: id, SandboxID: sandbox, Name: name, State: state, CreatedAt: now.Add(-age), Labels: labels(uid)}
+}
+
+func present(uids ...string) Oracle {
+	set := make(map[string]struct{})
+	for _, u := range uids {
+		set[u] = struct{}{}
+	}
+	return Oracle{PodDirs: nodefs.PodDirs{Ready: true, UIDs: set}}
+}
+
+func policy() Policy {
+	return Policy{MaxPerPodContainer: 1, MaxContainers: -1, MaxStopsPerPass: 3, MaxStopFraction: 1,
+		StopTimeout: time.Second, PodLogsDir: podLogs, ContainerLogsDir: ctrLogs}
+}
+
+// due lists the plan's due actions as "kind id", sorted.
+func due(r Result) []string {
+	var out []string
+	for _, a := range r.Actions {
+		out = append(out, describe(a))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func deferred(r Result) []string {
+	var out []string
+	for _, d := range r.Deferred {
+		out = append(out, describe(d.Action))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func describe(a Action) string {
+	id := a.ContainerID
+	switch a.Kind {
+	case RemoveSandbox, StopSandbox:
+		id = a.SandboxID
+	case RemovePodLogDir, RemoveContainerLogLink:
+		id = a.Path
+	}
+	return string(a.Kind) + " " + id
+}
+
+func same(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if len(want) == 0 {
+		want = nil
+	}
+	sort.Strings(want)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("%s:\n got  %q\n want %q", what, got, want)
+	}
+}
+
+func keptReason(r Result, object string) string {
+	for _, k := range r.Kept {
+		if strings.HasPrefix(k.Object, object) {
+			return k.Reason
+		}
+	}
+	return ""
+}
+
+func TestContainersKeepTheNewestPerEvictUnit(t *testing.T) {
+	// Five dead attempts of "app" in a live pod; IDs sort opposite to age so
+	// that only creation time can give the right order.
+	var five []cri.Container
+	for i := range 5 {
+		five = append(five, ctr(fmt.Sprintf("c%d", i), "s1", "u1", "app", cri.ContainerExited, time.Duration(i+1)*time.Minute))
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Policy, *[]cri.Container)
+		want   []string
+	}{
+		{"max_per_pod_container 1 keeps the newest by creation time", nil,
+			[]string{"remove-container c1", "remove-container c2", "remove-container c3", "remove-container c4"}},
+		{"max_per_pod_container 3", func(p *Policy, _ *[]cri.Container) { p.MaxPerPodContainer = 3 },
+			[]string{"remove-container c3", "remove-container c4"}},
+		{"max_per_pod_container 0 removes every dead instance", func(p *Policy, _ *[]cri.Container) { p.MaxPerPodContainer = 0 },
+			[]string{"remove-container c0", "remove-container c1", "remove-container c2", "remove-container c3", "remove-container c4"}},
+		{"negative max_per_pod_container keeps all", func(p *Policy, _ *[]cri.Container) { p.MaxPerPodContainer = -1 }, nil},
+		{"min_age protects young containers", func(p *Policy, _ *[]cri.Container) { p.MinAge = 150 * time.Second },
+			[]string{"remove-container c3", "remove-container c4"}},
+		{"running containers are never evicted and are not in the unit", func(_ *Policy, cs *[]cri.Container) {
+			*cs = append(*cs, ctr("live", "s1", "u1", "app", cri.ContainerRunning, 0))
+		}, []string{"remove-container c1", "remove-container c2", "remove-container c3", "remove-container c4"}},
+		{"another container name is another unit", func(_ *Policy, cs *[]cri.Container) {
+			*cs = append(*cs, ctr("side", "s1", "u1", "sidecar", cri.ContainerExited, time.Hour))
+		}, []string{"remove-container c1", "remove-container c2", "remove-container c3", "remove-container c4"}},
+		{"created containers are evictable too", func(_ *Policy, cs *[]cri.Container) {
+			*cs = append(*cs, ctr("fresh", "s1", "u1", "app", cri.ContainerCreated, 10*time.Second))
+		}, []string{"remove-container c0", "remove-container c1", "remove-container c2", "remove-container c3", "remove-container c4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := policy()
+			cs := append([]cri.Container(nil), five...)
+			if tc.mutate != nil {
+				tc.mutate(&pol, &cs)
+			}
+			r := Plan(Input{Now: now, Policy: pol, Oracle: present("u1"),
+				Sandboxes: []cri.Sandbox{sb("s1", "u1", true, time.Hour)}, Containers: cs})
+			same(t, "due", due(r), tc.want)
+		})
+	}
+}
+
+func TestContainersOfGonePodsAreAllRemoved(t *testing.T) {
+	r := Plan(Input{Now: now, Policy: policy(), Oracle: present("other"),
+		Sandboxes: []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
+		Containers: []cri.Container{
+			ctr("a1", "s1", "u1", "app", cri.ContainerExited, time.Minute),
+			ctr("a2", "s1", "u1", "app", cri.ContainerExited, 2*time.Minute),
+			ctr("b1", "s1", "u1", "sidecar", cri.ContainerCreated, time.Minute),
+		}})
+	same(t, "due", due(r), []string{"remove-container a1", "remove-container a2", "remove-container b1", "remove-sandbox s1"})
+	for _, a := range r.Actions {
+		if a.Kind == RemoveContainer && a.Rule != RuleContainerPodGone {
+			t.Errorf("%s: rule %s, want %s", describe(a), a.Rule, RuleContainerPodGone)
+		}
+	}
+}
+
+func TestMaxContainersCapsPerUnitShareThenOldestFirst(t *testing.T) {
+	// Three live pods, three dead "app" containers each, ages 1..9 minutes.
+	var sbs []cri.Sandbox
+	var cs []cri.Container
+	age := 0
+	for _, uid := range []string{"u1", "u2", "u3"} {
+		sbs = append(sbs, sb("s-"+uid, uid, true, time.Hour))
+		for i := range 3 {
+			age++
+			cs = append(cs, ctr(fmt.Sprintf("%s-c%d", uid, i), "s-"+uid, uid, "app", cri.ContainerExited, time.Duration(age)*time.Minute))
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		max  int
+		want []string
+	}{
+		// share = max(1, 4/3) = 1: each unit keeps its newest; 3 <= 4.
+		{"per-unit share", 4, []string{"u1-c1", "u1-c2", "u2-c1", "u2-c2", "u3-c1", "u3-c2"}},
+		// share = max(1, 2/3) = 1 leaves 3 > 2: the oldest of the rest goes.
+		{"then oldest first", 2, []string{"u1-c1", "u1-c2", "u2-c1", "u2-c2", "u3-c0", "u3-c1", "u3-c2"}},
+		{"under the cap nothing is removed", 9, nil},
+		{"zero keeps none", 0, []string{"u1-c0", "u1-c1", "u1-c2", "u2-c0", "u2-c1", "u2-c2", "u3-c0", "u3-c1", "u3-c2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := policy()
+			pol.MaxPerPodContainer = -1
+			pol.MaxContainers = tc.max
+			r := Plan(Input{Now: now, Policy: pol, Oracle: present("u1", "u2", "u3"), Sandboxes: sbs, Containers: cs})
+			var want []string
+			for _, id := range tc.want {
+				want = append(want, "remove-container "+id)
+			}
+			same(t, "due", due(r), want)
+		})
+	}
+}
+
+func TestUnknownContainersAreStoppedFirstAndRemovedLater(t *testing.T) {
+	in := Input{Now: now, Policy: policy(), Oracle: present(),
+		Sandboxes:  []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
+		Containers: []cri.Container{ctr("c1", "s1", "u1", "app", cri.ContainerUnknown, time.Hour)}}
+	r := Plan(in)
+	same(t, "first pass", due(r), []string{"stop-container c1"})
+	if !strings.Contains(keptReason(r, "sandbox s1"), "referenced by container") {
+		t.Fatalf("sandbox of an UNKNOWN container not kept as referenced: %+v", r.Kept)
+	}
+	in.Containers[0].State = cri.ContainerExited
+	same(t, "next pass", due(Plan(in)), []string{"remove-container c1", "remove-sandbox s1"})
+}
+
+func TestSandboxesFollowKubeletsEvictSandboxes(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		oracle     Oracle
+		sandboxes  []cri.Sandbox
+		containers []cri.Container
+		want       []string
+		keptWhy    map[string]string
+	}{
+		{"live pod keeps its newest sandbox even NotReady", present("u1"),
+			[]cri.Sandbox{sb("old", "u1", false, 2*time.Hour), sb("new", "u1", false, time.Hour)}, nil,
+			[]string{"remove-sandbox old"}, map[string]string{"sandbox new": "newest sandbox of a live pod"}},
+		{"live pod: NotReady old attempt goes, Ready new one stays", present("u1"),
+			[]cri.Sandbox{sb("old", "u1", false, 2*time.Hour), sb("new", "u1", true, time.Hour)}, nil,
+			[]string{"remove-sandbox old"}, nil},
+		{"a sandbox referenced by a kept exited container stays", present("u1"),
+			[]cri.Sandbox{sb("old", "u1", false, 2*time.Hour), sb("new", "u1", true, time.Hour)},
+			[]cri.Container{ctr("c-old", "old", "u1", "app", cri.ContainerExited, 2*time.Hour)},
+			nil, map[string]string{"sandbox old": "referenced by container c-old"}},
+		{"a sandbox whose containers this plan removes goes after them", present("u1"),
+			[]cri.Sandbox{sb("old", "u1", false, 2*time.Hour), sb("new", "u1", true, time.Hour)},
+			[]cri.Container{ctr("c-old", "old", "u1", "app", cri.ContainerExited, 2*time.Hour),
+				ctr("c-new", "new", "u1", "app", cri.ContainerExited, time.Minute)},
+			[]string{"remove-container c-old", "remove-sandbox old"}, nil},
+		{"a referencing container of another pod keeps it too", present("u1", "u2"),
+			[]cri.Sandbox{sb("old", "u1", false, 2*time.Hour), sb("new", "u1", true, time.Hour)},
+			[]cri.Container{{ID: "foreign", SandboxID: "old", Name: "x", State: cri.ContainerExited, CreatedAt: now}},
+			nil, map[string]string{"sandbox old": "referenced by container foreign"}},
+		{"gone pod loses every inactive sandbox", present(),
+			[]cri.Sandbox{sb("a", "u1", false, 2*time.Hour), sb("b", "u1", false, time.Hour)}, nil,
+			[]string{"remove-sandbox a", "remove-sandbox b"}, nil},
+		{"gone pod: a Ready sandbox is never removed (orphans rule reports it)", present(),
+			[]cri.Sandbox{sb("a", "u1", false, 2*time.Hour), sb("b", "u1", true, time.Hour)}, nil,
+			[]string{"remove-sandbox a"}, map[string]string{"live pod": "reported only"}},
+		{"a sandbox without kubelet labels is never touched", present(),
+			[]cri.Sandbox{{ID: "foreign", UID: "x", Ready: false, CreatedAt: now.Add(-time.Hour)}}, nil, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Plan(Input{Now: now, Policy: policy(), Oracle: tc.oracle, Sandboxes: tc.sandboxes, Containers: tc.containers})
+			same(t, "due", due(r), tc.want)
+			for object, why := range tc.keptWhy {
+				if got := keptReason(r, object); !strings.Contains(got, why) {
+					t.Errorf("%s kept for %q, want %q", object, got, why)
+				}
+			}
+		})
+	}
+}
+
+func TestPodLogDirGoesWhenThePodIsGoneAndNoSandboxIsLeft(t *testing.T) {
+	dir := func(uid string) nodefs.PodLogDir {
+		return nodefs.PodLogDir{Path: podLogs + "/ns_pod-" + uid + "_" + uid, Name: "ns_pod-" + uid + "_" + uid, Namespace: "ns", PodName: "pod-" + uid, UID: uid}
+	}
+	for _, tc := range []struct {
+		name      string
+		oracle    Oracle
+		sandboxes []cri.Sandbox
+		dirs      []nodefs.PodLogDir
+		want      []string
+	}{
+		{"gone pod without sandbox", present(), nil, []nodefs.PodLogDir{dir("u1")}, []string{"remove-pod-log-dir " + dir("u1").Path}},
+		{"gone pod whose sandbox this plan removes", present(), []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
+			[]nodefs.PodLogDir{dir("u1")}, []string{"remove-sandbox s1", "remove-pod-log-dir " + dir("u1").Path}},
+		{"gone pod with a live sandbox keeps its logs", present(), []cri.Sandbox{sb("s1", "u1", true, time.Hour)},
+			[]nodefs.PodLogDir{dir("u1")}, nil},
+		{"live pod keeps its logs", present("u1"), nil, []nodefs.PodLogDir{dir("u1")}, nil},
+		{"a dir outside pod_logs_dir is never touched", present(), nil,
+			[]nodefs.PodLogDir{{Path: "/etc/ns_p_u1", Name: "ns_p_u1", UID: "u1"}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Plan(Input{Now: now, Policy: policy(), Oracle: tc.oracle, Sandboxes: tc.sandboxes, PodLogDirs: tc.dirs})
+			same(t, "due", due(r), tc.want)
+		})
+	}
+}
+
+func TestDanglingLogLinkGoesWhenItsContainerIsExitedOrUnknown(t *testing.T) {
+	link := func(id string, dangling bool) nodefs.ContainerLogLink {
+		return nodefs.ContainerLogLink{Path: ctrLogs + "/pod_ns_app-" + id + ".log", ContainerID: id, PodName: "pod", Namespace: "ns", ContainerName: "app", Dangling: dangling}
+	}
+	for _, tc := range []struct {
+		name string
+		link nodefs.ContainerLogLink
+		ctrs []cri.Container
+		want []string
+	}{
+		{"not listed", link("aaaaaa1", true), nil, []string{"remove-log-link " + link("aaaaaa1", true).Path}},
+		{"exited", link("aaaaaa2", true), []cri.Container{ctr("aaaaaa2", "s1", "u1", "app", cri.ContainerExited, 0)},
+			[]string{"remove-log-link " + link("aaaaaa2", true).Path}},
+		{"running: rotation may be in progress", link("aaaaaa3", true), []cri.Container{ctr("aaaaaa3", "s1", "u1", "app", cri.ContainerRunning, 0)}, nil},
+		{"not dangling", link("aaaaaa4", false), nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Plan(Input{Now: now, Policy: policy(), Oracle: present("u1"), Containers: tc.ctrs,
+				Sandboxes: []cri.Sandbox{sb("s1", "u1", true, time.Hour)}, ContainerLogLinks: []nodefs.ContainerLogLink{tc.link}})
+			same(t, "due", due(r), tc.want)
+		})
+	}
+}
+
+func TestOrphanedLivePodsAreReportedOrStopped(t *testing.T) {
+	sandboxes := []cri.Sandbox{sb("s1", "u1", true, time.Hour), sb("live", "u9", true, time.Hour)}
+	containers := []cri.Container{ctr("c1", "s1", "u1", "app", cri.ContainerRunning, time.Hour)}
+	in := Input{Now: now, Policy: policy(), Oracle: present("u9"), Sandboxes: sandboxes, Containers: containers}
+
+	r := Plan(in)
+	same(t, "report: due", due(r), nil)
+	if got := keptReason(r, "live pod ns/pod-u1"); !strings.Contains(got, `orphans.action = "report"`) {
+		t.Fatalf("orphan not reported: %+v", r.Kept)
+	}
+	if r.Leaks[LeakOrphanPod] != 1 {
+		t.Fatalf("leaks = %v", r.Leaks)
+	}
+
+	in.Policy.StopOrphans = true
+	r = Plan(in)
+	same(t, "stop: due", due(r), []string{"stop-container c1", "stop-sandbox s1"})
+	for _, a := range r.Actions {
+		if a.Kind == StopSandbox && (len(a.DependsOn) != 1 || a.DependsOn[0] != "stop-container/c1") {
+			t.Fatalf("sandbox stop depends on %q, want its container's stop", a.DependsOn)
+		}
+		if a.Kind == StopContainer && a.Timeout != time.Second {
+			t.Fatalf("stop timeout %v, want orphans.stop_timeout", a.Timeout)
+		}
+	}
+}
+
+func TestBreakerStopsNoLivePodWhenAPassWouldStopTooMany(t *testing.T) {
+	var sandboxes []cri.Sandbox
+	for i := range 10 {
+		sandboxes = append(sandboxes, sb(fmt.Sprintf("s%d", i), fmt.Sprintf("u%d", i), true, time.Hour))
+	}
+	for _, tc := range []struct {
+		name        string
+		orphans     int // u0..u(n-1) are gone
+		maxPerPass  int
+		maxFraction float64
+		trips       bool
+	}{
+		{"within both limits", 2, 3, 0.5, false},
+		{"more than max_per_pass", 4, 3, 1, true},
+		{"more than max_fraction of Ready sandboxes", 3, 10, 0.2, true},
+		{"exactly at the limits", 3, 3, 0.3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var live []string
+			for i := tc.orphans; i < 10; i++ {
+				live = append(live, fmt.Sprintf("u%d", i))
+			}
+			pol := policy()
+			pol.StopOrphans, pol.MaxStopsPerPass, pol.MaxStopFraction = true, tc.maxPerPass, tc.maxFraction
+			r := Plan(Input{Now: now, Policy: pol, Oracle: present(live...), Sandboxes: sandboxes})
+			if (r.Breaker != nil) != tc.trips {
+				t.Fatalf("breaker = %+v, want trip %v", r.Breaker, tc.trips)
+			}
+			stops := 0
+			for _, a := range r.Actions {
+				if a.Rule == RuleOrphanStop {
+					stops++
+				}
+			}
+			if tc.trips && (stops != 0 || r.Breaker.Pods != tc.orphans || len(deferred(r)) != tc.orphans) {
+				t.Fatalf("tripped breaker still stops %d; trip %+v", stops, r.Breaker)
+			}
+			if !tc.trips && stops != tc.orphans {
+				t.Fatalf("stops = %d, want %d", stops, tc.orphans)
+			}
+		})
+	}
+}
+
+func TestLeakGraceCountsFromWhenAnActionWasFirstProposed(t *testing.T) {
+	pol := policy()
+	pol.LeakGrace = 5 * time.Minute
+	in := Input{Now: now, Policy: pol, Oracle: present(),
+		Sandboxes:  []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
+		Containers: []cri.Container{ctr("c1", "s1", "u1", "app", cri.ContainerExited, time.Hour)}}
+	r := Plan(in)
+	same(t, "first pass: due", due(r), nil)
+	same(t, "first pass: deferred", deferred(r), []string{"remove-container c1", "remove-sandbox s1"})
+	if !strings.Contains(r.Deferred[0].Why(), "5m0s left") {
+		t.Fatalf("why = %q", r.Deferred[0].Why())
+	}
+
+	in.EligibleSince, in.Now = r.EligibleSince, now.Add(4*time.Minute)
+	r = Plan(in)
+	same(t, "before the grace: due", due(r), nil)
+
+	in.EligibleSince, in.Now = r.EligibleSince, now.Add(5*time.Minute)
+	r = Plan(in)
+	same(t, "after the grace: due", due(r), []string{"remove-container c1", "remove-sandbox s1"})
+
+	// A life event of the pod restarts the clock.
+	in.LastLifeEvent = map[string]time.Time{"u1": now.Add(3 * time.Minute)}
+	r = Plan(in)
+	same(t, "after a life event: due", due(r), nil)
+
+	// The condition stops holding (the pod dir is back): the clock is dropped.
+	in.Oracle = present("u1")
+	in.EligibleSince = r.EligibleSince
+	r = Plan(in)
+	if _, ok := r.EligibleSince["container/c1"]; ok {
+		t.Fatal("a candidate that is no longer proposed kept its clock")
+	}
+}
+
+func TestDependentActionsWaitForWhatTheyDependOn(t *testing.T) {
+	pol := policy()
+	pol.LeakGrace = time.Minute
+	in := Input{Now: now, Policy: pol, Oracle: present(),
+		Sandboxes:     []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
+		Containers:    []cri.Container{ctr("c1", "s1", "u1", "app", cri.ContainerExited, time.Hour)},
+		EligibleSince: map[string]time.Time{"sandbox/s1": now.Add(-time.Hour)}}
+	r := Plan(in)
+	for _, d := range r.Deferred {
+		if d.Kind == RemoveSandbox && d.Why() != "waits for container/c1" {
+			t.Fatalf("sandbox deferred for %q, want it to wait for its container", d.Why())
+		}
+	}
+	same(t, "due", due(r), nil)
+}
+
+func TestNoPlanWhileTheOracleIsNotReady(t *testing.T) {
+	r := Plan(Input{Now: now, Policy: policy(),
+		Oracle:    Oracle{PodDirs: nodefs.PodDirs{Err: errors.New("/var/lib/kubelet/pods does not exist")}},
+		Sandboxes: []cri.Sandbox{sb("s1", "u1", false, time.Hour), sb("s0", "u1", false, 2*time.Hour)}})
+	if len(r.Actions)+len(r.Deferred) != 0 || !strings.Contains(r.NotReady, "/var/lib/kubelet/pods") {
+		t.Fatalf("plan with an unready oracle: %+v", r)
+	}
+}
+
+func TestDisabledOracleNeverSaysGone(t *testing.T) {
+	r := Plan(Input{Now: now, Policy: policy(), Oracle: Oracle{Disabled: true},
+		Sandboxes:  []cri.Sandbox{sb("old", "u1", false, 2*time.Hour), sb("new", "u1", false, time.Hour)},
+		PodLogDirs: []nodefs.PodLogDir{{Path: podLogs + "/ns_p_u1", UID: "u1"}}})
+	same(t, "due", due(r), []string{"remove-sandbox old"})
+}
+
+func TestPlanIsDeterministic(t *testing.T) {
+	in := randomInput(42, 200)
+	a, b := Plan(in), Plan(in)
+	if strings.Join(due(a), ",") != strings.Join(due(b), ",") || fmt.Sprint(a.Kept) != fmt.Sprint(b.Kept) {
+		t.Fatal("the same input gave two plans")
+	}
+}

@@ -1,0 +1,215 @@
+package gc
+
+import (
+	"fmt"
+	"math/rand"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+)
+
+// randomInput builds a random node: pods with several sandbox attempts and
+// container instances in every state, unmanaged objects, a random oracle,
+// log dirs (some outside the root), log links, grace clocks and policies.
+func randomInput(seed int64, pods int) Input {
+	rng := rand.New(rand.NewSource(seed))
+	in := Input{Now: now, LastLifeEvent: map[string]time.Time{}, EligibleSince: map[string]time.Time{}}
+	in.Policy = Policy{
+		LeakGrace:          time.Duration(rng.Intn(3)) * time.Minute,
+		MinAge:             time.Duration(rng.Intn(2)) * time.Minute,
+		MaxPerPodContainer: rng.Intn(4) - 1,
+		MaxContainers:      rng.Intn(pods*2) - 1,
+		StopOrphans:        rng.Intn(2) == 0,
+		StopTimeout:        time.Second,
+		MaxStopsPerPass:    rng.Intn(5),
+		MaxStopFraction:    rng.Float64(),
+		PodLogsDir:         podLogs,
+		ContainerLogsDir:   ctrLogs,
+	}
+	dirs := nodefs.PodDirs{Ready: rng.Intn(10) != 0, UIDs: map[string]struct{}{}}
+	in.Oracle = Oracle{Disabled: rng.Intn(10) == 0, PodDirs: dirs}
+	states := []cri.ContainerState{cri.ContainerCreated, cri.ContainerRunning, cri.ContainerExited, cri.ContainerUnknown}
+	id := 0
+	next := func(kind string) string { id++; return fmt.Sprintf("%s%04d", kind, id) }
+	age := func() time.Duration { return time.Duration(rng.Intn(600)) * time.Second }
+	for i := range pods {
+		uid := fmt.Sprintf("uid-%d", i)
+		if rng.Intn(2) == 0 {
+			dirs.UIDs[uid] = struct{}{}
+		}
+		if rng.Intn(4) == 0 {
+			in.LastLifeEvent[uid] = now.Add(-age())
+		}
+		var sandboxIDs []string
+		for range 1 + rng.Intn(3) {
+			s := sb(next("s"), uid, rng.Intn(3) == 0, age())
+			if rng.Intn(15) == 0 {
+				s.Labels = nil // not kubelet's
+			}
+			in.Sandboxes = append(in.Sandboxes, s)
+			sandboxIDs = append(sandboxIDs, s.ID)
+		}
+		for range rng.Intn(6) {
+			sandboxID := sandboxIDs[rng.Intn(len(sandboxIDs))]
+			if rng.Intn(20) == 0 {
+				sandboxID = "missing-sandbox"
+			}
+			c := ctr(next("c"), sandboxID, uid, fmt.Sprintf("n%d", rng.Intn(2)), states[rng.Intn(len(states))], age())
+			if rng.Intn(15) == 0 {
+				c.Labels = nil
+			}
+			in.Containers = append(in.Containers, c)
+			if rng.Intn(3) == 0 {
+				in.ContainerLogLinks = append(in.ContainerLogLinks, nodefs.ContainerLogLink{
+					Path: ctrLogs + "/pod_ns_x-" + c.ID + ".log", ContainerID: c.ID, Dangling: rng.Intn(2) == 0})
+			}
+		}
+		if rng.Intn(2) == 0 {
+			root := podLogs
+			if rng.Intn(10) == 0 {
+				root = "/elsewhere"
+			}
+			name := "ns_pod-" + uid + "_" + uid
+			in.PodLogDirs = append(in.PodLogDirs, nodefs.PodLogDir{Path: filepath.Join(root, name), Name: name, Namespace: "ns", PodName: "pod-" + uid, UID: uid})
+		}
+	}
+	for range rng.Intn(5) {
+		in.ContainerLogLinks = append(in.ContainerLogLinks, nodefs.ContainerLogLink{
+			Path: ctrLogs + "/gone_ns_x-" + next("dead") + ".log", ContainerID: next("dead"), Dangling: true})
+	}
+	// Half of the candidates have been waiting a while already.
+	if rng.Intn(2) == 0 {
+		first := Plan(in)
+		for k := range first.EligibleSince {
+			if rng.Intn(2) == 0 {
+				in.EligibleSince[k] = now.Add(-time.Duration(rng.Intn(300)) * time.Second)
+			}
+		}
+	}
+	return in
+}
+
+// checkContract fails on any plan that breaks DESIGN.md §4.
+func checkContract(t *testing.T, in Input, r Result) {
+	t.Helper()
+	sandboxes := map[string]cri.Sandbox{}
+	for _, s := range in.Sandboxes {
+		sandboxes[s.ID] = s
+	}
+	containers := map[string]cri.Container{}
+	for _, c := range in.Containers {
+		containers[c.ID] = c
+	}
+	due := map[string]Action{}
+	stoppedPods := map[string]bool{}
+	for i, a := range r.Actions {
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("action %d %s %s: %s", i, a.Kind, a.Key, fmt.Sprintf(format, args...))
+		}
+		gone := in.Oracle.gone(a.Pod.UID)
+		if in.Now.Sub(a.EligibleSince) < in.Policy.LeakGrace {
+			fail("due before leak_grace")
+		}
+		for _, dep := range a.DependsOn {
+			if _, ok := due[dep]; !ok {
+				fail("depends on %s, which is not due before it", dep)
+			}
+		}
+		switch a.Kind {
+		case RemoveContainer, StopContainer:
+			c, ok := containers[a.ContainerID]
+			if !ok || c.Labels == nil {
+				fail("not a listed kubelet container")
+			}
+			if c.State == cri.ContainerRunning && !(a.Kind == StopContainer && in.Policy.StopOrphans && gone) {
+				fail("touches a RUNNING container (stop orphans %v, pod gone %v)", in.Policy.StopOrphans, gone)
+			}
+			if a.Kind == RemoveContainer && c.State == cri.ContainerUnknown {
+				fail("removes an UNKNOWN container without stopping it first")
+			}
+			if a.Rule == RuleOrphanStop {
+				stoppedPods[a.Pod.UID] = true
+			}
+		case RemoveSandbox, StopSandbox:
+			s, ok := sandboxes[a.SandboxID]
+			if !ok || s.Labels == nil {
+				fail("not a listed kubelet sandbox")
+			}
+			if s.Ready && !(a.Kind == StopSandbox && in.Policy.StopOrphans && gone) {
+				fail("touches a Ready sandbox")
+			}
+			if a.Kind == RemoveSandbox {
+				for _, c := range in.Containers {
+					if c.SandboxID == s.ID {
+						if _, ok := due["container/"+c.ID]; !ok {
+							fail("still referenced by container %s (%s), not removed before it", c.ID, c.State)
+						}
+					}
+				}
+			}
+			if a.Rule == RuleOrphanStop {
+				stoppedPods[a.Pod.UID] = true
+			}
+		case RemovePodLogDir:
+			if filepath.Dir(a.Path) != in.Policy.PodLogsDir {
+				fail("path outside pod_logs_dir")
+			}
+			if !gone {
+				fail("log dir of a pod that is not gone")
+			}
+			for _, s := range in.Sandboxes {
+				if s.UID == a.Pod.UID {
+					if _, ok := due["sandbox/"+s.ID]; !ok {
+						fail("sandbox %s of the pod is left", s.ID)
+					}
+				}
+			}
+		case RemoveContainerLogLink:
+			if filepath.Dir(a.Path) != in.Policy.ContainerLogsDir {
+				fail("path outside container_logs_dir")
+			}
+			if c, ok := containers[a.ContainerID]; ok && c.State != cri.ContainerExited {
+				if _, removing := due["container/"+c.ID]; !removing {
+					fail("link of a %s container", c.State)
+				}
+			}
+		}
+		due[a.Key] = a
+	}
+	if n := len(stoppedPods); n > 0 {
+		ready := 0
+		for _, s := range in.Sandboxes {
+			if s.Ready && s.Labels != nil {
+				ready++
+			}
+		}
+		if n > in.Policy.MaxStopsPerPass || float64(n) > in.Policy.MaxStopFraction*float64(ready) {
+			t.Fatalf("a pass stops %d live pods: over max_per_pass %d or max_fraction %g of %d Ready",
+				n, in.Policy.MaxStopsPerPass, in.Policy.MaxStopFraction, ready)
+		}
+	}
+	if !in.Oracle.Ready() && len(r.Actions) > 0 {
+		t.Fatal("actions while the oracle is not ready")
+	}
+}
+
+func TestEveryPlanKeepsTheSafetyContract(t *testing.T) {
+	for seed := int64(1); seed <= 2000; seed++ {
+		in := randomInput(seed, 1+int(seed%40))
+		checkContract(t, in, Plan(in))
+	}
+}
+
+func FuzzPlanKeepsTheSafetyContract(f *testing.F) {
+	for _, seed := range []int64{1, 7, 99, 12345} {
+		f.Add(seed, uint8(10))
+	}
+	f.Fuzz(func(t *testing.T, seed int64, pods uint8) {
+		in := randomInput(seed, 1+int(pods%64))
+		checkContract(t, in, Plan(in))
+	})
+}

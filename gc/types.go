@@ -1,0 +1,192 @@
+// Package gc plans housekeeping: given one fresh listing of the runtime, the
+// pod oracle and the node's log files, it returns the actions to take, each
+// with its rule and a human reason, and the suspicious objects it keeps with
+// why. It is pure: no I/O, no clock, no randomness; the same input gives the
+// same plan. Policy is data (evict units and rules as in kubelet's
+// kuberuntime_gc.go), so every rule is testable table by table.
+package gc
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+)
+
+// Policy is the configuration of the rules (DESIGN.md §4, §6).
+type Policy struct {
+	LeakGrace          time.Duration // every action waits until its object was eligible this long
+	MinAge             time.Duration // containers younger than this are never evicted
+	MaxPerPodContainer int           // dead containers kept per (pod, container name); < 0: no limit
+	MaxContainers      int           // dead containers kept on the node; < 0: no limit
+	StopOrphans        bool          // orphans.action = "stop" (else "report")
+	StopTimeout        time.Duration // orphans.stop_timeout
+	MaxStopsPerPass    int           // orphans.max_per_pass: live pods one pass may stop
+	MaxStopFraction    float64       // orphans.max_fraction of Ready sandboxes one pass may stop
+	// PodLogsDir and ContainerLogsDir are the roots file removals stay in:
+	// a listed path that is not directly inside its root is never touched.
+	PodLogsDir       string
+	ContainerLogsDir string
+}
+
+// Oracle says which pods kubelet still has on the node.
+type Oracle struct {
+	// Disabled (pods.source = "none"): no pod is ever gone; only the
+	// keep-newest rules apply.
+	Disabled bool
+	// PodDirs is kubelet's pod directory listing (pods.source = "kubelet-dir").
+	PodDirs nodefs.PodDirs
+}
+
+// Ready reports whether the oracle can be trusted this pass.
+func (o Oracle) Ready() bool { return o.Disabled || o.PodDirs.Ready }
+
+// gone reports whether the oracle says the pod no longer exists on the node.
+func (o Oracle) gone(uid string) bool {
+	return !o.Disabled && o.PodDirs.Ready && !o.PodDirs.Present(uid)
+}
+
+// Input is everything one plan is made from.
+type Input struct {
+	Now    time.Time
+	Policy Policy
+	// Sandboxes and Containers are one fresh, complete CRI listing.
+	Sandboxes  []cri.Sandbox
+	Containers []cri.Container
+	Oracle     Oracle
+	// LastLifeEvent is the last RunPodSandbox/StartContainer per pod UID
+	// (from podstate): a life event restarts the grace of the pod's actions.
+	LastLifeEvent map[string]time.Time
+	// EligibleSince is Result.EligibleSince of the previous plan: when each
+	// proposed action was first proposed. nil on the first pass.
+	EligibleSince map[string]time.Time
+	// PodLogDirs and ContainerLogLinks are the node's log files (nodefs).
+	PodLogDirs        []nodefs.PodLogDir
+	ContainerLogLinks []nodefs.ContainerLogLink
+}
+
+// Kind is what an action does.
+type Kind string
+
+const (
+	StopContainer          Kind = "stop-container"     // CRI StopContainer
+	RemoveContainer        Kind = "remove-container"   // CRI RemoveContainer
+	StopSandbox            Kind = "stop-sandbox"       // CRI StopPodSandbox (orphaned live pods)
+	RemoveSandbox          Kind = "remove-sandbox"     // CRI StopPodSandbox then RemovePodSandbox
+	RemovePodLogDir        Kind = "remove-pod-log-dir" // <pod_logs_dir>/<ns>_<name>_<uid>
+	RemoveContainerLogLink Kind = "remove-log-link"    // <container_logs_dir>/<...>.log symlink
+)
+
+// Kinds lists every kind in execution order: an action only depends on
+// actions of earlier kinds.
+var Kinds = []Kind{StopContainer, StopSandbox, RemoveContainer, RemoveSandbox, RemovePodLogDir, RemoveContainerLogLink}
+
+// Rules, named for logs, metrics and the report.
+const (
+	RuleContainerPodGone       = "containers.pod-gone"
+	RuleContainerMaxPerPod     = "containers.max-per-pod-container"
+	RuleContainerMaxContainers = "containers.max-containers"
+	RuleSandboxPodGone         = "sandboxes.pod-gone"
+	RuleSandboxNotNewest       = "sandboxes.not-newest"
+	RulePodLogDir              = "logs.pod-log-dir"
+	RuleDanglingLogLink        = "logs.dangling-link"
+	RuleOrphanStop             = "orphans.stop"
+)
+
+// PodRef names the pod an object belongs to.
+type PodRef struct {
+	UID, Namespace, Name string
+}
+
+// Action is one thing to do, with why.
+type Action struct {
+	Kind   Kind
+	Rule   string
+	Reason string
+	Pod    PodRef
+	// Key identifies the action across passes (grace, backoff).
+	Key           string
+	SandboxID     string
+	ContainerID   string
+	ContainerName string
+	Path          string
+	// Timeout is the StopContainer timeout.
+	Timeout time.Duration
+	// DependsOn lists keys of actions that must succeed first.
+	DependsOn []string
+	// EligibleSince is when the action was first proposed (or the pod's
+	// last life event, if later).
+	EligibleSince time.Time
+}
+
+// Kept is a suspicious object the plan leaves alone, and why.
+type Kept struct {
+	Object string // "sandbox <id>", "container <id> (<name>)", "pod log dir <path>", ...
+	Pod    PodRef
+	Reason string
+}
+
+// Trip is the blast-radius breaker's verdict for a pass that would stop too
+// many live pods: it stops none.
+type Trip struct {
+	Pods          int // live pods the pass would have stopped
+	ReadySandbox  int // Ready sandboxes on the node
+	MaxPerPass    int
+	MaxFraction   float64
+	StopsRefused  int // stop actions dropped
+	AffectedPods  []PodRef
+	ReasonMessage string
+}
+
+// Result is one plan.
+type Result struct {
+	// Actions are due now, in execution order (Kinds), each after its deps.
+	Actions []Action
+	// Deferred are proposed but not due: waiting for leak_grace, for an
+	// action they depend on, or refused by the breaker.
+	Deferred []Deferred
+	Kept     []Kept
+	Breaker  *Trip
+	// Leaks counts leaked objects detected, by kind of object.
+	Leaks map[string]int
+	// EligibleSince is to be passed as Input.EligibleSince next pass: only
+	// actions proposed this pass are in it, so a condition that stops
+	// holding restarts its clock.
+	EligibleSince map[string]time.Time
+	// NotReady is set when the oracle could not be read: no plan is made.
+	NotReady string
+}
+
+// Deferred is a proposed action that is not due yet. Exactly one of the
+// reasons is set.
+type Deferred struct {
+	Action
+	// GraceLeft is how much of leak_grace is left.
+	GraceLeft time.Duration
+	// WaitsFor is the key of an action this one depends on that is not due.
+	WaitsFor string
+	// Breaker: refused by the blast-radius breaker.
+	Breaker bool
+}
+
+// Why says in words why the action is not due.
+func (d Deferred) Why() string {
+	switch {
+	case d.Breaker:
+		return "refused by the blast-radius breaker"
+	case d.WaitsFor != "":
+		return "waits for " + d.WaitsFor
+	}
+	return fmt.Sprintf("waiting for leak_grace: eligible since %s, %s left", d.EligibleSince.Format(time.RFC3339), d.GraceLeft.Round(time.Second))
+}
+
+// Leak kinds counted in Result.Leaks.
+const (
+	LeakSandbox    = "sandbox"
+	LeakContainer  = "container"
+	LeakPodLogDir  = "pod-log-dir"
+	LeakLogLink    = "log-link"
+	LeakOrphanPod  = "orphaned-live-pod"
+	LeakUnknownCtr = "unknown-container"
+)
