@@ -1,0 +1,130 @@
+package nodefs
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzParsePodLogDirName: the parser never panics, agrees with the
+// independent grammar, and whatever it accepts is one plain path element
+// that rebuilds to exactly the input (so Join(dir, name) is a direct child).
+func FuzzParsePodLogDirName(f *testing.F) {
+	for _, s := range []string{
+		"default_nginx_" + testUUID, testUUID, testMD5UID, "kube-system_etcd-node1.example.com_" + testMD5UID,
+		"", ".", "..", "../x", "a_b", "a__" + testUUID, "A_b_" + testUUID, "a_b_c_" + testUUID, "a_b_" + testUUID + "/x",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		got, err := ParsePodLogDirName(name)
+		want, ok := wantPodLogDir(name)
+		if ok != (err == nil) || ok && got != want {
+			t.Fatalf("%q: parser %+v, %v; grammar %+v, %v", name, got, err, want, ok)
+		}
+		if err != nil {
+			if got != (PodLogDir{}) {
+				t.Fatalf("%q: error %v with a non-zero result %+v", name, err, got)
+			}
+			return
+		}
+		if name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+			t.Fatalf("accepted %q, which is not a plain path element", name)
+		}
+		if filepath.Join("/root", name) != "/root/"+name {
+			t.Fatalf("accepted %q, which does not join as a direct child", name)
+		}
+		rebuilt := got.UID
+		if got.Namespace != "" || got.PodName != "" {
+			rebuilt = got.Namespace + "_" + got.PodName + "_" + got.UID
+		}
+		if rebuilt != name || got.Name != name || !validUID(got.UID) {
+			t.Fatalf("%q parsed as %+v, which does not rebuild it", name, got)
+		}
+	})
+}
+
+// FuzzParseContainerLogLinkName: as above for link names.
+func FuzzParseContainerLogLinkName(f *testing.F) {
+	for _, s := range []string{
+		"nginx_default_nginx-" + testCID + ".log", "p_n_c-abcdef.log", "p_n_c-abcde.log", ".log", "../x.log",
+		"a_b_c_d-abcdef.log", "a_b_c-ABCDEF.log", strings.Repeat("p", 240) + "_n_c-abcdef.log",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		got, err := ParseContainerLogLinkName(name)
+		want, ok := wantLink(name)
+		if ok != (err == nil) || ok && got != want {
+			t.Fatalf("%q: parser %+v, %v; grammar %+v, %v", name, got, err, want, ok)
+		}
+		if err != nil {
+			return
+		}
+		if strings.ContainsAny(name, "/\x00") || filepath.Join("/root", name) != "/root/"+name {
+			t.Fatalf("accepted %q, which is not a plain path element", name)
+		}
+		if rebuilt := got.PodName + "_" + got.Namespace + "_" + got.ContainerName + "-" + got.ContainerID + ".log"; rebuilt != name {
+			t.Fatalf("%q parsed as %+v, which rebuilds %q", name, got, rebuilt)
+		}
+	})
+}
+
+// FuzzWithin: Within is true exactly when the cleaned path is strictly below
+// a cleaned root and is no root itself, checked against filepath.Rel; and a
+// path accepted for removal splits into clean components below its root.
+func FuzzWithin(f *testing.F) {
+	for _, s := range [][3]string{
+		{"/var/log/pods", "/var/log/containers", "/var/log/pods/x"},
+		{"/var/log/pods", "/var/log/containers", "/var/log/pods"},
+		{"/var/log/pods", "/var/log/containers", "/var/log/pods/../containers"},
+		{"/var/log/pods", "/var/log/containers", "/var/log/pods-x/y"},
+		{"/var/log", "/var/log/pods", "/var/log/pods"},
+		{"/a/", "/a/b", "/a/b/../../a/c"},
+		{"/a", "/b", "a/b"},
+		{"/a", "/b", "/a/./b/"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, root1, root2, path string) {
+		r, err := NewRemover(root1, root2)
+		if err != nil {
+			return
+		}
+		got := r.Within(path)
+
+		want := false
+		if filepath.IsAbs(path) {
+			c := filepath.Clean(path)
+			isRoot := false
+			for _, root := range r.Roots() {
+				isRoot = isRoot || c == root
+			}
+			for _, root := range r.Roots() {
+				rel, err := filepath.Rel(root, c)
+				if err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") && !isRoot {
+					want = true
+				}
+			}
+		}
+		if got != want {
+			t.Fatalf("roots %q: Within(%q) = %v, want %v", r.Roots(), path, got, want)
+		}
+
+		root, rel, err := r.target(path)
+		if err != nil {
+			return
+		}
+		if !got || hasDotDot(path) {
+			t.Fatalf("roots %q: %q accepted for removal but Within = %v", r.Roots(), path, got)
+		}
+		for _, el := range rel {
+			if el == "" || el == "." || el == ".." {
+				t.Fatalf("roots %q: %q split into %q", r.Roots(), path, rel)
+			}
+		}
+		if root+"/"+strings.Join(rel, "/") != filepath.Clean(path) {
+			t.Fatalf("roots %q: %q split into %q below %q", r.Roots(), path, rel, root)
+		}
+	})
+}

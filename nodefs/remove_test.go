@@ -1,0 +1,661 @@
+package nodefs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// mount mounts (a bind mount when fstype is "") and unmounts in Cleanup,
+// before t.TempDir's own cleanup runs. It skips the test when mounting is
+// not permitted.
+func mount(t *testing.T, src, dst, fstype string) {
+	t.Helper()
+	flags := uintptr(0)
+	if fstype == "" {
+		flags = unix.MS_BIND
+	}
+	if err := unix.Mount(src, dst, fstype, flags, ""); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			t.Skipf("mounting not permitted: %v", err)
+		}
+		t.Fatalf("mount %s on %s: %v", src, dst, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dst, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dst, err)
+		}
+	})
+}
+
+func exists(t *testing.T, path string) bool {
+	t.Helper()
+	_, err := os.Lstat(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+func mustExist(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if !exists(t, p) {
+			t.Errorf("%s was removed, want it kept", p)
+		}
+	}
+}
+
+func mustBeGone(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if exists(t, p) {
+			t.Errorf("%s still exists, want it removed", p)
+		}
+	}
+}
+
+// wantRefused checks that err is a refusal that names path.
+func wantRefused(t *testing.T, err error, path string) {
+	t.Helper()
+	t.Logf("refused as wanted: %v", err)
+	var r *RefusedError
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want a RefusedError", err)
+	}
+	if !strings.Contains(err.Error(), path) {
+		t.Fatalf("err = %v, want it to name %s", err, path)
+	}
+}
+
+func newRemover(t *testing.T, roots ...string) *Remover {
+	t.Helper()
+	r, err := NewRemover(roots...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestNewRemover(t *testing.T) {
+	tests := []struct {
+		rule  string
+		roots []string
+		want  []string // nil: an error naming the bad root
+	}{
+		{"roots are cleaned", []string{"/var/log/pods/", "/var/log//containers"}, []string{"/var/log/containers", "/var/log/pods"}},
+		{"closest root first", []string{"/var/log", "/var/log/pods"}, []string{"/var/log/pods", "/var/log"}},
+		{"no roots is an error", nil, nil},
+		{"a relative root is an error", []string{"var/log/pods"}, nil},
+		{"an empty root is an error", []string{""}, nil},
+		{"the file system root is an error", []string{"/"}, nil},
+		{"a root that cleans to / is an error", []string{"//."}, nil},
+		{"a root with .. is an error", []string{"/var/log/../lib"}, nil},
+		{"one bad root among good ones is an error", []string{"/var/log/pods", "relative"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rule, func(t *testing.T) {
+			r, err := NewRemover(tt.roots...)
+			if tt.want == nil {
+				if err == nil {
+					t.Fatalf("NewRemover(%q) = %v, want an error", tt.roots, r.Roots())
+				}
+				if len(tt.roots) > 0 && !strings.Contains(err.Error(), tt.roots[len(tt.roots)-1]) {
+					t.Fatalf("err = %v, want it to name the bad root", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.Roots(); strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Fatalf("Roots() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestWithin(t *testing.T) {
+	r := newRemover(t, "/var/log/pods", "/var/log/containers", "/data/a", "/data/a/b")
+	tests := []struct {
+		rule string
+		path string
+		want bool
+	}{
+		{"a direct child is within", "/var/log/pods/x", true},
+		{"a deeper path is within", "/var/log/pods/x/y/z", true},
+		{"a trailing slash is cleaned", "/var/log/pods/x/", true},
+		{"a root itself is not within", "/var/log/pods", false},
+		{"a root with a trailing slash is not within", "/var/log/pods/", false},
+		{"a root spelled with a dot is not within", "/var/log/pods/.", false},
+		{"a nested root is not within its parent root", "/data/a/b", false},
+		{"below a nested root is within", "/data/a/b/c", true},
+		{"a sibling sharing a prefix is not within", "/var/log/pods-old/x", false},
+		{"the parent of a root is not within", "/var/log", false},
+		{".. escaping the root is not within", "/var/log/pods/../containers", false},
+		{".. escaping to another root's parent is not within", "/var/log/pods/x/../../x", false},
+		{".. that stays inside is within after Clean", "/var/log/pods/x/../y", true},
+		{"a relative path is never within", "var/log/pods/x", false},
+		{"an empty path is not within", "", false},
+		{"/ is not within", "/", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rule, func(t *testing.T) {
+			if got := r.Within(tt.path); got != tt.want {
+				t.Fatalf("Within(%q) = %v, want %v", tt.path, got, tt.want)
+			}
+		})
+	}
+}
+
+// tree is a crafted node: a pod log root, a container log root and a
+// directory outside both.
+type tree struct {
+	podLogs, containerLogs, outside string
+	r                               *Remover
+}
+
+func newTree(t *testing.T) tree {
+	base := t.TempDir()
+	tr := tree{
+		podLogs:       filepath.Join(base, "pods"),
+		containerLogs: filepath.Join(base, "containers"),
+		outside:       filepath.Join(base, "outside"),
+	}
+	for _, d := range []string{tr.podLogs, tr.containerLogs, tr.outside} {
+		mkdirAll(t, d)
+	}
+	tr.r = newRemover(t, tr.podLogs, tr.containerLogs)
+	return tr
+}
+
+const podDirName = "default_nginx_" + testUUID
+
+func TestRemovePodLogDir(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("a nested tree is removed", func(t *testing.T) {
+		tr := newTree(t)
+		pod := filepath.Join(tr.podLogs, podDirName)
+		writeFile(t, filepath.Join(pod, "nginx", "0.log"), "log")
+		writeFile(t, filepath.Join(pod, "nginx", "1.log.20240101-000000.gz"), "old")
+		writeFile(t, filepath.Join(pod, "sidecar", "a", "b", "c", "0.log"), "deep")
+		mkdirAll(t, filepath.Join(pod, "empty"))
+		if err := os.Chmod(filepath.Join(pod, "sidecar", "a"), 0o500); err != nil { // root can still remove
+			t.Fatal(err)
+		}
+		if err := tr.r.RemovePodLogDir(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		mustBeGone(t, pod)
+		mustExist(t, tr.podLogs)
+	})
+
+	t.Run("a legacy <uid> dir and a static pod dir are removed", func(t *testing.T) {
+		tr := newTree(t)
+		for _, name := range []string{testUUID, "kube-system_etcd-node1_" + testMD5UID} {
+			p := filepath.Join(tr.podLogs, name)
+			writeFile(t, filepath.Join(p, "c", "0.log"), "log")
+			if err := tr.r.RemovePodLogDir(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			mustBeGone(t, p)
+		}
+	})
+
+	t.Run("a symlink inside pointing outside the root is unlinked, its target survives", func(t *testing.T) {
+		tr := newTree(t)
+		pod := filepath.Join(tr.podLogs, podDirName)
+		writeFile(t, filepath.Join(tr.outside, "precious", "data"), "keep")
+		writeFile(t, filepath.Join(tr.outside, "file"), "keep")
+		symlink(t, filepath.Join(tr.outside, "precious"), filepath.Join(pod, "nginx", "dirlink"))
+		symlink(t, filepath.Join(tr.outside, "file"), filepath.Join(pod, "nginx", "0.log"))
+		symlink(t, "../../../outside", filepath.Join(pod, "relative"))
+		if err := tr.r.RemovePodLogDir(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		mustBeGone(t, pod)
+		mustExist(t, filepath.Join(tr.outside, "precious", "data"), filepath.Join(tr.outside, "file"))
+	})
+
+	t.Run("a hard link inside is unlinked, the other name survives", func(t *testing.T) {
+		tr := newTree(t)
+		pod := filepath.Join(tr.podLogs, podDirName)
+		writeFile(t, filepath.Join(tr.outside, "file"), "keep")
+		mkdirAll(t, pod)
+		if err := os.Link(filepath.Join(tr.outside, "file"), filepath.Join(pod, "hard")); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.r.RemovePodLogDir(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		mustBeGone(t, pod)
+		mustExist(t, filepath.Join(tr.outside, "file"))
+	})
+
+	t.Run("a missing path is success", func(t *testing.T) {
+		tr := newTree(t)
+		if err := tr.r.RemovePodLogDir(ctx, filepath.Join(tr.podLogs, podDirName)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a missing root is success", func(t *testing.T) {
+		r := newRemover(t, filepath.Join(t.TempDir(), "nope"))
+		if err := r.RemovePodLogDir(ctx, filepath.Join(r.Roots()[0], podDirName)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	refusals := []struct {
+		rule  string
+		setup func(t *testing.T, tr tree) (path string, keep []string)
+	}{
+		{"a path outside the roots is refused", func(t *testing.T, tr tree) (string, []string) {
+			p := filepath.Join(tr.outside, podDirName)
+			writeFile(t, filepath.Join(p, "f"), "")
+			return p, []string{filepath.Join(p, "f")}
+		}},
+		{"a root itself is refused", func(t *testing.T, tr tree) (string, []string) {
+			writeFile(t, filepath.Join(tr.podLogs, podDirName, "f"), "")
+			return tr.podLogs, []string{filepath.Join(tr.podLogs, podDirName, "f")}
+		}},
+		{"a root spelled with a trailing slash is refused", func(t *testing.T, tr tree) (string, []string) {
+			return tr.podLogs + "/", []string{tr.podLogs}
+		}},
+		{".. in the path is refused even when it stays inside", func(t *testing.T, tr tree) (string, []string) {
+			p := filepath.Join(tr.podLogs, podDirName)
+			writeFile(t, filepath.Join(p, "f"), "")
+			return tr.podLogs + "/x/../" + podDirName, []string{filepath.Join(p, "f")}
+		}},
+		{".. escaping the root is refused", func(t *testing.T, tr tree) (string, []string) {
+			p := filepath.Join(tr.outside, podDirName)
+			writeFile(t, filepath.Join(p, "f"), "")
+			return tr.podLogs + "/../outside/" + podDirName, []string{filepath.Join(p, "f")}
+		}},
+		{"a relative path is refused", func(t *testing.T, tr tree) (string, []string) {
+			return podDirName, nil
+		}},
+		{"a pod log dir that is itself a symlink is refused and its target survives", func(t *testing.T, tr tree) (string, []string) {
+			writeFile(t, filepath.Join(tr.outside, "target", "f"), "keep")
+			p := filepath.Join(tr.podLogs, podDirName)
+			symlink(t, filepath.Join(tr.outside, "target"), p)
+			return p, []string{p, filepath.Join(tr.outside, "target", "f")}
+		}},
+		{"a regular file with a pod log dir name is refused", func(t *testing.T, tr tree) (string, []string) {
+			p := filepath.Join(tr.podLogs, podDirName)
+			writeFile(t, p, "")
+			return p, []string{p}
+		}},
+		{"a name that does not parse is refused", func(t *testing.T, tr tree) (string, []string) {
+			p := filepath.Join(tr.podLogs, "my_precious_dir")
+			writeFile(t, filepath.Join(p, "f"), "")
+			return p, []string{filepath.Join(p, "f")}
+		}},
+		{"a path that is not a direct child of a root is refused", func(t *testing.T, tr tree) (string, []string) {
+			p := filepath.Join(tr.podLogs, "x", podDirName)
+			writeFile(t, filepath.Join(p, "f"), "")
+			return p, []string{filepath.Join(p, "f")}
+		}},
+		{"a pod log dir that is a bind mount is refused", func(t *testing.T, tr tree) (string, []string) {
+			writeFile(t, filepath.Join(tr.outside, "src", "f"), "keep")
+			p := filepath.Join(tr.podLogs, podDirName)
+			mkdirAll(t, p)
+			mount(t, filepath.Join(tr.outside, "src"), p, "")
+			return p, []string{filepath.Join(tr.outside, "src", "f")}
+		}},
+	}
+	for _, tt := range refusals {
+		t.Run(tt.rule, func(t *testing.T) {
+			tr := newTree(t)
+			path, keep := tt.setup(t, tr)
+			err := tr.r.RemovePodLogDir(ctx, path)
+			wantRefused(t, err, path)
+			mustExist(t, keep...)
+		})
+	}
+
+	t.Run("a bind mount inside is refused, naming the mount point; nothing is removed", func(t *testing.T) {
+		tr := newTree(t)
+		pod := filepath.Join(tr.podLogs, podDirName)
+		writeFile(t, filepath.Join(tr.outside, "src", "data"), "keep")
+		writeFile(t, filepath.Join(pod, "a", "0.log"), "log")
+		mnt := filepath.Join(pod, "z", "mnt")
+		mkdirAll(t, mnt)
+		mount(t, filepath.Join(tr.outside, "src"), mnt, "")
+		err := tr.r.RemovePodLogDir(ctx, pod)
+		wantRefused(t, err, mnt)
+		mustExist(t, filepath.Join(tr.outside, "src", "data"), filepath.Join(mnt, "data"), filepath.Join(pod, "a", "0.log"))
+	})
+
+	t.Run("a bind-mounted file inside is refused; the file survives", func(t *testing.T) {
+		tr := newTree(t)
+		pod := filepath.Join(tr.podLogs, podDirName)
+		writeFile(t, filepath.Join(tr.outside, "file"), "keep")
+		writeFile(t, filepath.Join(pod, "c", "0.log"), "")
+		mount(t, filepath.Join(tr.outside, "file"), filepath.Join(pod, "c", "0.log"), "")
+		err := tr.r.RemovePodLogDir(ctx, pod)
+		wantRefused(t, err, filepath.Join(pod, "c", "0.log"))
+		mustExist(t, filepath.Join(tr.outside, "file"))
+	})
+
+	t.Run("another file system inside (tmpfs) is refused, its content untouched", func(t *testing.T) {
+		tr := newTree(t)
+		pod := filepath.Join(tr.podLogs, podDirName)
+		mnt := filepath.Join(pod, "tmp")
+		mkdirAll(t, mnt)
+		mount(t, "tmpfs", mnt, "tmpfs")
+		writeFile(t, filepath.Join(mnt, "data"), "keep")
+		err := tr.r.RemovePodLogDir(ctx, pod)
+		wantRefused(t, err, mnt)
+		mustExist(t, filepath.Join(mnt, "data"))
+	})
+
+	t.Run("a bind mount is found when the root is reached through a symlink", func(t *testing.T) {
+		tr := newTree(t)
+		viaLink := filepath.Join(filepath.Dir(tr.podLogs), "pods-link")
+		symlink(t, tr.podLogs, viaLink)
+		r := newRemover(t, viaLink)
+		pod := filepath.Join(viaLink, podDirName)
+		writeFile(t, filepath.Join(tr.outside, "src", "data"), "keep")
+		mnt := filepath.Join(tr.podLogs, podDirName, "mnt")
+		mkdirAll(t, mnt)
+		mount(t, filepath.Join(tr.outside, "src"), mnt, "")
+		err := r.RemovePodLogDir(ctx, pod)
+		wantRefused(t, err, filepath.Join(pod, "mnt"))
+		mustExist(t, filepath.Join(tr.outside, "src", "data"))
+	})
+
+	t.Run("a root that is a symlink to / is refused", func(t *testing.T) {
+		link := filepath.Join(t.TempDir(), "root-link")
+		symlink(t, "/", link)
+		r := newRemover(t, link)
+		p := filepath.Join(link, podDirName)
+		wantRefused(t, r.RemovePodLogDir(ctx, p), p)
+	})
+
+	t.Run("a cancelled context removes nothing", func(t *testing.T) {
+		tr := newTree(t)
+		pod := filepath.Join(tr.podLogs, podDirName)
+		writeFile(t, filepath.Join(pod, "c", "0.log"), "log")
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := tr.r.RemovePodLogDir(cctx, pod); !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+		mustExist(t, filepath.Join(pod, "c", "0.log"))
+	})
+}
+
+// TestWalkerRefusesMountsWithoutTheMountTable checks the second line of
+// defence on its own: even if the mount table check missed a mount (it was
+// mounted after the check), the walk never enters or removes it, and keeps
+// removing what is safe around it.
+func TestWalkerRefusesMountsWithoutTheMountTable(t *testing.T) {
+	for _, tt := range []struct {
+		rule   string
+		fstype string
+	}{
+		{"a same-device bind mount is told apart by its mount ID", ""},
+		{"another file system is told apart by its device", "tmpfs"},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			tr := newTree(t)
+			pod := filepath.Join(tr.podLogs, podDirName)
+			mnt := filepath.Join(pod, "mnt")
+			writeFile(t, filepath.Join(pod, "other", "0.log"), "log")
+			mkdirAll(t, mnt)
+			src := filepath.Join(tr.outside, "src")
+			mkdirAll(t, src)
+			if tt.fstype != "" {
+				src = "tmpfs"
+			}
+			mount(t, src, mnt, tt.fstype)
+			writeFile(t, filepath.Join(mnt, "data"), "keep")
+
+			rootFd, err := openRoot(tr.podLogs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(rootFd)
+			rootInfo, err := statAt(rootFd, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := walker{ctx: context.Background(), root: rootInfo}
+			err = w.removeEntry(rootFd, podDirName, pod, true)
+			wantRefused(t, err, mnt)
+			mustExist(t, filepath.Join(mnt, "data"))
+			mustBeGone(t, filepath.Join(pod, "other"))
+		})
+	}
+}
+
+func TestRemoveContainerLogLink(t *testing.T) {
+	ctx := context.Background()
+	const name = "nginx_default_nginx-" + testCID + ".log"
+
+	t.Run("a live link is unlinked, its target survives", func(t *testing.T) {
+		tr := newTree(t)
+		target := filepath.Join(tr.podLogs, podDirName, "nginx", "0.log")
+		writeFile(t, target, "log")
+		link := filepath.Join(tr.containerLogs, name)
+		symlink(t, target, link)
+		if err := tr.r.RemoveContainerLogLink(ctx, link); err != nil {
+			t.Fatal(err)
+		}
+		mustBeGone(t, link)
+		mustExist(t, target)
+	})
+
+	t.Run("a dangling link is unlinked", func(t *testing.T) {
+		tr := newTree(t)
+		link := filepath.Join(tr.containerLogs, name)
+		symlink(t, filepath.Join(tr.outside, "gone"), link)
+		if err := tr.r.RemoveContainerLogLink(ctx, link); err != nil {
+			t.Fatal(err)
+		}
+		mustBeGone(t, link)
+	})
+
+	t.Run("a missing link is success", func(t *testing.T) {
+		tr := newTree(t)
+		if err := tr.r.RemoveContainerLogLink(ctx, filepath.Join(tr.containerLogs, name)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	for _, tt := range []struct {
+		rule  string
+		setup func(t *testing.T, tr tree) (path string, keep []string)
+	}{
+		{"a regular file is refused", func(t *testing.T, tr tree) (string, []string) {
+			p := filepath.Join(tr.containerLogs, name)
+			writeFile(t, p, "log")
+			return p, []string{p}
+		}},
+		{"a directory is refused", func(t *testing.T, tr tree) (string, []string) {
+			p := filepath.Join(tr.containerLogs, name)
+			mkdirAll(t, p)
+			return p, []string{p}
+		}},
+		{"a link whose name does not parse is refused", func(t *testing.T, tr tree) (string, []string) {
+			p := filepath.Join(tr.containerLogs, "nginx_default_nginx.log")
+			symlink(t, "/nonexistent", p)
+			return p, []string{p}
+		}},
+		{"a link outside the roots is refused", func(t *testing.T, tr tree) (string, []string) {
+			p := filepath.Join(tr.outside, name)
+			symlink(t, "/nonexistent", p)
+			return p, []string{p}
+		}},
+		{"a link that is not a direct child of a root is refused", func(t *testing.T, tr tree) (string, []string) {
+			p := filepath.Join(tr.containerLogs, "sub", name)
+			symlink(t, "/nonexistent", p)
+			return p, []string{p}
+		}},
+		{".. in the path is refused", func(t *testing.T, tr tree) (string, []string) {
+			p := filepath.Join(tr.containerLogs, name)
+			symlink(t, "/nonexistent", p)
+			return tr.containerLogs + "/sub/../" + name, []string{p}
+		}},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			tr := newTree(t)
+			path, keep := tt.setup(t, tr)
+			wantRefused(t, tr.r.RemoveContainerLogLink(ctx, path), path)
+			mustExist(t, keep...)
+		})
+	}
+}
+
+func TestRemoveTreeOneFilesystem(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("a deeper path below a root is removed, its parents kept", func(t *testing.T) {
+		tr := newTree(t)
+		p := filepath.Join(tr.podLogs, "uid", "volumes", "x")
+		writeFile(t, filepath.Join(p, "a", "f"), "")
+		if err := tr.r.RemoveTreeOneFilesystem(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		mustBeGone(t, p)
+		mustExist(t, filepath.Join(tr.podLogs, "uid", "volumes"))
+	})
+
+	t.Run("a top-level symlink is unlinked, not followed", func(t *testing.T) {
+		tr := newTree(t)
+		writeFile(t, filepath.Join(tr.outside, "d", "f"), "keep")
+		p := filepath.Join(tr.podLogs, "link")
+		symlink(t, filepath.Join(tr.outside, "d"), p)
+		if err := tr.r.RemoveTreeOneFilesystem(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		mustBeGone(t, p)
+		mustExist(t, filepath.Join(tr.outside, "d", "f"))
+	})
+
+	t.Run("a symlink on the way to the path is refused, never followed", func(t *testing.T) {
+		tr := newTree(t)
+		writeFile(t, filepath.Join(tr.outside, "victim", "f"), "keep")
+		symlink(t, tr.outside, filepath.Join(tr.podLogs, "a"))
+		err := tr.r.RemoveTreeOneFilesystem(ctx, filepath.Join(tr.podLogs, "a", "victim"))
+		wantRefused(t, err, filepath.Join(tr.podLogs, "a"))
+		mustExist(t, filepath.Join(tr.outside, "victim", "f"))
+	})
+
+	t.Run("a mount point on the way to the path is refused", func(t *testing.T) {
+		tr := newTree(t)
+		writeFile(t, filepath.Join(tr.outside, "src", "victim", "f"), "keep")
+		mnt := filepath.Join(tr.podLogs, "a")
+		mkdirAll(t, mnt)
+		mount(t, filepath.Join(tr.outside, "src"), mnt, "")
+		err := tr.r.RemoveTreeOneFilesystem(ctx, filepath.Join(mnt, "victim"))
+		wantRefused(t, err, mnt)
+		mustExist(t, filepath.Join(tr.outside, "src", "victim", "f"))
+	})
+
+	t.Run("a mount point at the path itself is refused", func(t *testing.T) {
+		tr := newTree(t)
+		writeFile(t, filepath.Join(tr.outside, "src", "f"), "keep")
+		mnt := filepath.Join(tr.podLogs, "a")
+		mkdirAll(t, mnt)
+		mount(t, filepath.Join(tr.outside, "src"), mnt, "")
+		err := tr.r.RemoveTreeOneFilesystem(ctx, mnt)
+		wantRefused(t, err, mnt)
+		mustExist(t, filepath.Join(tr.outside, "src", "f"), mnt)
+	})
+
+	t.Run("a regular file is removed", func(t *testing.T) {
+		tr := newTree(t)
+		p := filepath.Join(tr.podLogs, "f")
+		writeFile(t, p, "")
+		if err := tr.r.RemoveTreeOneFilesystem(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		mustBeGone(t, p)
+	})
+
+	t.Run("a missing parent is success", func(t *testing.T) {
+		tr := newTree(t)
+		if err := tr.r.RemoveTreeOneFilesystem(ctx, filepath.Join(tr.podLogs, "no", "such", "dir")); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a root is refused", func(t *testing.T) {
+		tr := newTree(t)
+		writeFile(t, filepath.Join(tr.containerLogs, "f"), "")
+		wantRefused(t, tr.r.RemoveTreeOneFilesystem(ctx, tr.containerLogs), tr.containerLogs)
+		mustExist(t, filepath.Join(tr.containerLogs, "f"))
+	})
+}
+
+func TestUnescapeMountPath(t *testing.T) {
+	for _, tt := range []struct{ rule, in, want string }{
+		{"plain paths are unchanged", "/var/log/pods", "/var/log/pods"},
+		{"space, tab, newline and backslash are unescaped", `/a\040b\011c\012d\134e`, "/a b\tc\nd\\e"},
+		{"a lone backslash is kept", `/a\b`, `/a\b`},
+		{"a short escape at the end is kept", `/a\04`, `/a\04`},
+		{"escapes above \\377 are kept", `/a\400`, `/a\400`},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			if got := unescapeMountPath(tt.in); got != tt.want {
+				t.Fatalf("unescapeMountPath(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRemoveRacingSymlinkSwap: while a tree is being removed, another
+// goroutine keeps swapping a directory in it for a symlink to a directory
+// outside the root. Whatever the removal returns, nothing outside is removed.
+func TestRemoveRacingSymlinkSwap(t *testing.T) {
+	tr := newTree(t)
+	victim := filepath.Join(tr.outside, "victim")
+	for i := 0; i < 20; i++ {
+		writeFile(t, filepath.Join(victim, "f"+strings.Repeat("x", i)), "keep")
+	}
+	pod := filepath.Join(tr.podLogs, podDirName)
+	ctx := context.Background()
+	for round := 0; round < 200; round++ {
+		for i := 0; i < 20; i++ {
+			writeFile(t, filepath.Join(pod, "d", "f"+strings.Repeat("x", i)), "")
+		}
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			d, tmp := filepath.Join(pod, "d"), filepath.Join(pod, "d.tmp")
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Errors are expected: the remover is deleting the same names.
+				_ = os.Rename(d, tmp)
+				_ = os.Symlink(victim, d)
+				_ = os.Remove(d)
+				_ = os.Rename(tmp, d)
+			}
+		}()
+		_ = tr.r.RemovePodLogDir(ctx, pod)
+		close(stop)
+		<-done
+		for i := 0; i < 20; i++ {
+			mustExist(t, filepath.Join(victim, "f"+strings.Repeat("x", i)))
+		}
+		if t.Failed() {
+			t.Fatalf("round %d: removal reached outside the root", round)
+		}
+		if err := os.RemoveAll(pod); err != nil { // reset for the next round
+			t.Fatal(err)
+		}
+	}
+}
