@@ -215,3 +215,45 @@ func convertContainer(c *runtimeapi.Container) (Container, string) {
 		State: state, CreatedAt: time.Unix(0, c.CreatedAt), Labels: c.Labels,
 	}, ""
 }
+
+// StopContainer stops a container, giving it timeout to exit after SIGTERM.
+func (c *Client) StopContainer(ctx context.Context, id string, timeout time.Duration) error {
+	// The call lasts as long as the container takes to stop: allow for that.
+	ctx, cancel := context.WithTimeout(ctx, c.rpcTimeout+timeout)
+	defer cancel()
+	_, err := c.runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(timeout.Round(time.Second) / time.Second)})
+	if err != nil {
+		return fmt.Errorf("CRI StopContainer %s: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveContainer removes a container (CRI force-stops it first if needed).
+func (c *Client) RemoveContainer(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
+	defer cancel()
+	if _, err := c.runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
+		return fmt.Errorf("CRI RemoveContainer %s: %w", id, err)
+	}
+	return nil
+}
+
+// StopPodSandbox stops a sandbox and every container in it.
+func (c *Client) StopPodSandbox(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
+	defer cancel()
+	if _, err := c.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		return fmt.Errorf("CRI StopPodSandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// RemovePodSandbox removes a stopped sandbox.
+func (c *Client) RemovePodSandbox(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
+	defer cancel()
+	if _, err := c.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		return fmt.Errorf("CRI RemovePodSandbox %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 // Package housekeeping runs the plugin's periodic pass: take a fresh CRI
-// listing, reconcile the pod state with it, and report what changed. All
-// runtime calls happen here, never in an NRI handler.
+// listing, reconcile the pod state with it, read the node's pod dirs and log
+// files, plan (package gc) and execute what is due. All runtime calls happen
+// here, never in an NRI handler.
 package housekeeping
 
 import (
@@ -13,13 +14,22 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
 // Runtime is what a pass needs from the container runtime.
 type Runtime interface {
 	Snapshot(ctx context.Context) (cri.Snapshot, error)
+}
+
+// Executor carries out due actions (package executor).
+type Executor interface {
+	Execute(ctx context.Context, actions []gc.Action, now time.Time) []executor.Outcome
+	Forget(proposed map[string]time.Time)
 }
 
 // Options configure a Loop.
@@ -29,6 +39,18 @@ type Options struct {
 	// Debounce delays a pass after Wake so that a burst of stop/remove events
 	// (a node draining) costs one listing, not one per event.
 	Debounce time.Duration
+	// StartupDelay: no action before this long after the loop started.
+	StartupDelay time.Duration
+	Policy       gc.Policy
+	// OracleDisabled is pods.source = "none"; else KubeletRoot's pod dirs
+	// tell which pods still exist.
+	OracleDisabled bool
+	KubeletRoot    string
+	// Synchronized reports whether NRI has synchronized since the last
+	// (re)connect; nil means there is no NRI side (the once command).
+	Synchronized func() bool
+	// Executor carries out due actions; nil plans only (the report command).
+	Executor Executor
 }
 
 // Loop is the housekeeping loop. Create it with New, start it with Run.
@@ -42,22 +64,37 @@ type Loop struct {
 	resync chan struct{}
 	wake   chan struct{}
 
+	started time.Time
+
 	mu       sync.Mutex
 	last     PassResult
 	passes   uint64
 	failures int                       // consecutive failed listings
 	phases   map[string]podstate.Phase // phase per pod UID at the last pass, for transition logs
+
+	// Owned by the pass (one at a time):
+	eligible map[string]time.Time // gc.Result.EligibleSince of the last plan
+	blocked  string               // why the last pass could not act ("" = it could)
+	reported map[string]bool      // orphaned live pods already reported, by UID
+	warned   map[string]bool      // file-listing problems already logged
 }
 
 // PassResult says what one pass did.
 type PassResult struct {
 	Started  time.Time
 	Duration time.Duration
-	// Err is set when the listing failed: nothing was changed then.
+	// Err is set when the listing failed: nothing was planned or changed then.
 	Err       error
 	Reconcile podstate.ReconcileResult
 	Listing   ListingStats
 	Counts    podstate.Counts
+	// Plan is what the rules decided; Blocked says why nothing was executed
+	// ("" when the sources were ready).
+	Plan     gc.Result
+	Blocked  string
+	Outcomes []executor.Outcome
+	// Snapshot is the listing the plan was made from.
+	Snapshot cri.Snapshot
 }
 
 // New returns a loop over state that lists through runtime.
@@ -66,9 +103,9 @@ func New(state *podstate.State, runtime Runtime, opts Options, log logrus.FieldL
 		opts.Debounce = time.Second
 	}
 	return &Loop{
-		state: state, runtime: runtime, opts: opts, log: log, now: time.Now,
+		state: state, runtime: runtime, opts: opts, log: log, now: time.Now, started: time.Now(),
 		resync: make(chan struct{}, 1), wake: make(chan struct{}, 1),
-		phases: make(map[string]podstate.Phase),
+		phases: make(map[string]podstate.Phase), reported: make(map[string]bool), warned: make(map[string]bool),
 	}
 }
 
@@ -137,8 +174,8 @@ func (l *Loop) Passes() (uint64, PassResult) {
 	return l.passes, l.last
 }
 
-// Pass runs one pass: a fresh listing, then reconcile. A failed listing
-// changes nothing.
+// Pass runs one pass: a fresh listing, reconcile, plan, and - once every
+// source is ready - execute what is due. A failed listing changes nothing.
 func (l *Loop) Pass(ctx context.Context) PassResult {
 	r := PassResult{Started: l.now()}
 	startSeq := l.state.Seq()
@@ -149,6 +186,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 		l.finish(r, nil)
 		return r
 	}
+	r.Snapshot = snap
 	listing, stats := ToListing(startSeq, snap)
 	r.Listing = stats
 	if len(snap.Malformed) > 0 {
@@ -158,9 +196,84 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 	r.Reconcile = l.state.Reconcile(listing, snap.TakenAt)
 	view := l.state.View()
 	r.Counts = view.Counts()
+
+	in := l.planInput(ctx, snap, view)
+	r.Plan = gc.Plan(in)
+	l.eligible = r.Plan.EligibleSince
+	r.Blocked = l.gate(in.Now, r.Plan)
+	if l.opts.Executor != nil {
+		if r.Blocked == "" {
+			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now)
+		}
+		l.opts.Executor.Forget(r.Plan.EligibleSince)
+	}
 	r.Duration = l.now().Sub(r.Started)
 	l.finish(r, &view)
 	return r
+}
+
+// planInput gathers what a plan is made from: the listing, the pod oracle,
+// the log files, the pods' last life events and the grace clocks.
+func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.View) gc.Input {
+	in := gc.Input{
+		Now: snap.TakenAt, Policy: l.opts.Policy, Sandboxes: snap.Sandboxes, Containers: snap.Containers,
+		Oracle:        gc.Oracle{Disabled: l.opts.OracleDisabled},
+		LastLifeEvent: make(map[string]time.Time, len(view.Pods)),
+		EligibleSince: l.eligible,
+	}
+	for _, p := range view.Pods {
+		if !p.LastLifeEvent.IsZero() {
+			in.LastLifeEvent[p.UID] = p.LastLifeEvent
+		}
+	}
+	if !l.opts.OracleDisabled {
+		in.Oracle.PodDirs = nodefs.ListPodDirs(ctx, l.opts.KubeletRoot)
+	}
+	var err error
+	var skipped []nodefs.Skipped
+	if in.PodLogDirs, skipped, err = nodefs.ListPodLogDirs(ctx, l.opts.Policy.PodLogsDir); err != nil {
+		l.warnOnce("pod log dirs are not cleaned this pass", err)
+	}
+	l.noteSkipped(skipped)
+	if in.ContainerLogLinks, skipped, err = nodefs.ListContainerLogLinks(ctx, l.opts.Policy.ContainerLogsDir); err != nil {
+		l.warnOnce("container log links are not cleaned this pass", err)
+	}
+	l.noteSkipped(skipped)
+	return in
+}
+
+// gate says why the pass may not act yet, or "" when every source is ready:
+// NRI synchronized, a fresh listing (this pass has one), the pod oracle, and
+// startup_delay elapsed. Stricter than kubelet: no action on partial data.
+func (l *Loop) gate(now time.Time, plan gc.Result) string {
+	var why []string
+	if l.opts.Synchronized != nil && !l.opts.Synchronized() {
+		why = append(why, "NRI has not synchronized since the last (re)connect")
+	}
+	if plan.NotReady != "" {
+		why = append(why, plan.NotReady)
+	}
+	if left := l.opts.StartupDelay - now.Sub(l.started); left > 0 {
+		why = append(why, fmt.Sprintf("housekeeping.startup_delay: %s left", left.Round(time.Second)))
+	}
+	return strings.Join(why, "; ")
+}
+
+func (l *Loop) warnOnce(what string, err error) {
+	if msg := err.Error(); !l.warned[msg] {
+		l.warned[msg] = true
+		l.log.WithError(err).Warn(what)
+	}
+}
+
+func (l *Loop) noteSkipped(skipped []nodefs.Skipped) {
+	for _, s := range skipped {
+		if key := s.Path + ": " + s.Reason; !l.warned[key] {
+			l.warned[key] = true
+			l.log.WithFields(logrus.Fields{"path": s.Path, logging.FieldReason: s.Reason}).
+				Info("left alone: not a name kubelet writes")
+		}
+	}
 }
 
 func (l *Loop) finish(r PassResult, view *podstate.View) {
@@ -189,6 +302,7 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 	if failures > 0 {
 		l.log.WithField("failed_passes", failures).Info("runtime listing works again")
 	}
+	l.logPlan(r)
 	for _, t := range transitions {
 		l.log.WithFields(logrus.Fields{
 			logging.FieldPodUID: t.pod.UID, logging.FieldPodNamespace: t.pod.Namespace, logging.FieldPodName: t.pod.Name,
@@ -202,9 +316,11 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 		"sandboxes": c.Sandboxes, "containers": c.Containers,
 		"added": r.Reconcile.Added, "updated": r.Reconcile.Updated, "removed": r.Reconcile.Removed,
 		"forgotten": r.Reconcile.Forgotten, "unmanaged": r.Listing.Unmanaged, "malformed": r.Listing.Malformed,
+		"leaks": leakSummary(r.Plan.Leaks), "due": len(r.Plan.Actions), "deferred": len(r.Plan.Deferred), "executed": len(r.Outcomes),
 		"took": r.Duration.Round(time.Microsecond).String(),
 	})
-	changed := r.Reconcile.Added+r.Reconcile.Updated+r.Reconcile.Removed+r.Reconcile.Forgotten > 0 || len(transitions) > 0
+	changed := r.Reconcile.Added+r.Reconcile.Updated+r.Reconcile.Removed+r.Reconcile.Forgotten > 0 ||
+		len(transitions) > 0 || len(r.Outcomes) > 0
 	if changed {
 		entry.Info("housekeeping pass")
 	} else {

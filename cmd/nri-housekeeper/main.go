@@ -31,6 +31,11 @@ behind - with kubelet's rules, stricter safety, and a reason for every action.
 
 Usage:
   nri-housekeeper [run] [--config FILE]   run the plugin (the default command)
+  nri-housekeeper report [--json] [--config FILE] [--leak-grace D]
+                                          one fresh listing and plan, printed: what is
+                                          leaked, what would be done, why the rest is kept
+  nri-housekeeper once [--config FILE] [--leak-grace D]
+                                          one housekeeping pass, executed (honours dry_run)
   nri-housekeeper config check FILE       validate a configuration file
   nri-housekeeper config example          print the documented example configuration
   nri-housekeeper version                 print version information
@@ -64,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "run":
 		return runPlugin(args, stderr)
+	case "report", "once":
+		return oneShot(cmd, args, stdout, stderr)
 	case "config":
 		return configCommand(args, stdout, stderr)
 	case "version":

@@ -6,13 +6,16 @@ import (
 	"io"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/housekeeping"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/plugin"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
@@ -97,10 +100,16 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 		log.WithFields(logrus.Fields{"runtime_name": name, "runtime_version": ver}).Info("CRI runtime reachable")
 	}
 
-	loop := housekeeping.New(state, client, housekeeping.Options{
-		Period: cfg.Housekeeping.Period, SlowPassWarning: cfg.Housekeeping.SlowPassWarning,
-	}, log)
+	exec, err := newExecutor(cfg, client, log)
+	if err != nil {
+		log.WithError(err).Error("cannot set up housekeeping")
+		return 2
+	}
+	opts := housekeeping.OptionsFromConfig(cfg)
+	opts.Synchronized, opts.Executor = nri.Synchronized, exec
+	loop := housekeeping.New(state, client, opts, log)
 	waker.loop.Store(loop)
+	go watchTaskExits(ctx, client, cfg.Runtime.Namespace, loop, log)
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- loop.Run(ctx) }()
 
@@ -118,6 +127,39 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	}
 	log.Info("nri-housekeeper stopped")
 	return 0
+}
+
+// newExecutor builds the executor over the CRI client and the log roots.
+func newExecutor(cfg config.Config, client *cri.Client, log logrus.FieldLogger) (*executor.Executor, error) {
+	files, err := nodefs.NewRemover(cfg.Logs.PodLogsDir, cfg.Logs.ContainerLogsDir)
+	if err != nil {
+		return nil, err
+	}
+	return executor.New(client, files, executor.Options{MaxParallel: cfg.Housekeeping.MaxParallel, DryRun: cfg.DryRun}, log), nil
+}
+
+// watchTaskExits wakes the loop on every containerd task exit: a sandbox's
+// pause process dying produces no NRI event. It resubscribes with backoff
+// when containerd restarts.
+func watchTaskExits(ctx context.Context, client *cri.Client, namespace string, loop *housekeeping.Loop, log logrus.FieldLogger) {
+	wait := time.Second
+	for {
+		start := time.Now()
+		err := client.WatchTaskExits(ctx, namespace, loop.Wake)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			wait = time.Second
+		}
+		log.WithError(err).Debug("containerd task-exit subscription ended; resubscribing")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
 }
 
 // loopWaker forwards NRI wake-ups to the loop once it exists: in

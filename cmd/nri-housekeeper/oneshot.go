@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/config"
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/housekeeping"
+	"github.com/nri-housekeeper/nri-housekeeper/logging"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+	"github.com/nri-housekeeper/nri-housekeeper/report"
+)
+
+// oneShot is the report and once commands: one fresh listing and plan,
+// printed (report) or executed (once). Neither connects to NRI and neither
+// has history, so leak_grace counts from now: with the default grace they
+// show what would be due, not act; --leak-grace 0s acts on the listing as
+// it is (once) or shows it all as due (report).
+func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "TOML configuration file; built-in defaults when empty")
+	grace := fs.String("leak-grace", "", "override housekeeping.leak_grace (e.g. 0s: no history is kept between runs, so grace counts from now)")
+	asJSON := false
+	if cmd == "report" {
+		fs.BoolVar(&asJSON, "json", false, "print JSON instead of tables")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	cfg := config.Default()
+	if *configPath != "" {
+		c, err := config.Load(*configPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, err)
+			return 2
+		}
+		cfg = c
+	}
+	if *grace != "" {
+		d, err := time.ParseDuration(*grace)
+		if err != nil || d < 0 {
+			fmt.Fprintf(stderr, "nri-housekeeper %s: --leak-grace %q: want a duration such as 0s or 5m\n", cmd, *grace)
+			return 2
+		}
+		cfg.Housekeeping.LeakGrace = d
+	}
+	// The commands print to stdout; logs (and once's action lines) go to stderr.
+	logOpts := logOptions(cfg, stderr)
+	logOpts.Target = logging.TargetStderr
+	log, closeLog, err := logging.New(logOpts)
+	if err != nil {
+		fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, err)
+		return 2
+	}
+	defer func() { _ = closeLog() }()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	client, err := cri.Dial(cfg.Runtime.Endpoint, cfg.Runtime.RPCTimeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, err)
+		return 2
+	}
+	defer client.Close()
+	opts := housekeeping.OptionsFromConfig(cfg)
+	opts.StartupDelay = 0
+	if cmd == "once" {
+		if opts.Executor, err = newExecutor(cfg, client, log); err != nil {
+			fmt.Fprintf(stderr, "nri-housekeeper once: %v\n", err)
+			return 2
+		}
+	}
+	r := housekeeping.New(podstate.New(0), client, opts, log).Pass(ctx)
+	if r.Err != nil {
+		fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, r.Err)
+		return 1
+	}
+	rep := report.Build(r.Started, r.Snapshot, r.Plan, r.Blocked)
+	if asJSON {
+		err = report.JSON(stdout, rep)
+	} else {
+		err = report.Text(stdout, rep)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, err)
+		return 1
+	}
+	if cmd == "once" {
+		failed := 0
+		for _, o := range r.Outcomes {
+			if o.Err != nil {
+				failed++
+			}
+		}
+		fmt.Fprintf(stdout, "\nexecuted %d action(s), %d failed (dry_run = %v)\n", len(r.Outcomes), failed, cfg.DryRun)
+		if failed > 0 {
+			return 1
+		}
+	}
+	_ = os.Stdout.Sync()
+	return 0
+}

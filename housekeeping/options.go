@@ -1,0 +1,30 @@
+package housekeeping
+
+import (
+	"github.com/nri-housekeeper/nri-housekeeper/config"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+)
+
+// OptionsFromConfig maps the configuration onto loop options; the caller
+// adds Synchronized and Executor.
+func OptionsFromConfig(cfg config.Config) Options {
+	return Options{
+		Period:          cfg.Housekeeping.Period,
+		SlowPassWarning: cfg.Housekeeping.SlowPassWarning,
+		StartupDelay:    cfg.Housekeeping.StartupDelay,
+		OracleDisabled:  cfg.Pods.Source == config.PodsSourceNone,
+		KubeletRoot:     cfg.Pods.KubeletRoot,
+		Policy: gc.Policy{
+			LeakGrace:          cfg.Housekeeping.LeakGrace,
+			MinAge:             cfg.Containers.MinAge,
+			MaxPerPodContainer: cfg.Containers.MaxPerPodContainer,
+			MaxContainers:      cfg.Containers.MaxContainers,
+			StopOrphans:        cfg.Orphans.Action == config.OrphansActionStop,
+			StopTimeout:        cfg.Orphans.StopTimeout,
+			MaxStopsPerPass:    cfg.Orphans.MaxPerPass,
+			MaxStopFraction:    cfg.Orphans.MaxFraction,
+			PodLogsDir:         cfg.Logs.PodLogsDir,
+			ContainerLogsDir:   cfg.Logs.ContainerLogsDir,
+		},
+	}
+}

@@ -1,0 +1,87 @@
+package housekeeping
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/logging"
+)
+
+// logPlan says what a plan means for the node: the gate opening or closing,
+// the breaker, newly found orphaned live pods, and deferred actions.
+func (l *Loop) logPlan(r PassResult) {
+	if r.Blocked != l.blocked {
+		if r.Blocked != "" {
+			l.log.WithField(logging.FieldReason, r.Blocked).Info("housekeeping plans but does not act yet")
+		} else {
+			l.log.Info("all sources ready: housekeeping acts on what is due from now on")
+		}
+		l.blocked = r.Blocked
+	}
+	if t := r.Plan.Breaker; t != nil {
+		l.log.WithFields(logrus.Fields{
+			logging.FieldRule: gc.RuleOrphanStop, "pods": t.Pods, "ready_sandboxes": t.ReadySandbox,
+			"affected": podList(t.AffectedPods),
+		}).Error(t.ReasonMessage)
+	}
+	seen := make(map[string]bool)
+	for _, k := range r.Plan.Kept {
+		if !strings.HasPrefix(k.Object, "live pod ") {
+			continue
+		}
+		seen[k.Pod.UID] = true
+		if !l.reported[k.Pod.UID] {
+			l.log.WithFields(podFields(k.Pod)).WithField(logging.FieldRule, gc.RuleOrphanStop).
+				Warn("orphaned live pod: " + k.Reason)
+		}
+	}
+	l.reported = seen
+	for _, d := range r.Plan.Deferred {
+		l.log.WithFields(actionFields(d.Action)).Debug("not due: " + d.Why())
+	}
+}
+
+func podFields(p gc.PodRef) logrus.Fields {
+	return logrus.Fields{logging.FieldPodUID: p.UID, logging.FieldPodNamespace: p.Namespace, logging.FieldPodName: p.Name}
+}
+
+func actionFields(a gc.Action) logrus.Fields {
+	f := podFields(a.Pod)
+	f[logging.FieldAction], f[logging.FieldRule], f[logging.FieldReason] = string(a.Kind), a.Rule, a.Reason
+	if a.SandboxID != "" {
+		f[logging.FieldSandboxID] = a.SandboxID
+	}
+	if a.ContainerID != "" {
+		f[logging.FieldContainerID] = a.ContainerID
+	}
+	if a.Path != "" {
+		f["path"] = a.Path
+	}
+	return f
+}
+
+func podList(pods []gc.PodRef) string {
+	var s []string
+	for _, p := range pods {
+		s = append(s, fmt.Sprintf("%s/%s (%s)", p.Namespace, p.Name, p.UID))
+	}
+	return strings.Join(s, ", ")
+}
+
+func leakSummary(leaks map[string]int) string {
+	var parts []string
+	for k, n := range leaks {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}

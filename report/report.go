@@ -1,0 +1,164 @@
+// Package report renders one housekeeping plan for a person (a table) or a
+// program (JSON): what was found leaked, what is or would be done and why,
+// and why each suspicious object is kept.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+)
+
+// Report is the JSON form; the text form shows the same.
+type Report struct {
+	GeneratedAt time.Time      `json:"generated_at"`
+	Runtime     Runtime        `json:"runtime"`
+	Blocked     string         `json:"blocked,omitempty"`
+	Leaks       map[string]int `json:"leaks"`
+	Actions     []Item         `json:"actions"`
+	Deferred    []Item         `json:"deferred"`
+	Kept        []Item         `json:"kept"`
+	Breaker     *gc.Trip       `json:"breaker,omitempty"`
+}
+
+// Runtime summarises the listing the plan was made from.
+type Runtime struct {
+	Sandboxes       int            `json:"sandboxes"`
+	ReadySandboxes  int            `json:"ready_sandboxes"`
+	Containers      int            `json:"containers"`
+	ContainersState map[string]int `json:"containers_by_state"`
+}
+
+// Item is one action or kept object.
+type Item struct {
+	Action string    `json:"action,omitempty"`
+	Rule   string    `json:"rule,omitempty"`
+	Pod    gc.PodRef `json:"pod"`
+	Object string    `json:"object"`
+	Why    string    `json:"why"`
+}
+
+// Build turns a plan into a Report.
+func Build(now time.Time, snap cri.Snapshot, plan gc.Result, blocked string) Report {
+	r := Report{GeneratedAt: now, Blocked: blocked, Leaks: plan.Leaks, Breaker: plan.Breaker,
+		Runtime: Runtime{Sandboxes: len(snap.Sandboxes), Containers: len(snap.Containers), ContainersState: map[string]int{}},
+		Actions: []Item{}, Deferred: []Item{}, Kept: []Item{}}
+	if plan.NotReady != "" && blocked == "" {
+		r.Blocked = plan.NotReady
+	}
+	for _, s := range snap.Sandboxes {
+		if s.Ready {
+			r.Runtime.ReadySandboxes++
+		}
+	}
+	for _, c := range snap.Containers {
+		r.Runtime.ContainersState[string(c.State)]++
+	}
+	for _, a := range plan.Actions {
+		r.Actions = append(r.Actions, Item{Action: string(a.Kind), Rule: a.Rule, Pod: a.Pod, Object: object(a), Why: a.Reason})
+	}
+	for _, d := range plan.Deferred {
+		r.Deferred = append(r.Deferred, Item{Action: string(d.Kind), Rule: d.Rule, Pod: d.Pod, Object: object(d.Action), Why: d.Reason + "; not yet: " + d.Why()})
+	}
+	for _, k := range plan.Kept {
+		r.Kept = append(r.Kept, Item{Pod: k.Pod, Object: k.Object, Why: k.Reason})
+	}
+	return r
+}
+
+func object(a gc.Action) string {
+	switch a.Kind {
+	case gc.RemoveSandbox, gc.StopSandbox:
+		return "sandbox " + a.SandboxID
+	case gc.RemovePodLogDir, gc.RemoveContainerLogLink:
+		return a.Path
+	}
+	return fmt.Sprintf("container %s (%s)", a.ContainerID, a.ContainerName)
+}
+
+// JSON writes the report as indented JSON.
+func JSON(w io.Writer, r Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// Text writes the report as tables.
+func Text(w io.Writer, r Report) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
+	p("nri-housekeeper report, %s\n", r.GeneratedAt.Format(time.RFC3339))
+	var states []string
+	for st, n := range r.Runtime.ContainersState {
+		states = append(states, fmt.Sprintf("%d %s", n, strings.ToLower(st)))
+	}
+	sort.Strings(states)
+	p("runtime: %d sandboxes (%d ready), %d containers (%s)\n", r.Runtime.Sandboxes, r.Runtime.ReadySandboxes,
+		r.Runtime.Containers, strings.Join(states, ", "))
+	if r.Blocked != "" {
+		p("NOT ACTING YET: %s\n", r.Blocked)
+	}
+	p("leaks detected: %s\n", leaks(r.Leaks))
+	if r.Breaker != nil {
+		p("BREAKER: %s\n", r.Breaker.ReasonMessage)
+	}
+	section(tw, "due now", r.Actions, true)
+	section(tw, "not due yet", r.Deferred, true)
+	section(tw, "kept", r.Kept, false)
+	return tw.Flush()
+}
+
+func section(tw *tabwriter.Writer, title string, items []Item, withAction bool) {
+	fmt.Fprintf(tw, "\n%s (%d)\n", strings.ToUpper(title), len(items))
+	if len(items) == 0 {
+		return
+	}
+	if withAction {
+		fmt.Fprintf(tw, "ACTION\tRULE\tPOD\tOBJECT\tWHY\n")
+	} else {
+		fmt.Fprintf(tw, "POD\tOBJECT\tWHY\n")
+	}
+	for _, it := range items {
+		pod := "-"
+		if it.Pod.Name != "" || it.Pod.UID != "" {
+			pod = fmt.Sprintf("%s/%s", it.Pod.Namespace, it.Pod.Name)
+		}
+		if withAction {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.Action, it.Rule, pod, shorten(it.Object), it.Why)
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", pod, shorten(it.Object), it.Why)
+		}
+	}
+}
+
+// shorten cuts 64-digit IDs in an object name to 13 characters for tables.
+func shorten(s string) string {
+	fields := strings.Fields(s)
+	for i, f := range fields {
+		if len(f) == 64 {
+			fields[i] = f[:13]
+		}
+	}
+	return strings.Join(fields, " ")
+}
+
+func leaks(m map[string]int) string {
+	var parts []string
+	for k, n := range m {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}

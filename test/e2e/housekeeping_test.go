@@ -1,0 +1,509 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/housekeeping"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/plugin"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+	"github.com/nri-housekeeper/nri-housekeeper/test/e2e/lab"
+)
+
+// Short settings so that scenarios finish in seconds.
+const (
+	testGrace  = 2 * time.Second
+	testPeriod = time.Second
+)
+
+// kubelet plays the parts of kubelet the plugin reads: the pod dirs under
+// its root (the oracle) and the legacy container log links.
+type kubelet struct {
+	root     string // kubelet_root
+	linksDir string // container_logs_dir
+	lab      *lab.Lab
+}
+
+func newKubelet(t *testing.T, l *lab.Lab) *kubelet {
+	dir := t.TempDir()
+	k := &kubelet{root: filepath.Join(dir, "kubelet"), linksDir: filepath.Join(dir, "containers"), lab: l}
+	for _, d := range []string{filepath.Join(k.root, "pods"), k.linksDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k
+}
+
+func (k *kubelet) podDir(p lab.Pod) string { return filepath.Join(k.root, "pods", p.UID) }
+
+// admit creates the pod dir, as kubelet does before RunPodSandbox.
+func (k *kubelet) admit(t *testing.T, p lab.Pod) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(k.podDir(p), "volumes"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forget removes the pod dir, as kubelet does once a pod is deleted.
+func (k *kubelet) forget(t *testing.T, p lab.Pod) {
+	t.Helper()
+	if err := os.RemoveAll(k.podDir(p)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// link creates the legacy /var/log/containers link of a container.
+func (k *kubelet) link(t *testing.T, p lab.Pod, name, id string) string {
+	t.Helper()
+	path := filepath.Join(k.linksDir, fmt.Sprintf("%s_%s_%s-%s.log", p.Name, p.Namespace, name, id))
+	target := filepath.Join(k.lab.PodLogDir(p), name, "0.log")
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// housekeeper is the whole plugin in the test process: NRI, podstate,
+// housekeeping loop, executor, against the lab's containerd.
+type housekeeper struct {
+	*tracker
+	logs *syncBuffer
+}
+
+func startHousekeeper(t *testing.T, l *lab.Lab, k *kubelet, configure func(*housekeeping.Options, *executor.Options)) *housekeeper {
+	t.Helper()
+	logs := &syncBuffer{}
+	log := logrus.New()
+	log.SetLevel(logrus.DebugLevel)
+	log.SetOutput(logs)
+	log.SetFormatter(&logrus.TextFormatter{DisableColors: true, FullTimestamp: true})
+	client, err := cri.Dial("unix://"+l.CRISocket, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := housekeeping.Options{
+		Period: testPeriod, SlowPassWarning: 5 * time.Second, Debounce: 200 * time.Millisecond,
+		KubeletRoot: k.root,
+		Policy: gc.Policy{LeakGrace: testGrace, MaxPerPodContainer: 1, MaxContainers: -1,
+			StopTimeout: time.Second, MaxStopsPerPass: 3, MaxStopFraction: 1,
+			PodLogsDir: l.LogRoot, ContainerLogsDir: k.linksDir},
+	}
+	execOpts := executor.Options{MaxParallel: 4}
+	if configure != nil {
+		configure(&opts, &execOpts)
+	}
+	files, err := nodefs.NewRemover(l.LogRoot, k.linksDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Executor = executor.New(client, files, execOpts, log)
+	state := podstate.New(0)
+	var nri *plugin.Plugin
+	opts.Synchronized = func() bool { return nri.Synchronized() }
+	loop := housekeeping.New(state, client, opts, log)
+	nri = plugin.New(state, loop, log, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	tr := &tracker{state: state, nri: nri, loop: loop, client: client, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(tr.done)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); _ = loop.Run(ctx) }()
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_ = client.WatchTaskExits(ctx, "k8s.io", loop.Wake)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}()
+		_ = nri.Run(ctx, plugin.ConnectOptions{SocketPath: l.NRISocket, PluginName: "nri-housekeeper", PluginIndex: "10"})
+		wg.Wait()
+	}()
+	h := &housekeeper{tracker: tr, logs: logs}
+	t.Cleanup(func() {
+		tr.stop()
+		if t.Failed() {
+			t.Logf("plugin log:\n%s", logs.String())
+		}
+	})
+	waitFor(t, "the plugin synchronizes", 10*time.Second, nri.Synchronized)
+	return h
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// runtimeHas reports whether the runtime still lists a sandbox or container.
+func runtimeHas(t *testing.T, l *lab.Lab, id string) bool {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := l.Runtime().ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		t.Fatalf("ListPodSandbox: %v", err)
+	}
+	for _, p := range pods.Items {
+		if p.Id == id {
+			return true
+		}
+	}
+	ctrs, err := l.Runtime().ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		t.Fatalf("ListContainers: %v", err)
+	}
+	for _, c := range ctrs.Containers {
+		if c.Id == id {
+			return true
+		}
+	}
+	return false
+}
+
+func sandboxReady(t *testing.T, l *lab.Lab, id string) bool {
+	t.Helper()
+	r, err := l.Runtime().PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+	if err != nil {
+		t.Fatalf("PodSandboxStatus %s: %v", id, err)
+	}
+	return r.Status.State == runtimeapi.PodSandboxState_SANDBOX_READY
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// waitGone waits until none of ids is listed and none of paths exists.
+func waitGone(t *testing.T, l *lab.Lab, what string, within time.Duration, ids []string, paths []string) time.Duration {
+	t.Helper()
+	return waitFor(t, what, within, func() bool {
+		for _, id := range ids {
+			if runtimeHas(t, l, id) {
+				return false
+			}
+		}
+		for _, p := range paths {
+			if exists(p) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// leakLike107730 deletes a pod the way a stuck kubelet leaves it: pod dir
+// removed, containers stopped, sandbox stopped, nothing removed.
+func leakLike107730(t *testing.T, l *lab.Lab, k *kubelet, p lab.Pod, sandbox string, ctrs []string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, id := range ctrs {
+		if err := l.StopContainer(ctx, id, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.StopPod(ctx, sandbox); err != nil {
+		t.Fatal(err)
+	}
+	k.forget(t, p)
+}
+
+func TestReclaimsTheLeakOfKubernetes107730(t *testing.T) {
+	cleanupPods(t, node)
+	k := newKubelet(t, node)
+	h := startHousekeeper(t, node, k, nil)
+	p := newPod(t, "deleted")
+	k.admit(t, p)
+	sb, ctrs := runPod(t, node, p, 2)
+	links := []string{k.link(t, p, "app0", ctrs[0]), k.link(t, p, "app1", ctrs[1])}
+	bystander := newPod(t, "bystander")
+	k.admit(t, bystander)
+	bsb, bctrs := runPod(t, node, bystander, 1)
+
+	start := time.Now()
+	leakLike107730(t, node, k, p, sb, ctrs)
+	took := waitGone(t, node, "containers, sandbox and pod log dir are reclaimed", testGrace+testPeriod+3*time.Second,
+		append([]string{sb}, ctrs...), []string{node.PodLogDir(p)})
+	t.Logf("#107730 leak reclaimed %v after the pod dir was removed (grace %v, period %v)", took.Round(time.Millisecond), testGrace, testPeriod)
+	// The links dangle once the log dir is gone; they are reclaimed after
+	// their own grace.
+	waitGone(t, node, "the dangling log links are reclaimed", testGrace+2*testPeriod+3*time.Second, nil, links)
+	t.Logf("log links reclaimed %v after the pod dir was removed", time.Since(start).Round(time.Millisecond))
+	if !runtimeHas(t, node, bsb) || !runtimeHas(t, node, bctrs[0]) || !sandboxReady(t, node, bsb) {
+		t.Fatal("the live bystander pod was touched")
+	}
+	logs := h.logs.String()
+	for _, want := range []string{
+		"action=remove-container", "action=remove-sandbox", "action=remove-pod-log-dir", "action=remove-log-link",
+		"rule=containers.pod-gone", "rule=sandboxes.pod-gone", "pod_uid=" + p.UID, "pod_name=deleted",
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("plugin log has no %q", want)
+		}
+	}
+}
+
+func TestReclaimsALeakAcrossAContainerdKill9(t *testing.T) {
+	cleanupPods(t, node)
+	k := newKubelet(t, node)
+	h := startHousekeeper(t, node, k, func(o *housekeeping.Options, _ *executor.Options) {
+		o.Policy.LeakGrace = 5 * time.Second // longer than the restart takes
+	})
+	p := newPod(t, "crashed")
+	k.admit(t, p)
+	sb, ctrs := runPod(t, node, p, 1)
+	ctx := context.Background()
+	if err := node.StopContainer(ctx, ctrs[0], 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.StopPod(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.KillContainerd(); err != nil {
+		t.Fatal(err)
+	}
+	k.forget(t, p) // kubelet goes on without the runtime
+	time.Sleep(2 * time.Second)
+	if _, err := node.RestartContainerd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the plugin reconnects by itself", 5*time.Second, h.nri.Synchronized)
+	waitGone(t, node, "the leak is reclaimed after the restart", 5*time.Second+testPeriod+5*time.Second,
+		[]string{sb, ctrs[0]}, []string{node.PodLogDir(p)})
+}
+
+// TestOrphanedLivePodAfterAContainerdCrash: containerd died between stopping
+// the container and stopping the sandbox; the sandbox is still Ready but its
+// pod is gone. Reported with orphans.action = "report", stopped and
+// reclaimed with "stop".
+func TestOrphanedLivePodAfterAContainerdCrash(t *testing.T) {
+	for _, action := range []string{"report", "stop"} {
+		t.Run(action, func(t *testing.T) {
+			cleanupPods(t, node)
+			k := newKubelet(t, node)
+			p := newPod(t, "half-deleted-"+action)
+			k.admit(t, p)
+			sb, ctrs := runPod(t, node, p, 1)
+			ctx := context.Background()
+			if err := node.StopContainer(ctx, ctrs[0], 2); err != nil {
+				t.Fatal(err)
+			}
+			if err := node.KillContainerd(); err != nil {
+				t.Fatal(err)
+			}
+			k.forget(t, p)
+			if _, err := node.RestartContainerd(ctx); err != nil {
+				t.Fatal(err)
+			}
+			h := startHousekeeper(t, node, k, func(o *housekeeping.Options, _ *executor.Options) {
+				o.Policy.StopOrphans = action == "stop"
+			})
+			if action == "report" {
+				waitFor(t, "the orphan is reported", testGrace+5*time.Second, func() bool {
+					return strings.Contains(h.logs.String(), "orphaned live pod") && strings.Contains(h.logs.String(), "pod_uid="+p.UID)
+				})
+				time.Sleep(testGrace + 2*testPeriod)
+				if !sandboxReady(t, node, sb) {
+					t.Fatal("orphans.action = report stopped the sandbox")
+				}
+				return
+			}
+			waitGone(t, node, "the orphan is stopped and reclaimed", 2*testGrace+4*testPeriod+5*time.Second,
+				[]string{sb, ctrs[0]}, []string{node.PodLogDir(p)})
+			if !strings.Contains(h.logs.String(), "action=stop-sandbox") {
+				t.Fatal("no stop-sandbox action logged")
+			}
+		})
+	}
+}
+
+func TestLivePodLosesOnlyItsOldSandboxAttempt(t *testing.T) {
+	cleanupPods(t, node)
+	k := newKubelet(t, node)
+	startHousekeeper(t, node, k, nil)
+	ctx := context.Background()
+	p := newPod(t, "restarted")
+	k.admit(t, p)
+	oldSb, oldCtrs := runPod(t, node, p, 1)
+	if err := node.StopContainer(ctx, oldCtrs[0], 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.RemoveContainer(ctx, oldCtrs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.StopPod(ctx, oldSb); err != nil {
+		t.Fatal(err)
+	}
+	p.Attempt = 1
+	newSb, newCtrs := runPod(t, node, p, 1)
+	waitGone(t, node, "the old NotReady sandbox is removed", testGrace+testPeriod+3*time.Second, []string{oldSb}, nil)
+	time.Sleep(2 * testPeriod)
+	if !runtimeHas(t, node, newSb) || !sandboxReady(t, node, newSb) || !runtimeHas(t, node, newCtrs[0]) {
+		t.Fatal("the Ready sandbox or its container was touched")
+	}
+	if !exists(node.PodLogDir(p)) {
+		t.Fatal("the live pod's log dir was removed")
+	}
+}
+
+func TestLivePodKeepsMaxPerPodContainerDeadInstances(t *testing.T) {
+	cleanupPods(t, node)
+	k := newKubelet(t, node)
+	startHousekeeper(t, node, k, func(o *housekeeping.Options, _ *executor.Options) {
+		o.Policy.LeakGrace = 0 // kubelet's own GC has no grace either; this is about the count
+	})
+	ctx := context.Background()
+	p := newPod(t, "crashloop")
+	k.admit(t, p)
+	sb, err := node.RunPod(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attempts []string
+	for i := range 5 {
+		id, err := node.RunContainer(ctx, p, sb, "app", uint32(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := node.StopContainer(ctx, id, 2); err != nil {
+			t.Fatal(err)
+		}
+		attempts = append(attempts, id)
+	}
+	waitGone(t, node, "all but the newest dead attempt are removed", testPeriod+5*time.Second, attempts[:4], nil)
+	time.Sleep(2 * testPeriod)
+	if !runtimeHas(t, node, attempts[4]) || !runtimeHas(t, node, sb) {
+		t.Fatal("the newest dead attempt or the sandbox was removed")
+	}
+}
+
+func TestOrphanedRunningPodsReportStopAndBreaker(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		stop    bool
+		orphans int
+		breaker bool
+	}{
+		{"report", false, 1, false},
+		{"stop", true, 1, false},
+		{"breaker", true, 4, true}, // max_per_pass 3
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cleanupPods(t, node)
+			k := newKubelet(t, node)
+			var sandboxes, ctrs []string
+			for i := range tc.orphans {
+				p := newPod(t, fmt.Sprintf("vanished-%d", i))
+				k.admit(t, p)
+				sb, cs := runPod(t, node, p, 1)
+				sandboxes, ctrs = append(sandboxes, sb), append(ctrs, cs...)
+				k.forget(t, p) // the pod dir vanishes while it runs
+			}
+			h := startHousekeeper(t, node, k, func(o *housekeeping.Options, _ *executor.Options) {
+				o.Policy.StopOrphans = tc.stop
+			})
+			switch {
+			case !tc.stop || tc.breaker:
+				want := "orphaned live pod"
+				if tc.breaker {
+					want = "blast-radius breaker"
+				}
+				waitFor(t, "the plugin says "+want, testGrace+5*time.Second, func() bool { return strings.Contains(h.logs.String(), want) })
+				time.Sleep(2 * testPeriod)
+				for _, sb := range sandboxes {
+					if !sandboxReady(t, node, sb) {
+						t.Fatalf("sandbox %s was stopped", sb)
+					}
+				}
+			default:
+				waitGone(t, node, "the orphaned pod is stopped, then reclaimed", 2*testGrace+4*testPeriod+5*time.Second, append(sandboxes, ctrs...), nil)
+			}
+		})
+	}
+}
+
+func TestDryRunChangesNothingAndLogsEveryWould(t *testing.T) {
+	cleanupPods(t, node)
+	k := newKubelet(t, node)
+	h := startHousekeeper(t, node, k, func(_ *housekeeping.Options, e *executor.Options) { e.DryRun = true })
+	p := newPod(t, "dry")
+	k.admit(t, p)
+	sb, ctrs := runPod(t, node, p, 1)
+	leakLike107730(t, node, k, p, sb, ctrs)
+	waitFor(t, "would-lines for the container, the sandbox and the log dir", testGrace+5*time.Second, func() bool {
+		l := h.logs.String()
+		return strings.Contains(l, "would remove container") && strings.Contains(l, "would stop and remove sandbox") &&
+			strings.Contains(l, "would remove pod log dir")
+	})
+	time.Sleep(2 * testPeriod)
+	if !runtimeHas(t, node, sb) || !runtimeHas(t, node, ctrs[0]) || !exists(node.PodLogDir(p)) {
+		t.Fatal("dry run changed something")
+	}
+}
+
+func TestNoActionWhileTheRuntimeIsDown(t *testing.T) {
+	cleanupPods(t, node)
+	k := newKubelet(t, node)
+	h := startHousekeeper(t, node, k, nil)
+	p := newPod(t, "during-outage")
+	k.admit(t, p)
+	sb, ctrs := runPod(t, node, p, 1)
+	ctx := context.Background()
+	if err := node.KillContainerd(); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := h.loop.Passes()
+	r := h.waitPass(t, 5*time.Second)
+	if r.Err == nil || len(r.Outcomes) != 0 {
+		t.Fatalf("a pass while containerd is down: err %v, %d actions", r.Err, len(r.Outcomes))
+	}
+	k.forget(t, p) // the pod is deleted during the outage: no listing, no plan
+	time.Sleep(testGrace + testPeriod)
+	if m, _ := h.loop.Passes(); m <= n {
+		t.Fatal("no pass ran during the outage")
+	}
+	if !strings.Contains(h.logs.String(), "nothing is changed on partial data") {
+		t.Fatal("the skipped pass was not logged")
+	}
+	if _, err := node.RestartContainerd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !runtimeHas(t, node, sb) {
+		t.Fatal("the sandbox went while the runtime was down")
+	}
+	leakLike107730(t, node, k, p, sb, ctrs)
+	waitGone(t, node, "the leak is reclaimed once the runtime is back", testGrace+testPeriod+5*time.Second, []string{sb, ctrs[0]}, nil)
+}
