@@ -131,11 +131,26 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 
 // newExecutor builds the executor over the CRI client and the log roots.
 func newExecutor(cfg config.Config, client *cri.Client, log logrus.FieldLogger) (*executor.Executor, error) {
-	files, err := nodefs.NewRemover(cfg.Logs.PodLogsDir, cfg.Logs.ContainerLogsDir)
+	podLogs, err := nodefs.NewRemover(cfg.Logs.PodLogsDir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("logs.pod_logs_dir: %w", err)
 	}
-	return executor.New(client, files, executor.Options{MaxParallel: cfg.Housekeeping.MaxParallel, DryRun: cfg.DryRun}, log), nil
+	links, err := nodefs.NewRemover(cfg.Logs.ContainerLogsDir)
+	if err != nil {
+		return nil, fmt.Errorf("logs.container_logs_dir: %w", err)
+	}
+	return executor.New(client, logFiles{podLogs, links}, executor.Options{MaxParallel: cfg.Housekeeping.MaxParallel, DryRun: cfg.DryRun}, log), nil
+}
+
+// logFiles removes each kind of log file only under its own root.
+type logFiles struct{ podLogs, links *nodefs.Remover }
+
+func (f logFiles) RemovePodLogDir(ctx context.Context, path string) error {
+	return f.podLogs.RemovePodLogDir(ctx, path)
+}
+
+func (f logFiles) RemoveContainerLogLink(ctx context.Context, path string) error {
+	return f.links.RemoveContainerLogLink(ctx, path)
 }
 
 // watchTaskExits wakes the loop on every containerd task exit: a sandbox's

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nri-housekeeper/nri-housekeeper/config"
+)
+
+// TestConfigCheckRejectsBadFilesNamingKeyAndLine runs the command a user
+// runs; the config package's own table covers every rule in depth.
+func TestConfigCheckRejectsBadFilesNamingKeyAndLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"unknown key", "[housekeeping]\nperiodd = \"1s\"\n", ":2: housekeeping.periodd: unknown key"},
+		{"unknown section", "[gc]\n", ":1: gc: unknown section"},
+		{"key in the wrong section", "[nri]\nleak_grace = \"1m\"\n", ":2: nri.leak_grace: unknown key"},
+		{"bad duration", "[housekeeping]\nleak_grace = \"five minutes\"\n", ":2: housekeeping.leak_grace: invalid duration"},
+		{"duration given as a number", "[runtime]\nrpc_timeout = 10\n", ":2: runtime.rpc_timeout:"},
+		{"zero period", "[housekeeping]\nperiod = \"0s\"\n", ":2: housekeeping.period:"},
+		{"negative grace", "[housekeeping]\nleak_grace = \"-1m\"\n", ":2: housekeeping.leak_grace:"},
+		{"zero max_parallel", "[housekeeping]\nmax_parallel = 0\n", ":2: housekeeping.max_parallel:"},
+		{"string count", "[containers]\nmax_per_pod_container = \"1\"\n", ":2: containers.max_per_pod_container:"},
+		{"max_containers below -1", "[containers]\nmax_containers = -2\n", ":2: containers.max_containers:"},
+		{"fraction above one", "[orphans]\nmax_fraction = 1.5\n", ":2: orphans.max_fraction:"},
+		{"unknown orphans action", "[orphans]\naction = \"kill\"\n", ":2: orphans.action:"},
+		{"unknown pods source", "[pods]\nsource = \"apiserver\"\n", ":2: pods.source:"},
+		{"unknown cgroup driver", "[cgroups]\ndriver = \"cgroupv3\"\n", ":2: cgroups.driver:"},
+		{"unknown log level", "[log]\nlevel = \"verbose\"\n", ":2: log.level:"},
+		{"relative kubelet root", "[pods]\nkubelet_root = \"var/lib/kubelet\"\n", ":2: pods.kubelet_root:"},
+		{"tcp endpoint", "[runtime]\nendpoint = \"tcp://127.0.0.1:1\"\n", ":2: runtime.endpoint:"},
+		{"bad plugin index", "[nri]\nplugin_index = \"1\"\n", ":2: nri.plugin_index:"},
+		{"syntax error", "dry_run = tru\n", ":1: dry_run: invalid TOML"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "bad.toml")
+			if err := os.WriteFile(path, []byte(tc.text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"config", "check", path}, &stdout, &stderr); code != 1 {
+				t.Fatalf("exit %d, want 1; stderr:\n%s", code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), path+tc.want) {
+				t.Fatalf("stderr does not name %q:\n%s", path+tc.want, stderr.String())
+			}
+		})
+	}
+}
+
+func TestConfigCheckAcceptsTheDocumentedExample(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "example.toml")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"config", "example"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("config example: exit %d", code)
+	}
+	if stdout.String() != config.Example() {
+		t.Fatal("config example does not print the embedded example")
+	}
+	if err := os.WriteFile(path, stdout.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	if code := run([]string{"config", "check", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d on the example; stderr:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "OK") {
+		t.Fatalf("stdout = %q", stdout.String())
+	}
+}
+
+func TestCommandLineErrorsExitTwo(t *testing.T) {
+	for _, args := range [][]string{
+		{"frobnicate"},
+		{"config"},
+		{"config", "check"},
+		{"run", "--no-such-flag"},
+		{"run", "extra-argument"},
+		{"report", "--leak-grace", "soon"},
+		{"once", "--config", "/nonexistent/nri-housekeeper.toml"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 2 {
+			t.Errorf("%q: exit %d, want 2; stderr:\n%s", args, code, stderr.String())
+		}
+		if stderr.Len() == 0 {
+			t.Errorf("%q: no message on stderr", args)
+		}
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"help"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "nri-housekeeper report") {
+		t.Fatalf("help: exit %d, output:\n%s", code, stdout.String())
+	}
+	stdout.Reset()
+	if code := run([]string{"version"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "nri-housekeeper ") {
+		t.Fatalf("version: exit %d, output %q", code, stdout.String())
+	}
+}
