@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -222,7 +224,7 @@ func (c *Client) StopContainer(ctx context.Context, id string, timeout time.Dura
 	ctx, cancel := context.WithTimeout(ctx, c.rpcTimeout+timeout)
 	defer cancel()
 	_, err := c.runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(timeout.Round(time.Second) / time.Second)})
-	if err != nil {
+	if err = ignoreNotFound(err); err != nil {
 		return fmt.Errorf("CRI StopContainer %s: %w", id, err)
 	}
 	return nil
@@ -232,7 +234,7 @@ func (c *Client) StopContainer(ctx context.Context, id string, timeout time.Dura
 func (c *Client) RemoveContainer(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
 	defer cancel()
-	if _, err := c.runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
+	if _, err := c.runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); ignoreNotFound(err) != nil {
 		return fmt.Errorf("CRI RemoveContainer %s: %w", id, err)
 	}
 	return nil
@@ -242,7 +244,7 @@ func (c *Client) RemoveContainer(ctx context.Context, id string) error {
 func (c *Client) StopPodSandbox(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
 	defer cancel()
-	if _, err := c.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+	if _, err := c.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); ignoreNotFound(err) != nil {
 		return fmt.Errorf("CRI StopPodSandbox %s: %w", id, err)
 	}
 	return nil
@@ -252,8 +254,17 @@ func (c *Client) StopPodSandbox(ctx context.Context, id string) error {
 func (c *Client) RemovePodSandbox(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
 	defer cancel()
-	if _, err := c.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+	if _, err := c.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); ignoreNotFound(err) != nil {
 		return fmt.Errorf("CRI RemovePodSandbox %s: %w", id, err)
 	}
 	return nil
+}
+
+// ignoreNotFound treats "no such object" as done, as kubelet does: the goal
+// of a stop or remove is reached when the object is gone.
+func ignoreNotFound(err error) error {
+	if status.Code(err) == codes.NotFound {
+		return nil
+	}
+	return err
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -53,5 +55,20 @@ func TestMalformedEntriesAreSkippedAndNamed(t *testing.T) {
 func TestDialRejectsNonUnixEndpoints(t *testing.T) {
 	if _, err := Dial("tcp://127.0.0.1:1", time.Second); err == nil || !strings.Contains(err.Error(), "unix://") {
 		t.Fatalf("err = %v, want a unix:// hint", err)
+	}
+}
+
+func TestNotFoundCountsAsDone(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{status.Error(codes.NotFound, "no such sandbox"), false},
+		{status.Error(codes.Unavailable, "connection refused"), true},
+	} {
+		if got := ignoreNotFound(tc.err) != nil; got != tc.want {
+			t.Errorf("ignoreNotFound(%v) != nil is %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

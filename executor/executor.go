@@ -1,0 +1,397 @@
+// Package executor carries out a housekeeping plan (package gc): it runs the
+// actions kind by kind in gc.Kinds order, a bounded number at a time, skips
+// those whose dependencies did not succeed, backs off from failing objects,
+// and logs every action with its pod, object, rule and reason (DESIGN.md §4–5).
+package executor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/logging"
+)
+
+// Runtime is the CRI side (implemented by package cri's *Client; tests use a
+// fake).
+type Runtime interface {
+	StopContainer(ctx context.Context, id string, timeout time.Duration) error
+	RemoveContainer(ctx context.Context, id string) error
+	StopPodSandbox(ctx context.Context, id string) error
+	RemovePodSandbox(ctx context.Context, id string) error
+}
+
+// Files is the node file system side (implemented by *nodefs.Remover).
+type Files interface {
+	RemovePodLogDir(ctx context.Context, path string) error
+	RemoveContainerLogLink(ctx context.Context, path string) error
+}
+
+// Defaults of Options (DESIGN.md §5: "10 s doubling to 5 min, with jitter").
+const (
+	DefaultBackoffMin = 10 * time.Second
+	DefaultBackoffMax = 5 * time.Minute
+)
+
+// maxJitter is the largest random addition to a backoff delay, as a fraction
+// of it: failures of many objects at once (containerd restarting) do not all
+// retry in the same pass.
+const maxJitter = 0.2
+
+// Log field names this package adds to those of package logging.
+const (
+	fieldPath     = "path"
+	fieldTook     = "took"
+	fieldAttempts = "attempts"
+	fieldRetryAt  = "retry_at"
+	fieldDepends  = "depends_on"
+)
+
+// Options configure an Executor.
+type Options struct {
+	MaxParallel int           // at most this many calls in flight (housekeeping.max_parallel); < 1 counts as 1
+	DryRun      bool          // execute nothing; log and report every action as "would"
+	BackoffMin  time.Duration // first retry delay after a failure; 0 = DefaultBackoffMin
+	BackoffMax  time.Duration // cap of the delay (before jitter); 0 = DefaultBackoffMax
+}
+
+// Result is what became of one action.
+type Result string
+
+const (
+	Success Result = "success" // done
+	Error   Result = "error"   // tried and failed: backing off until Outcome.RetryAt
+	Would   Result = "would"   // dry run: nothing done
+	Backoff Result = "backoff" // not tried: a previous attempt failed and Outcome.RetryAt is still ahead
+	Skipped Result = "skipped" // not tried: a dependency did not succeed, or the context ended
+)
+
+// Outcome is what became of one action, and how long it took.
+type Outcome struct {
+	Action gc.Action
+	Result Result
+	// Err is the failure (Error), the last failure (Backoff), or why the
+	// action was not started (Skipped: the dependency, or ctx.Err()).
+	Err  error
+	Took time.Duration
+	// RetryAt is when the key may be tried again (Error, Backoff).
+	RetryAt time.Time
+}
+
+// backoff is the retry state of one action key.
+type backoff struct {
+	failures int
+	retryAt  time.Time
+	lastErr  error
+}
+
+// Executor carries out plans. It remembers failures between calls for
+// backoff. It is not safe for concurrent use: one housekeeping loop calls
+// Execute and, between passes, Forget.
+type Executor struct {
+	rt    Runtime
+	files Files
+	opts  Options
+	log   logrus.FieldLogger
+	// backoffs is keyed by gc.Action.Key.
+	backoffs map[string]*backoff
+	// jitter returns the random part added to a delay d; tests replace it.
+	jitter func(d time.Duration) time.Duration
+}
+
+// New returns an Executor. A nil log discards log lines.
+func New(rt Runtime, files Files, opts Options, log logrus.FieldLogger) *Executor {
+	if opts.MaxParallel < 1 {
+		opts.MaxParallel = 1
+	}
+	if opts.BackoffMin <= 0 {
+		opts.BackoffMin = DefaultBackoffMin
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = DefaultBackoffMax
+	}
+	if opts.BackoffMax < opts.BackoffMin {
+		opts.BackoffMax = opts.BackoffMin
+	}
+	if log == nil {
+		discard := logrus.New()
+		discard.SetOutput(io.Discard)
+		log = discard
+	}
+	return &Executor{rt: rt, files: files, opts: opts, log: log, backoffs: make(map[string]*backoff), jitter: randomJitter}
+}
+
+// randomJitter returns a random duration in [0, maxJitter·d].
+func randomJitter(d time.Duration) time.Duration {
+	return rand.N(time.Duration(float64(d)*maxJitter) + 1)
+}
+
+// Execute runs the actions and returns one Outcome per action, in input
+// order. Actions run kind by kind in gc.Kinds order, each kind as one wave of
+// concurrent calls (at most Options.MaxParallel in flight) that ends before
+// the next begins; an action runs only if every key in its DependsOn
+// succeeded in an earlier wave of this call. now is the pass's clock for
+// backoff.
+func (e *Executor) Execute(ctx context.Context, actions []gc.Action, now time.Time) []Outcome {
+	out := make([]Outcome, len(actions))
+	// done is the result of every key settled so far in this call.
+	done := make(map[string]Result, len(actions))
+	settle := func(i int, o Outcome) {
+		out[i] = o
+		// A key succeeds only if every action with that key did.
+		if prev, seen := done[o.Action.Key]; !seen || prev == Success || prev == Would {
+			done[o.Action.Key] = o.Result
+		}
+	}
+
+	waves := make(map[gc.Kind][]int, len(gc.Kinds))
+	for i, a := range actions {
+		if !slices.Contains(gc.Kinds, a.Kind) {
+			// A planner bug: no call can carry it out, and retrying will not help.
+			err := fmt.Errorf("%s: unknown action kind %q", a.Key, a.Kind)
+			e.entry(a).WithError(err).Warn("cannot execute action of unknown kind")
+			settle(i, Outcome{Action: a, Result: Error, Err: err})
+			continue
+		}
+		waves[a.Kind] = append(waves[a.Kind], i)
+	}
+
+	// One semaphore for the whole call: at most MaxParallel calls at once.
+	sem := make(chan struct{}, e.opts.MaxParallel)
+	for _, kind := range gc.Kinds {
+		e.runWave(ctx, sem, actions, waves[kind], now, out, done, settle)
+	}
+	return out
+}
+
+// runWave runs the actions of one kind (indexes into actions) and settles
+// each of them before returning.
+func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.Action, wave []int, now time.Time,
+	out []Outcome, done map[string]Result, settle func(int, Outcome)) {
+	var wg sync.WaitGroup
+	var started []int
+	notStarted := 0
+	for _, i := range wave {
+		a := actions[i]
+		if err := ctx.Err(); err != nil {
+			settle(i, Outcome{Action: a, Result: Skipped, Err: err})
+			notStarted++
+			continue
+		}
+		if e.opts.DryRun {
+			// Nothing runs, so nothing fails: every dependency counts as
+			// satisfied and the report shows the whole plan.
+			e.entry(a).Info(verbsOf(a.Kind).would)
+			settle(i, Outcome{Action: a, Result: Would})
+			continue
+		}
+		if dep, res, ok := unsatisfied(a, done); !ok {
+			var err error
+			if res == "" {
+				// Not in this run, or (a planner bug) not of an earlier kind.
+				err = fmt.Errorf("%s: dependency %s has not run before it", a.Key, dep)
+			} else {
+				err = fmt.Errorf("%s: dependency %s did not succeed (%s)", a.Key, dep, res)
+			}
+			e.entry(a).WithField(fieldDepends, dep).Debugf("skipped: %s: dependency did not succeed", verbsOf(a.Kind).do)
+			settle(i, Outcome{Action: a, Result: Skipped, Err: err})
+			continue
+		}
+		if b := e.backoffs[a.Key]; b != nil && now.Before(b.retryAt) {
+			e.entry(a).WithFields(logrus.Fields{fieldAttempts: b.failures, fieldRetryAt: b.retryAt.Format(time.RFC3339)}).
+				Debugf("backing off: %s", verbsOf(a.Kind).do)
+			err := fmt.Errorf("%s: backing off after %d failure(s): %w", a.Key, b.failures, b.lastErr)
+			settle(i, Outcome{Action: a, Result: Backoff, Err: err, RetryAt: b.retryAt})
+			continue
+		}
+
+		// Wait for a slot, unless the pass ends first.
+		acquired := false
+		select {
+		case sem <- struct{}{}:
+			acquired = true
+		case <-ctx.Done():
+		}
+		if err := ctx.Err(); err != nil {
+			// select picks at random when both are ready: give back a slot
+			// taken after the context ended (only ours: the others belong to
+			// running calls).
+			if acquired {
+				<-sem
+			}
+			settle(i, Outcome{Action: a, Result: Skipped, Err: err})
+			notStarted++
+			continue
+		}
+		started = append(started, i)
+		wg.Go(func() {
+			defer func() { <-sem }()
+			start := time.Now()
+			err := e.do(ctx, a)
+			// Each goroutine writes only its own slot; settling (maps, logs)
+			// happens below, after Wait.
+			out[i] = Outcome{Action: a, Err: err, Took: time.Since(start)}
+		})
+	}
+	wg.Wait()
+
+	// Settle in input order: logs and backoff updates stay deterministic and
+	// need no lock.
+	for _, i := range started {
+		o := out[i]
+		if o.Err == nil {
+			o.Result = Success
+			delete(e.backoffs, o.Action.Key)
+			e.entry(o.Action).WithField(fieldTook, o.Took).Info(verbsOf(o.Action.Kind).done)
+		} else {
+			o.Result = Error
+			b := e.fail(o.Action.Key, o.Err, now)
+			o.RetryAt = b.retryAt
+			e.entry(o.Action).WithError(o.Err).WithFields(logrus.Fields{
+				fieldTook: o.Took, fieldAttempts: b.failures, fieldRetryAt: b.retryAt.Format(time.RFC3339),
+			}).Warnf("failed to %s", verbsOf(o.Action.Kind).do)
+		}
+		settle(i, o)
+	}
+	if notStarted > 0 {
+		e.log.WithError(ctx.Err()).Debugf("context ended: %d action(s) not started", notStarted)
+	}
+}
+
+// unsatisfied returns the first dependency of a that has not succeeded in
+// this run, with its result ("" when it is not in the run at all).
+func unsatisfied(a gc.Action, done map[string]Result) (dep string, res Result, ok bool) {
+	for _, dep := range a.DependsOn {
+		if res := done[dep]; res != Success {
+			return dep, res, false
+		}
+	}
+	return "", "", true
+}
+
+// fail records a failure of key and returns its backoff: the delay doubles
+// from BackoffMin with every consecutive failure up to BackoffMax, plus
+// jitter.
+func (e *Executor) fail(key string, err error, now time.Time) *backoff {
+	b := e.backoffs[key]
+	if b == nil {
+		b = &backoff{}
+		e.backoffs[key] = b
+	}
+	b.failures++
+	b.lastErr = err
+	d := e.opts.BackoffMin
+	// Stop doubling at the cap: no overflow however many failures.
+	for n := 1; n < b.failures && d < e.opts.BackoffMax; n++ {
+		d *= 2
+	}
+	d = min(d, e.opts.BackoffMax)
+	b.retryAt = now.Add(d + e.jitter(d))
+	return b
+}
+
+// Forget drops the backoff of every key not in proposed (pass
+// gc.Result.EligibleSince): its object is gone or no longer proposed, and
+// memory stays bounded by the current plan. A key proposed again later
+// starts afresh.
+func (e *Executor) Forget(proposed map[string]time.Time) {
+	for key := range e.backoffs {
+		if _, ok := proposed[key]; !ok {
+			delete(e.backoffs, key)
+		}
+	}
+}
+
+// do carries out one action: the only place that calls Runtime and Files.
+func (e *Executor) do(ctx context.Context, a gc.Action) error {
+	switch a.Kind {
+	case gc.StopContainer:
+		if err := e.rt.StopContainer(ctx, a.ContainerID, a.Timeout); err != nil {
+			return fmt.Errorf("stop container %s: %w", a.ContainerID, err)
+		}
+	case gc.RemoveContainer:
+		if err := e.rt.RemoveContainer(ctx, a.ContainerID); err != nil {
+			return fmt.Errorf("remove container %s: %w", a.ContainerID, err)
+		}
+	case gc.StopSandbox:
+		if err := e.rt.StopPodSandbox(ctx, a.SandboxID); err != nil {
+			return fmt.Errorf("stop sandbox %s: %w", a.SandboxID, err)
+		}
+	case gc.RemoveSandbox:
+		// kubelet's removeSandbox: stop first (network teardown, etc.); a
+		// sandbox that could not be stopped is not removed this time.
+		if err := e.rt.StopPodSandbox(ctx, a.SandboxID); err != nil {
+			return fmt.Errorf("stop sandbox %s before removing it: %w", a.SandboxID, err)
+		}
+		if err := e.rt.RemovePodSandbox(ctx, a.SandboxID); err != nil {
+			return fmt.Errorf("remove sandbox %s: %w", a.SandboxID, err)
+		}
+	case gc.RemovePodLogDir:
+		if err := e.files.RemovePodLogDir(ctx, a.Path); err != nil {
+			return fmt.Errorf("remove pod log dir %s: %w", a.Path, err)
+		}
+	case gc.RemoveContainerLogLink:
+		if err := e.files.RemoveContainerLogLink(ctx, a.Path); err != nil {
+			return fmt.Errorf("remove container log link %s: %w", a.Path, err)
+		}
+	default:
+		return fmt.Errorf("%s: unknown action kind %q", a.Key, a.Kind)
+	}
+	return nil
+}
+
+// verbs are the words of one kind's log messages.
+type verbs struct {
+	done  string // "removed container"
+	would string // "would remove container"
+	do    string // "remove container" (in "failed to …", "backing off: …")
+}
+
+// verbsOf returns the words for kind.
+func verbsOf(kind gc.Kind) verbs {
+	switch kind {
+	case gc.StopContainer:
+		return verbs{"stopped container", "would stop container", "stop container"}
+	case gc.RemoveContainer:
+		return verbs{"removed container", "would remove container", "remove container"}
+	case gc.StopSandbox:
+		return verbs{"stopped sandbox", "would stop sandbox", "stop sandbox"}
+	case gc.RemoveSandbox:
+		return verbs{"stopped and removed sandbox", "would stop and remove sandbox", "stop and remove sandbox"}
+	case gc.RemovePodLogDir:
+		return verbs{"removed pod log dir", "would remove pod log dir", "remove pod log dir"}
+	case gc.RemoveContainerLogLink:
+		return verbs{"removed container log link", "would remove container log link", "remove container log link"}
+	}
+	return verbs{"executed " + string(kind), "would execute " + string(kind), "execute " + string(kind)}
+}
+
+// entry returns a log entry with the action's fields: the pod and object
+// fields that apply, the kind, rule and reason (DESIGN.md §4 rule 7).
+func (e *Executor) entry(a gc.Action) *logrus.Entry {
+	f := logrus.Fields{
+		logging.FieldAction: string(a.Kind),
+		logging.FieldRule:   a.Rule,
+		logging.FieldReason: a.Reason,
+	}
+	for name, value := range map[string]string{
+		logging.FieldPodUID:       a.Pod.UID,
+		logging.FieldPodNamespace: a.Pod.Namespace,
+		logging.FieldPodName:      a.Pod.Name,
+		logging.FieldSandboxID:    a.SandboxID,
+		logging.FieldContainerID:  a.ContainerID,
+		fieldPath:                 a.Path,
+	} {
+		if value != "" {
+			f[name] = value
+		}
+	}
+	return e.log.WithFields(f)
+}

@@ -1,0 +1,777 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/logging"
+)
+
+// call is one call the fake received, with when it started and ended on the
+// fake's own sequence clock.
+type call struct {
+	method, id string
+	start, end int64
+}
+
+// fake implements Runtime and Files: it records calls, fails those listed in
+// fail ("Method id"), sleeps delay in each call and tracks how many calls
+// are in flight at once.
+type fake struct {
+	delay  time.Duration
+	onCall func(method, id string) // runs at the start of every call
+
+	mu    sync.Mutex
+	fail  map[string]error
+	calls []call
+
+	seq         atomic.Int64
+	inFlight    atomic.Int64
+	maxInFlight atomic.Int64
+}
+
+var errFake = errors.New("fake failure")
+
+func newFake(fail ...string) *fake {
+	f := &fake{fail: make(map[string]error)}
+	for _, k := range fail {
+		f.fail[k] = errFake
+	}
+	return f
+}
+
+func (f *fake) setFail(key string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		delete(f.fail, key)
+		return
+	}
+	f.fail[key] = err
+}
+
+func (f *fake) do(method, id string) error {
+	n := f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
+	for {
+		m := f.maxInFlight.Load()
+		if n <= m || f.maxInFlight.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	start := f.seq.Add(1)
+	if f.onCall != nil {
+		f.onCall(method, id)
+	}
+	time.Sleep(f.delay)
+	end := f.seq.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call{method: method, id: id, start: start, end: end})
+	return f.fail[method+" "+id]
+}
+
+func (f *fake) StopContainer(_ context.Context, id string, _ time.Duration) error {
+	return f.do("StopContainer", id)
+}
+func (f *fake) RemoveContainer(_ context.Context, id string) error {
+	return f.do("RemoveContainer", id)
+}
+func (f *fake) StopPodSandbox(_ context.Context, id string) error { return f.do("StopPodSandbox", id) }
+func (f *fake) RemovePodSandbox(_ context.Context, id string) error {
+	return f.do("RemovePodSandbox", id)
+}
+func (f *fake) RemovePodLogDir(_ context.Context, path string) error {
+	return f.do("RemovePodLogDir", path)
+}
+func (f *fake) RemoveContainerLogLink(_ context.Context, path string) error {
+	return f.do("RemoveContainerLogLink", path)
+}
+
+// called returns the calls as "Method id", in the order they ended.
+func (f *fake) called() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var s []string
+	for _, c := range f.calls {
+		s = append(s, c.method+" "+c.id)
+	}
+	return s
+}
+
+// has reports whether call ("Method id") was made.
+func (f *fake) has(call string) bool {
+	for _, c := range f.called() {
+		if c == call {
+			return true
+		}
+	}
+	return false
+}
+
+// Action builders, keyed as the planner keys them.
+
+var testPod = gc.PodRef{UID: "uid-1", Namespace: "ns", Name: "web"}
+
+func stopCtr(id string, deps ...string) gc.Action {
+	return gc.Action{Kind: gc.StopContainer, Rule: gc.RuleOrphanStop, Reason: "why", Pod: testPod,
+		Key: "stop-container/" + id, SandboxID: "sb", ContainerID: id, Timeout: time.Second, DependsOn: deps}
+}
+
+func rmCtr(id string, deps ...string) gc.Action {
+	return gc.Action{Kind: gc.RemoveContainer, Rule: gc.RuleContainerPodGone, Reason: "why", Pod: testPod,
+		Key: "container/" + id, SandboxID: "sb", ContainerID: id, DependsOn: deps}
+}
+
+func stopSb(id string, deps ...string) gc.Action {
+	return gc.Action{Kind: gc.StopSandbox, Rule: gc.RuleOrphanStop, Reason: "why", Pod: testPod,
+		Key: "stop-sandbox/" + id, SandboxID: id, DependsOn: deps}
+}
+
+func rmSb(id string, deps ...string) gc.Action {
+	return gc.Action{Kind: gc.RemoveSandbox, Rule: gc.RuleSandboxPodGone, Reason: "why", Pod: testPod,
+		Key: "sandbox/" + id, SandboxID: id, DependsOn: deps}
+}
+
+func rmLogDir(path string, deps ...string) gc.Action {
+	return gc.Action{Kind: gc.RemovePodLogDir, Rule: gc.RulePodLogDir, Reason: "why", Pod: testPod,
+		Key: "pod-log-dir/" + path, Path: path, DependsOn: deps}
+}
+
+func rmLink(path string, deps ...string) gc.Action {
+	return gc.Action{Kind: gc.RemoveContainerLogLink, Rule: gc.RuleDanglingLogLink, Reason: "why",
+		Pod: gc.PodRef{Namespace: "ns", Name: "web"}, Key: "log-link/" + path, Path: path, DependsOn: deps}
+}
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// noJitter makes backoff delays exact.
+func noJitter(time.Duration) time.Duration { return 0 }
+
+func newTest(f *fake, opts Options) *Executor {
+	e := New(f, f, opts, nil)
+	e.jitter = noJitter
+	return e
+}
+
+// results maps each outcome's key to its result.
+func results(out []Outcome) map[string]Result {
+	m := make(map[string]Result, len(out))
+	for _, o := range out {
+		m[o.Action.Key] = o.Result
+	}
+	return m
+}
+
+func TestWavesRunKindByKindInGCKindsOrder(t *testing.T) {
+	// Given in reverse order: execution still follows gc.Kinds, and outcomes
+	// keep the input order.
+	actions := []gc.Action{
+		rmLink("/l/b"), rmLink("/l/a"),
+		rmLogDir("/p/b"), rmLogDir("/p/a"),
+		rmSb("sb-b"), rmSb("sb-a"),
+		rmCtr("c-b"), rmCtr("c-a"),
+		stopSb("sb-y"), stopSb("sb-x"),
+		stopCtr("c-y"), stopCtr("c-x"),
+	}
+	f := newFake()
+	f.delay = 2 * time.Millisecond
+	out := newTest(f, Options{MaxParallel: 3}).Execute(context.Background(), actions, t0)
+
+	if len(out) != len(actions) {
+		t.Fatalf("got %d outcomes, want %d", len(out), len(actions))
+	}
+	for i, o := range out {
+		if o.Action.Key != actions[i].Key || o.Result != Success || o.Err != nil {
+			t.Errorf("outcome %d: got %s %s %v, want %s success", i, o.Action.Key, o.Result, o.Err, actions[i].Key)
+		}
+	}
+
+	// Every call of a kind ends before any call of a later kind starts.
+	kindOf := map[string]gc.Kind{} // sandbox ID or path -> kind; container calls name their kind
+	for _, a := range actions {
+		if a.ContainerID == "" {
+			kindOf[a.SandboxID+a.Path] = a.Kind
+		}
+	}
+	order := map[gc.Kind]int{}
+	for i, k := range gc.Kinds {
+		order[k] = i
+	}
+	f.mu.Lock()
+	calls := append([]call(nil), f.calls...)
+	f.mu.Unlock()
+	if len(calls) != 14 { // RemoveSandbox makes two calls
+		t.Fatalf("got %d calls, want 14: %v", len(calls), f.called())
+	}
+	for _, a := range calls {
+		for _, b := range calls {
+			ka, kb := kindOfCall(a, kindOf), kindOfCall(b, kindOf)
+			if order[ka] < order[kb] && a.end > b.start {
+				t.Errorf("%s %s (%s) overlaps or follows %s %s (%s)", a.method, a.id, ka, b.method, b.id, kb)
+			}
+		}
+	}
+}
+
+// kindOfCall maps a call back to the kind of the action that made it.
+func kindOfCall(c call, kindOf map[string]gc.Kind) gc.Kind {
+	switch c.method {
+	case "StopContainer":
+		return gc.StopContainer
+	case "RemoveContainer":
+		return gc.RemoveContainer
+	}
+	return kindOf[c.id]
+}
+
+func TestDependencyNotSucceededSkipsDependent(t *testing.T) {
+	tests := []struct {
+		name    string
+		actions []gc.Action
+		fail    []string
+		backoff []string // keys failed in an earlier pass, still backing off
+		want    map[string]Result
+		errHas  map[string]string // key -> substring of Outcome.Err
+		calls   []string          // calls that must not happen
+	}{
+		{
+			name:    "dependency succeeded: dependent runs",
+			actions: []gc.Action{rmCtr("c1"), rmSb("sb1", "container/c1")},
+			want:    map[string]Result{"container/c1": Success, "sandbox/sb1": Success},
+		},
+		{
+			name:    "dependency failed: dependent skipped",
+			actions: []gc.Action{rmCtr("c1"), rmSb("sb1", "container/c1")},
+			fail:    []string{"RemoveContainer c1"},
+			want:    map[string]Result{"container/c1": Error, "sandbox/sb1": Skipped},
+			errHas:  map[string]string{"sandbox/sb1": "dependency container/c1 did not succeed (error)"},
+			calls:   []string{"StopPodSandbox sb1"},
+		},
+		{
+			name:    "dependency backing off: dependent skipped",
+			actions: []gc.Action{rmCtr("c1"), rmSb("sb1", "container/c1")},
+			backoff: []string{"container/c1"},
+			want:    map[string]Result{"container/c1": Backoff, "sandbox/sb1": Skipped},
+			errHas:  map[string]string{"sandbox/sb1": "dependency container/c1 did not succeed (backoff)"},
+			calls:   []string{"RemoveContainer c1", "StopPodSandbox sb1"},
+		},
+		{
+			name:    "dependency skipped: chain skipped",
+			actions: []gc.Action{rmCtr("c1"), rmSb("sb1", "container/c1"), rmLogDir("/p/1", "sandbox/sb1")},
+			fail:    []string{"RemoveContainer c1"},
+			want:    map[string]Result{"container/c1": Error, "sandbox/sb1": Skipped, "pod-log-dir//p/1": Skipped},
+			errHas:  map[string]string{"pod-log-dir//p/1": "dependency sandbox/sb1 did not succeed (skipped)"},
+			calls:   []string{"RemovePodLogDir /p/1"},
+		},
+		{
+			name:    "dependency not in this run: dependent skipped",
+			actions: []gc.Action{rmSb("sb1", "container/c1")},
+			want:    map[string]Result{"sandbox/sb1": Skipped},
+			errHas:  map[string]string{"sandbox/sb1": "dependency container/c1 has not run before it"},
+			calls:   []string{"StopPodSandbox sb1"},
+		},
+		{
+			name:    "dependency of the same kind: skipped, not raced",
+			actions: []gc.Action{rmCtr("c1"), rmCtr("c2", "container/c1")},
+			want:    map[string]Result{"container/c1": Success, "container/c2": Skipped},
+			calls:   []string{"RemoveContainer c2"},
+		},
+		{
+			name:    "one of several dependencies failed: dependent skipped",
+			actions: []gc.Action{rmCtr("c1"), rmCtr("c2"), rmSb("sb1", "container/c1", "container/c2")},
+			fail:    []string{"RemoveContainer c2"},
+			want:    map[string]Result{"container/c1": Success, "container/c2": Error, "sandbox/sb1": Skipped},
+			errHas:  map[string]string{"sandbox/sb1": "container/c2"},
+		},
+		{
+			name:    "unrelated action still runs",
+			actions: []gc.Action{rmCtr("c1"), rmCtr("c2"), rmSb("sb1", "container/c1"), rmSb("sb2", "container/c2")},
+			fail:    []string{"RemoveContainer c1"},
+			want:    map[string]Result{"container/c1": Error, "container/c2": Success, "sandbox/sb1": Skipped, "sandbox/sb2": Success},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(tt.fail...)
+			e := newTest(f, Options{MaxParallel: 2, BackoffMin: time.Minute})
+			for _, key := range tt.backoff {
+				e.fail(key, errFake, t0)
+			}
+			out := e.Execute(context.Background(), tt.actions, t0)
+			got := results(out)
+			for key, want := range tt.want {
+				if got[key] != want {
+					t.Errorf("%s: got %q, want %q", key, got[key], want)
+				}
+			}
+			for _, o := range out {
+				if sub, ok := tt.errHas[o.Action.Key]; ok && (o.Err == nil || !strings.Contains(o.Err.Error(), sub)) {
+					t.Errorf("%s: error %v does not contain %q", o.Action.Key, o.Err, sub)
+				}
+				if o.Result == Skipped && o.Err == nil {
+					t.Errorf("%s: skipped without an error naming why", o.Action.Key)
+				}
+			}
+			for _, c := range tt.calls {
+				if f.has(c) {
+					t.Errorf("%s was called", c)
+				}
+			}
+		})
+	}
+}
+
+func TestRemoveSandboxStopFailureNeverRemovesNorBlocks(t *testing.T) {
+	f := newFake("StopPodSandbox sb-a")
+	e := newTest(f, Options{MaxParallel: 4, BackoffMin: 10 * time.Second})
+	actions := []gc.Action{
+		rmSb("sb-a"), rmSb("sb-b"),
+		rmLogDir("/p/a", "sandbox/sb-a"), rmLogDir("/p/b", "sandbox/sb-b"),
+		rmLink("/l/x"),
+	}
+	out := e.Execute(context.Background(), actions, t0)
+	got := results(out)
+	want := map[string]Result{
+		"sandbox/sb-a": Error, "sandbox/sb-b": Success,
+		"pod-log-dir//p/a": Skipped, "pod-log-dir//p/b": Success, "log-link//l/x": Success,
+	}
+	for key, w := range want {
+		if got[key] != w {
+			t.Errorf("%s: got %q, want %q", key, got[key], w)
+		}
+	}
+	if f.has("RemovePodSandbox sb-a") {
+		t.Errorf("RemovePodSandbox sb-a was called after its StopPodSandbox failed")
+	}
+	if !f.has("StopPodSandbox sb-b") || !f.has("RemovePodSandbox sb-b") {
+		t.Errorf("sb-b not stopped and removed: %v", f.called())
+	}
+	a := out[0]
+	if !errors.Is(a.Err, errFake) || !strings.Contains(a.Err.Error(), "sb-a") {
+		t.Errorf("sb-a error %v: want it to wrap the failure and name the sandbox", a.Err)
+	}
+	if want := t0.Add(10 * time.Second); !a.RetryAt.Equal(want) {
+		t.Errorf("sb-a RetryAt %v, want %v", a.RetryAt, want)
+	}
+
+	// Before RetryAt: no call at all. At RetryAt, once Stop works: stopped
+	// and removed.
+	before := len(f.called())
+	out = e.Execute(context.Background(), actions[:1], t0.Add(9*time.Second))
+	if out[0].Result != Backoff || len(f.called()) != before {
+		t.Errorf("before RetryAt: got %q and calls %v, want backoff and no call", out[0].Result, f.called()[before:])
+	}
+	f.setFail("StopPodSandbox sb-a", nil)
+	out = e.Execute(context.Background(), actions[:1], t0.Add(10*time.Second))
+	if out[0].Result != Success || !f.has("RemovePodSandbox sb-a") {
+		t.Errorf("at RetryAt: got %q %v, want stopped and removed", out[0].Result, out[0].Err)
+	}
+}
+
+func TestRemoveSandboxRemoveFailureIsAnError(t *testing.T) {
+	f := newFake("RemovePodSandbox sb-a")
+	out := newTest(f, Options{}).Execute(context.Background(), []gc.Action{rmSb("sb-a")}, t0)
+	if out[0].Result != Error || !errors.Is(out[0].Err, errFake) || !strings.Contains(out[0].Err.Error(), "remove sandbox sb-a") {
+		t.Errorf("got %q %v, want an error naming the sandbox", out[0].Result, out[0].Err)
+	}
+	if got := f.called(); len(got) != 2 || got[0] != "StopPodSandbox sb-a" {
+		t.Errorf("calls %v, want stop then remove", got)
+	}
+}
+
+func TestMaxParallelHonoured(t *testing.T) {
+	tests := []struct {
+		name        string
+		maxParallel int
+		actions     []gc.Action
+		want        int64
+	}{
+		{"20 removals, 4 in flight", 4, many(20, func(i int) gc.Action { return rmCtr(fmt.Sprint("c", i)) }), 4},
+		{"sandbox removal holds one slot for both calls", 3, many(12, func(i int) gc.Action { return rmSb(fmt.Sprint("sb", i)) }), 3},
+		{"one at a time", 1, many(6, func(i int) gc.Action { return rmLogDir(fmt.Sprint("/p/", i)) }), 1},
+		{"below 1 counts as 1", 0, many(6, func(i int) gc.Action { return rmLink(fmt.Sprint("/l/", i)) }), 1},
+		{"fewer actions than slots", 8, many(3, func(i int) gc.Action { return stopCtr(fmt.Sprint("c", i)) }), 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake()
+			f.delay = 20 * time.Millisecond
+			out := newTest(f, Options{MaxParallel: tt.maxParallel}).Execute(context.Background(), tt.actions, t0)
+			for _, o := range out {
+				if o.Result != Success {
+					t.Errorf("%s: %q %v", o.Action.Key, o.Result, o.Err)
+				}
+			}
+			if got := f.maxInFlight.Load(); got != tt.want {
+				t.Errorf("max calls in flight %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func many(n int, mk func(int) gc.Action) []gc.Action {
+	var as []gc.Action
+	for i := range n {
+		as = append(as, mk(i))
+	}
+	return as
+}
+
+func TestBackoffDoublesUpToCap(t *testing.T) {
+	f := newFake("RemoveContainer c1")
+	e := newTest(f, Options{BackoffMin: time.Second, BackoffMax: 5 * time.Second})
+	actions := []gc.Action{rmCtr("c1")}
+	now := t0
+	for i, want := range []time.Duration{1, 2, 4, 5, 5, 5} {
+		want *= time.Second
+		out := e.Execute(context.Background(), actions, now)
+		if out[0].Result != Error {
+			t.Fatalf("failure %d: got %q, want error", i+1, out[0].Result)
+		}
+		if got := out[0].RetryAt.Sub(now); got != want {
+			t.Errorf("failure %d: delay %v, want %v", i+1, got, want)
+		}
+		// Just before RetryAt: backing off, no call.
+		calls := len(f.called())
+		out = e.Execute(context.Background(), actions, out[0].RetryAt.Add(-time.Nanosecond))
+		if out[0].Result != Backoff || len(f.called()) != calls {
+			t.Errorf("failure %d: before RetryAt got %q with %d new calls, want backoff and none", i+1, out[0].Result, len(f.called())-calls)
+		}
+		if !errors.Is(out[0].Err, errFake) {
+			t.Errorf("failure %d: backoff error %v does not carry the last failure", i+1, out[0].Err)
+		}
+		now = out[0].RetryAt
+	}
+}
+
+func TestBackoffManyFailuresDoNotOverflow(t *testing.T) {
+	e := newTest(newFake(), Options{})
+	var b *backoff
+	for range 200 {
+		b = e.fail("k", errFake, t0)
+	}
+	if got := b.retryAt.Sub(t0); got != DefaultBackoffMax {
+		t.Errorf("delay after 200 failures %v, want %v", got, DefaultBackoffMax)
+	}
+}
+
+func TestBackoffJitterWithinTwentyPercent(t *testing.T) {
+	const n = 200
+	f := newFake()
+	actions := many(n, func(i int) gc.Action { return rmCtr(fmt.Sprint("c", i)) })
+	for _, a := range actions {
+		f.setFail("RemoveContainer "+a.ContainerID, errFake)
+	}
+	e := New(f, f, Options{MaxParallel: 8}, nil) // the real, random jitter
+	for failure, base := range []time.Duration{DefaultBackoffMin, 2 * DefaultBackoffMin} {
+		now := t0.Add(time.Duration(failure) * time.Hour) // past every RetryAt
+		jittered := 0
+		for _, o := range e.Execute(context.Background(), actions, now) {
+			d := o.RetryAt.Sub(now)
+			if d < base || d > base+base/5 {
+				t.Errorf("failure %d of %s: delay %v outside [%v, %v]", failure+1, o.Action.Key, d, base, base+base/5)
+			}
+			if d > base {
+				jittered++
+			}
+		}
+		if jittered == 0 {
+			t.Errorf("failure %d: no delay was jittered", failure+1)
+		}
+	}
+}
+
+func TestBackoffClearedOnSuccess(t *testing.T) {
+	f := newFake("RemoveContainer c1")
+	e := newTest(f, Options{BackoffMin: time.Second, BackoffMax: time.Hour})
+	actions := []gc.Action{rmCtr("c1")}
+	out := e.Execute(context.Background(), actions, t0)
+	out = e.Execute(context.Background(), actions, out[0].RetryAt)
+	if d := out[0].RetryAt.Sub(t0.Add(time.Second)); d != 2*time.Second {
+		t.Fatalf("second failure delay %v, want 2s", d)
+	}
+	f.setFail("RemoveContainer c1", nil)
+	now := out[0].RetryAt
+	if out = e.Execute(context.Background(), actions, now); out[0].Result != Success {
+		t.Fatalf("got %q, want success", out[0].Result)
+	}
+	if len(e.backoffs) != 0 {
+		t.Errorf("backoff entries left after success: %v", e.backoffs)
+	}
+	// The next failure starts from BackoffMin again.
+	f.setFail("RemoveContainer c1", errFake)
+	out = e.Execute(context.Background(), actions, now)
+	if d := out[0].RetryAt.Sub(now); d != time.Second {
+		t.Errorf("delay after success then failure %v, want 1s", d)
+	}
+}
+
+func TestForgetDropsKeysNoLongerProposed(t *testing.T) {
+	f := newFake("RemoveContainer a", "RemoveContainer b")
+	e := newTest(f, Options{BackoffMin: time.Minute})
+	actions := []gc.Action{rmCtr("a"), rmCtr("b")}
+	e.Execute(context.Background(), actions, t0)
+	if len(e.backoffs) != 2 {
+		t.Fatalf("backoff entries %d, want 2", len(e.backoffs))
+	}
+
+	e.Forget(map[string]time.Time{"container/a": t0, "container/other": t0})
+	if _, ok := e.backoffs["container/b"]; ok || len(e.backoffs) != 1 {
+		t.Errorf("after Forget: entries %v, want only container/a", e.backoffs)
+	}
+	// a still backs off; b, proposed again, is tried at once.
+	got := results(e.Execute(context.Background(), actions, t0.Add(time.Second)))
+	if got["container/a"] != Backoff || got["container/b"] != Error {
+		t.Errorf("got %v, want a backoff and b tried (error)", got)
+	}
+
+	e.Forget(nil)
+	if len(e.backoffs) != 0 {
+		t.Errorf("Forget(nil) left %v", e.backoffs)
+	}
+}
+
+func TestDryRunCallsNothingAndReportsWould(t *testing.T) {
+	f := newFake("StopPodSandbox sb1", "RemoveContainer c1")
+	log, hook := logtest.NewNullLogger()
+	e := New(f, f, Options{DryRun: true, MaxParallel: 4}, log)
+	actions := []gc.Action{
+		stopCtr("c0"), stopSb("sb0", "stop-container/c0"),
+		rmCtr("c1"), rmSb("sb1", "container/c1"),
+		rmLogDir("/p/1", "sandbox/sb1"), rmLink("/l/1", "container/c1"),
+		rmLogDir("/p/2", "sandbox/not-in-run"),
+	}
+	for range 2 { // the second pass proves no backoff was recorded
+		out := e.Execute(context.Background(), actions, t0)
+		for i, o := range out {
+			if o.Result != Would || o.Err != nil || o.Action.Key != actions[i].Key {
+				t.Errorf("%s: got %q %v, want would", o.Action.Key, o.Result, o.Err)
+			}
+		}
+	}
+	if c := f.called(); len(c) != 0 {
+		t.Errorf("dry run made calls: %v", c)
+	}
+	entries := hook.AllEntries()
+	if len(entries) != 2*len(actions) {
+		t.Fatalf("%d log lines, want %d", len(entries), 2*len(actions))
+	}
+	for _, en := range entries {
+		if !strings.HasPrefix(en.Message, "would ") || en.Level != logrus.InfoLevel {
+			t.Errorf("dry-run line %q at %s, want \"would …\" at info", en.Message, en.Level)
+		}
+	}
+}
+
+func TestCancelledContextStartsNothingMore(t *testing.T) {
+	actions := []gc.Action{rmCtr("c1"), rmCtr("c2"), rmCtr("c3"), rmSb("sb1"), rmLogDir("/p/1")}
+	tests := []struct {
+		name        string
+		cancelFirst bool   // cancel before Execute
+		cancelAt    string // cancel during this call (which still succeeds)
+		want        []Result
+		calls       int
+	}{
+		{"cancelled before: nothing starts", true, "", []Result{Skipped, Skipped, Skipped, Skipped, Skipped}, 0},
+		{"cancelled during a wave: its rest and later waves skipped", false, "RemoveContainer c1",
+			[]Result{Success, Skipped, Skipped, Skipped, Skipped}, 1},
+		{"cancelled in the last wave", false, "RemovePodLogDir /p/1",
+			[]Result{Success, Success, Success, Success, Success}, 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			f := newFake()
+			f.onCall = func(method, id string) {
+				if method+" "+id == tt.cancelAt {
+					cancel()
+				}
+			}
+			if tt.cancelFirst {
+				cancel()
+			}
+			e := newTest(f, Options{MaxParallel: 1})
+			out := e.Execute(ctx, actions, t0)
+			for i, o := range out {
+				if o.Result != tt.want[i] {
+					t.Errorf("%s: got %q, want %q", o.Action.Key, o.Result, tt.want[i])
+				}
+				if o.Result == Skipped && !errors.Is(o.Err, context.Canceled) {
+					t.Errorf("%s: skipped with %v, want context.Canceled", o.Action.Key, o.Err)
+				}
+			}
+			if got := len(f.called()); got != tt.calls {
+				t.Errorf("%d calls (%v), want %d", got, f.called(), tt.calls)
+			}
+			if len(e.backoffs) != 0 {
+				t.Errorf("actions not started must not back off: %v", e.backoffs)
+			}
+		})
+	}
+}
+
+func TestEveryExecutedActionLoggedWithItsFields(t *testing.T) {
+	f := newFake("RemoveContainer c-bad")
+	log, hook := logtest.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	e := New(f, f, Options{MaxParallel: 4, BackoffMin: time.Minute}, log)
+	e.jitter = noJitter
+	e.fail("container/c-wait", errFake, t0) // backing off this pass
+
+	actions := []gc.Action{
+		stopCtr("c0"), stopSb("sb0"), rmCtr("c1"), rmCtr("c-bad"), rmCtr("c-wait"),
+		rmSb("sb1"), rmLogDir("/var/log/pods/ns_web_uid-1"), rmLink("/var/log/containers/x.log"),
+	}
+	e.Execute(context.Background(), actions, t0)
+
+	type want struct {
+		level  logrus.Level
+		fields map[string]any
+	}
+	podFields := map[string]any{logging.FieldPodUID: "uid-1", logging.FieldPodNamespace: "ns", logging.FieldPodName: "web"}
+	wants := map[string]want{
+		"stopped container":             {logrus.InfoLevel, map[string]any{logging.FieldContainerID: "c0", logging.FieldSandboxID: "sb"}},
+		"stopped sandbox":               {logrus.InfoLevel, map[string]any{logging.FieldSandboxID: "sb0"}},
+		"removed container":             {logrus.InfoLevel, map[string]any{logging.FieldContainerID: "c1", logging.FieldSandboxID: "sb"}},
+		"failed to remove container":    {logrus.WarnLevel, map[string]any{logging.FieldContainerID: "c-bad", fieldAttempts: 1, fieldRetryAt: t0.Add(time.Minute).Format(time.RFC3339)}},
+		"backing off: remove container": {logrus.DebugLevel, map[string]any{logging.FieldContainerID: "c-wait", fieldAttempts: 1}},
+		"stopped and removed sandbox":   {logrus.InfoLevel, map[string]any{logging.FieldSandboxID: "sb1"}},
+		"removed pod log dir":           {logrus.InfoLevel, map[string]any{fieldPath: "/var/log/pods/ns_web_uid-1"}},
+		"removed container log link":    {logrus.InfoLevel, map[string]any{fieldPath: "/var/log/containers/x.log", logging.FieldPodUID: nil}},
+	}
+	entries := hook.AllEntries()
+	if len(entries) != len(wants) {
+		var msgs []string
+		for _, en := range entries {
+			msgs = append(msgs, en.Message)
+		}
+		t.Fatalf("log lines %q, want one per action (%d)", msgs, len(wants))
+	}
+	for _, en := range entries {
+		w, ok := wants[en.Message]
+		if !ok {
+			t.Errorf("unexpected log line %q", en.Message)
+			continue
+		}
+		delete(wants, en.Message)
+		if en.Level != w.level {
+			t.Errorf("%q at %s, want %s", en.Message, en.Level, w.level)
+		}
+		expect := map[string]any{logging.FieldRule: nil, logging.FieldReason: "why"}
+		for k, v := range podFields {
+			expect[k] = v
+		}
+		for k, v := range w.fields {
+			expect[k] = v
+		}
+		for k, v := range expect {
+			got, has := en.Data[k]
+			switch {
+			case k == logging.FieldRule:
+				if got == "" || !has {
+					t.Errorf("%q: no rule", en.Message)
+				}
+			case v == nil:
+				if has {
+					t.Errorf("%q: field %s = %v, want it absent (empty)", en.Message, k, got)
+				}
+			case got != v:
+				t.Errorf("%q: field %s = %v, want %v", en.Message, k, got, v)
+			}
+		}
+		if _, ok := en.Data[logging.FieldAction].(string); !ok {
+			t.Errorf("%q: no action field", en.Message)
+		}
+		if w.level <= logrus.InfoLevel { // info and warn: executed
+			if _, ok := en.Data[fieldTook].(time.Duration); !ok {
+				t.Errorf("%q: no took field", en.Message)
+			}
+		}
+		if w.level == logrus.WarnLevel {
+			if err, _ := en.Data[logrus.ErrorKey].(error); !errors.Is(err, errFake) {
+				t.Errorf("%q: error field %v, want the failure", en.Message, en.Data[logrus.ErrorKey])
+			}
+		}
+	}
+}
+
+func TestUnknownKindIsAnErrorWithoutCalls(t *testing.T) {
+	f := newFake()
+	a := gc.Action{Kind: "frobnicate", Key: "x/1"}
+	out := newTest(f, Options{}).Execute(context.Background(), []gc.Action{a, rmCtr("c1", "x/1")}, t0)
+	if out[0].Result != Error || out[0].Err == nil || out[1].Result != Skipped {
+		t.Errorf("got %q %v / %q, want error then skipped", out[0].Result, out[0].Err, out[1].Result)
+	}
+	if c := f.called(); len(c) != 0 {
+		t.Errorf("calls %v, want none", c)
+	}
+}
+
+func TestNewDefaults(t *testing.T) {
+	e := New(newFake(), newFake(), Options{MaxParallel: -3, BackoffMax: time.Second}, nil)
+	if e.opts.MaxParallel != 1 || e.opts.BackoffMin != DefaultBackoffMin || e.opts.BackoffMax != DefaultBackoffMin {
+		t.Errorf("options %+v: want MaxParallel 1, BackoffMin default, BackoffMax raised to BackoffMin", e.opts)
+	}
+	e = New(newFake(), newFake(), Options{}, nil)
+	if e.opts.BackoffMin != 10*time.Second || e.opts.BackoffMax != 5*time.Minute {
+		t.Errorf("options %+v: want 10s and 5m", e.opts)
+	}
+	// A nil logger is allowed.
+	e.Execute(context.Background(), []gc.Action{rmCtr("c1")}, t0)
+}
+
+func TestCancelledWhileCallsInFlightReturnsAndReleasesSlots(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := newFake()
+	f.delay = 20 * time.Millisecond
+	f.onCall = func(method, id string) {
+		if id == "c0" {
+			cancel()
+		}
+	}
+	actions := many(8, func(i int) gc.Action { return rmCtr(fmt.Sprint("c", i)) })
+	e := newTest(f, Options{MaxParallel: 2})
+
+	// The executor waits for a slot while both are taken by running calls
+	// when the context ends: it must neither hang nor start more.
+	done := make(chan []Outcome)
+	go func() { done <- e.Execute(ctx, actions, t0) }()
+	var out []Outcome
+	select {
+	case out = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Execute did not return after the context ended")
+	}
+	succeeded := 0
+	for _, o := range out {
+		switch o.Result {
+		case Success:
+			succeeded++
+		case Skipped:
+			if !errors.Is(o.Err, context.Canceled) {
+				t.Errorf("%s: skipped with %v, want context.Canceled", o.Action.Key, o.Err)
+			}
+		default:
+			t.Errorf("%s: got %q, want success or skipped", o.Action.Key, o.Result)
+		}
+	}
+	if out[0].Result != Success || out[len(out)-1].Result != Skipped {
+		t.Errorf("first %q, last %q: want the first done and the last not started", out[0].Result, out[len(out)-1].Result)
+	}
+	if got := len(f.called()); got != succeeded || got > 2 {
+		t.Errorf("%d calls for %d successes, want equal and at most MaxParallel", got, succeeded)
+	}
+}
