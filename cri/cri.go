@@ -28,16 +28,41 @@ type Client struct {
 	runtime    runtimeapi.RuntimeServiceClient
 }
 
+// Observer is told about every CRI and containerd call: the method's short
+// name (e.g. "ListPodSandbox"), how long it took and its error.
+type Observer func(method string, took time.Duration, err error)
+
+// Option configures Dial.
+type Option func(*[]grpc.DialOption)
+
+// WithObserver reports every unary call to observe (for metrics).
+func WithObserver(observe Observer) Option {
+	return func(opts *[]grpc.DialOption) {
+		*opts = append(*opts, grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+				start := time.Now()
+				err := invoker(ctx, method, req, reply, cc, callOpts...)
+				observe(method[strings.LastIndexByte(method, '/')+1:], time.Since(start), err)
+				return err
+			}))
+	}
+}
+
 // Dial prepares a client for endpoint ("unix:///run/containerd/containerd.sock").
 // The connection is made lazily, so Dial succeeds while containerd is down;
 // every call is bounded by rpcTimeout.
-func Dial(endpoint string, rpcTimeout time.Duration) (*Client, error) {
+func Dial(endpoint string, rpcTimeout time.Duration, opts ...Option) (*Client, error) {
 	if !strings.HasPrefix(endpoint, "unix://") {
 		return nil, fmt.Errorf("CRI endpoint %q: only unix:// endpoints are supported", endpoint)
 	}
-	conn, err := grpc.NewClient(endpoint,
+	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize)),
+	}
+	for _, o := range opts {
+		o(&dialOpts)
+	}
+	conn, err := grpc.NewClient(endpoint, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("CRI endpoint %s: %w", endpoint, err)
 	}
