@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -209,5 +213,76 @@ func TestFailedListingIsRetriedBeforeThePeriod(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "runtime listing works again") {
 		t.Fatalf("recovery not logged:\n%s", buf.String())
+	}
+}
+
+// fakeExecutor records what it was asked to execute.
+type fakeExecutor struct {
+	executed [][]gc.Action
+	forgot   int
+}
+
+func (f *fakeExecutor) Execute(_ context.Context, actions []gc.Action, _ time.Time) []executor.Outcome {
+	f.executed = append(f.executed, actions)
+	out := make([]executor.Outcome, len(actions))
+	for i, a := range actions {
+		out[i] = executor.Outcome{Action: a, Result: executor.Success}
+	}
+	return out
+}
+
+func (f *fakeExecutor) Forget(map[string]time.Time) { f.forgot++ }
+
+func TestNoActionBeforeEverySourceIsReady(t *testing.T) {
+	// A leaked NotReady sandbox of a pod whose kubelet dir is gone: due at once
+	// with no grace, if the plan may act.
+	leak := cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{{ID: "s1", UID: "u1", Ready: false, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels("u1")}}}
+	for _, tc := range []struct {
+		name         string
+		synchronized bool
+		podsDir      bool
+		startupDelay time.Duration
+		blocked      string
+	}{
+		{"all ready", true, true, 0, ""},
+		{"NRI not synchronized", false, true, 0, "NRI has not synchronized"},
+		{"kubelet pods dir missing", true, false, 0, "pods dir"},
+		{"startup delay not over", true, true, time.Hour, "startup_delay"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if tc.podsDir {
+				if err := os.Mkdir(filepath.Join(root, "pods"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rt := &fakeRuntime{}
+			rt.set(leak, nil)
+			exec := &fakeExecutor{}
+			log, buf := testLogger()
+			loop := New(podstate.New(0), rt, Options{
+				Period: time.Hour, StartupDelay: tc.startupDelay, KubeletRoot: root,
+				Policy:       gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()},
+				Synchronized: func() bool { return tc.synchronized },
+				Executor:     exec,
+			}, log)
+			loop.started = now // the snapshot's clock
+			r := loop.Pass(context.Background())
+			if !strings.Contains(r.Blocked, tc.blocked) || (tc.blocked == "") != (r.Blocked == "") {
+				t.Fatalf("blocked = %q, want %q", r.Blocked, tc.blocked)
+			}
+			switch {
+			case tc.blocked == "" && (len(exec.executed) != 1 || len(exec.executed[0]) != 1):
+				t.Fatalf("executed %v, want the sandbox removal", exec.executed)
+			case tc.blocked != "" && len(exec.executed) != 0:
+				t.Fatalf("executed %v while blocked", exec.executed)
+			}
+			if exec.forgot != 1 {
+				t.Fatalf("Forget called %d times, want once per pass", exec.forgot)
+			}
+			if tc.blocked != "" && !strings.Contains(buf.String(), "does not act yet") {
+				t.Fatalf("the closed gate was not logged:\n%s", buf.String())
+			}
+		})
 	}
 }
