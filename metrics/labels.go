@@ -1,0 +1,131 @@
+package metrics
+
+// Every label of this package takes its values from a fixed set: a value
+// outside the set is recorded as Other. Series count is then bounded by
+// construction, whatever a caller passes (a pod name, a UID or a container
+// ID can never become a label value).
+
+// Other replaces a label value outside its label's fixed set.
+const Other = "other"
+
+// Label names.
+const (
+	labelPhase  = "phase"
+	labelOrphan = "orphan"
+	labelKind   = "kind"
+	labelRule   = "rule"
+	labelResult = "result"
+	labelMethod = "method"
+	labelEvent  = "event"
+)
+
+// Pass results (ObservePass).
+const (
+	PassOK              = "ok"                // planned and executed
+	PassSkippedNotReady = "skipped_not_ready" // planned, but the readiness gate was closed: nothing executed
+	PassListingFailed   = "listing_failed"    // no fresh CRI listing: no plan
+)
+
+// knownValues are the fixed sets, one per label. They mirror the names of
+// other packages (podstate phases, gc kinds, rules and leak kinds, executor
+// results, cri and plugin calls) without importing them, so this package
+// stays a leaf. A function, not a package variable: no shared mutable
+// state, and every caller gets its own copy.
+type knownValues struct {
+	phases        []string // podstate.Phase.String()
+	orphan        []string // whether kubelet's pod is gone
+	leakKinds     []string // gc Result.Leaks keys
+	actionKinds   []string // gc.Kind
+	rules         []string // gc Rule* constants
+	actionResults []string // executor.Result
+	passResults   []string
+	criMethods    []string // CRI calls of package cri
+	nriEvents     []string // NRI events of package plugin
+	// actionPairs are the (kind, rule) pairs the planner proposes; actions
+	// are zero-filled for these only (every kind × rule would be mostly
+	// impossible series).
+	actionPairs [][2]string
+}
+
+func known() knownValues {
+	return knownValues{
+		phases:    []string{"Running", "Terminating", "Terminated", "Removed"},
+		orphan:    []string{"true", "false"},
+		leakKinds: []string{"sandbox", "container", "unknown-container", "pod-log-dir", "log-link", "orphaned-live-pod", "pod-cgroup", "pod-dir"},
+		actionKinds: []string{
+			"stop-container", "remove-container", "stop-sandbox", "remove-sandbox", "remove-pod-log-dir", "remove-log-link",
+			// Planned with pod cgroups and kubelet pod dirs (DESIGN.md §3); not yet in gc.
+			"remove-pod-cgroup", "remove-pod-dir",
+		},
+		rules: []string{
+			"containers.pod-gone", "containers.max-per-pod-container", "containers.max-containers",
+			"sandboxes.pod-gone", "sandboxes.not-newest",
+			"logs.pod-log-dir", "logs.dangling-link",
+			"orphans.stop",
+			// Planned with pod cgroups and kubelet pod dirs (DESIGN.md §3); not yet in gc.
+			"cgroups.pod-gone", "pod-dirs.orphaned",
+		},
+		actionResults: []string{"success", "error", "would", "backoff", "skipped"},
+		passResults:   []string{PassOK, PassSkippedNotReady, PassListingFailed},
+		criMethods:    []string{"ListPodSandbox", "ListContainers", "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox", "Version"},
+		nriEvents:     []string{"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "CreateContainer", "StartContainer", "StopContainer", "RemoveContainer", "Synchronize"},
+		actionPairs: [][2]string{
+			// An UNKNOWN container is stopped first under the rule that evicts it.
+			{"stop-container", "containers.pod-gone"},
+			{"stop-container", "containers.max-per-pod-container"},
+			{"stop-container", "containers.max-containers"},
+			{"stop-container", "orphans.stop"},
+			{"remove-container", "containers.pod-gone"},
+			{"remove-container", "containers.max-per-pod-container"},
+			{"remove-container", "containers.max-containers"},
+			{"stop-sandbox", "orphans.stop"},
+			{"remove-sandbox", "sandboxes.pod-gone"},
+			{"remove-sandbox", "sandboxes.not-newest"},
+			{"remove-pod-log-dir", "logs.pod-log-dir"},
+			{"remove-log-link", "logs.dangling-link"},
+			{"remove-pod-cgroup", "cgroups.pod-gone"},
+			{"remove-pod-dir", "pod-dirs.orphaned"},
+		},
+	}
+}
+
+// AllowedLabelValues returns, for every metric of this package that has
+// labels, the fixed set of values of each label; Other is allowed in
+// addition. nri_housekeeper_build_info is not listed: its labels are
+// constant for the life of the process (one series). The result is a fresh
+// copy.
+func AllowedLabelValues() map[string]map[string][]string {
+	k := known()
+	return map[string]map[string][]string{
+		nameTrackedPods:   {labelPhase: k.phases, labelOrphan: k.orphan},
+		nameLeakedObjects: {labelKind: k.leakKinds},
+		nameActions:       {labelKind: k.actionKinds, labelRule: k.rules, labelResult: k.actionResults},
+		namePasses:        {labelResult: k.passResults},
+		nameCRIDuration:   {labelMethod: k.criMethods},
+		nameCRIErrors:     {labelMethod: k.criMethods},
+		nameNRIEvents:     {labelEvent: k.nriEvents},
+	}
+}
+
+// valueSet maps a caller's value to itself when it is known, else to Other.
+type valueSet map[string]struct{}
+
+func newValueSet(values []string) valueSet {
+	s := make(valueSet, len(values))
+	for _, v := range values {
+		s[v] = struct{}{}
+	}
+	return s
+}
+
+func (s valueSet) pick(v string) string {
+	if _, ok := s[v]; ok {
+		return v
+	}
+	return Other
+}
+
+// withOther is values followed by Other: the full domain of a label.
+func withOther(values []string) []string {
+	return append(append([]string(nil), values...), Other)
+}

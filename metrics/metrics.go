@@ -1,0 +1,343 @@
+// Package metrics exposes what nri-housekeeper does as Prometheus metrics,
+// and serves /metrics, /healthz and /readyz (DESIGN.md §7).
+//
+// It imports nothing of this project: callers pass plain values (strings,
+// counts, durations), so every other package may use it. Every label takes
+// its values from a fixed set (AllowedLabelValues) and anything else is
+// recorded as "other", so no label ever carries a pod name, UID or ID.
+//
+// Metrics (all prefixed nri_housekeeper_, base units):
+//
+//	tracked_pods{phase,orphan}                    gauge     pods tracked, by phase and whether kubelet's pod is gone
+//	leaked_objects{kind}                          gauge     leaked objects detected by the last plan
+//	actions_total{kind,rule,result}               counter   housekeeping actions, by outcome
+//	pass_duration_seconds                         histogram duration of housekeeping passes
+//	passes_total{result}                          counter   housekeeping passes, by result
+//	last_successful_pass_timestamp_seconds        gauge     end of the last pass with a fresh listing
+//	stuck_terminating_pods                        gauge     pods Terminating longer than leak_grace
+//	breaker_trips_total                           counter   passes the blast-radius breaker stopped
+//	cri_call_duration_seconds{method}             histogram CRI call latency
+//	cri_errors_total{method}                      counter   failed CRI calls
+//	nri_events_total{event}                       counter   NRI events received
+//	nri_connected                                 gauge     1 while registered with the runtime
+//	nri_reconnects_total                          counter   NRI reconnections
+//	build_info{version,goversion,nri_version}     gauge     always 1
+//
+// plus the Go runtime (go_*) and process (process_*) collectors.
+package metrics
+
+import (
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+const namespace = "nri_housekeeper"
+
+// Full metric names, for AllowedLabelValues and the tests.
+const (
+	nameTrackedPods      = namespace + "_tracked_pods"
+	nameLeakedObjects    = namespace + "_leaked_objects"
+	nameActions          = namespace + "_actions_total"
+	namePassDuration     = namespace + "_pass_duration_seconds"
+	namePasses           = namespace + "_passes_total"
+	nameLastSuccess      = namespace + "_last_successful_pass_timestamp_seconds"
+	nameStuckTerminating = namespace + "_stuck_terminating_pods"
+	nameBreakerTrips     = namespace + "_breaker_trips_total"
+	nameCRIDuration      = namespace + "_cri_call_duration_seconds"
+	nameCRIErrors        = namespace + "_cri_errors_total"
+	nameNRIEvents        = namespace + "_nri_events_total"
+	nameNRIConnected     = namespace + "_nri_connected"
+	nameNRIReconnects    = namespace + "_nri_reconnects_total"
+	nameBuildInfo        = namespace + "_build_info"
+)
+
+// unknown stands for an empty BuildInfo field.
+const unknown = "unknown"
+
+// passBuckets span 1 ms (an idle node) to 60 s (far beyond
+// housekeeping.slow_pass_warning, 15 s by default, which gets its own bound).
+// A function, not a variable: no package-level mutable state.
+func passBuckets() []float64 {
+	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60}
+}
+
+// criBuckets span 0.5 ms (a local listing of a small node) to 10 s
+// (runtime.rpc_timeout by default: a call never takes longer).
+func criBuckets() []float64 {
+	return []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+}
+
+// BuildInfo is what nri_housekeeper_build_info reports. Empty fields are
+// reported as "unknown" (GoVersion: the running runtime's).
+type BuildInfo struct {
+	Version    string // nri-housekeeper version
+	GoVersion  string // Go toolchain, e.g. go1.26.0
+	NRIVersion string // github.com/containerd/nri module version
+}
+
+// Metrics holds a registry of its own (never the global default one, so
+// tests and several instances do not collide) and the collectors. Its
+// methods are safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	trackedPods      *prometheus.GaugeVec
+	leakedObjects    *prometheus.GaugeVec
+	actions          *prometheus.CounterVec
+	passDuration     prometheus.Histogram
+	passes           *prometheus.CounterVec
+	lastSuccess      prometheus.Gauge
+	stuckTerminating prometheus.Gauge
+	breakerTrips     prometheus.Counter
+	criDuration      *prometheus.HistogramVec
+	criErrors        *prometheus.CounterVec
+	nriEvents        map[string]prometheus.Counter // resolved at New: NRI handlers must stay within microseconds
+	nriConnected     prometheus.Gauge
+	nriReconnects    prometheus.Counter
+
+	// known and the sets below map caller values to label values.
+	known       knownValues
+	phases      valueSet
+	orphan      valueSet
+	leakKinds   valueSet
+	actionKinds valueSet
+	rules       valueSet
+	results     valueSet
+	passResults valueSet
+	criMethods  valueSet
+
+	started time.Time // for /healthz before the first pass
+}
+
+// New returns Metrics with every series of a fixed label set present at
+// zero, so dashboards and alerts see them before the first event.
+func New(build BuildInfo) *Metrics {
+	k := known()
+	m := &Metrics{
+		reg:         prometheus.NewRegistry(),
+		known:       k,
+		phases:      newValueSet(k.phases),
+		orphan:      newValueSet(k.orphan),
+		leakKinds:   newValueSet(k.leakKinds),
+		actionKinds: newValueSet(k.actionKinds),
+		rules:       newValueSet(k.rules),
+		results:     newValueSet(k.actionResults),
+		passResults: newValueSet(k.passResults),
+		criMethods:  newValueSet(k.criMethods),
+		started:     time.Now(),
+
+		trackedPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameTrackedPods,
+			Help: "Pods tracked by nri-housekeeper, by phase (Running, Terminating, Terminated, Removed) and orphan (true when kubelet's pod dir is gone).",
+		}, []string{labelPhase, labelOrphan}),
+		leakedObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameLeakedObjects,
+			Help: "Leaked objects detected by the last housekeeping plan, by kind of object.",
+		}, []string{labelKind}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: nameActions,
+			Help: "Housekeeping actions, by kind, rule and result (success, error, would, backoff, skipped).",
+		}, []string{labelKind, labelRule, labelResult}),
+		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    namePassDuration,
+			Help:    "Duration of housekeeping passes (listing, planning and execution), in seconds.",
+			Buckets: passBuckets(),
+		}),
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: namePasses,
+			Help: "Housekeeping passes, by result (ok, skipped_not_ready, listing_failed).",
+		}, []string{labelResult}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: nameLastSuccess,
+			Help: "Unix time at which the last housekeeping pass with a fresh CRI listing finished (result ok or skipped_not_ready); 0 before the first.",
+		}),
+		stuckTerminating: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: nameStuckTerminating,
+			Help: "Pods Terminating for longer than housekeeping.leak_grace.",
+		}),
+		breakerTrips: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: nameBreakerTrips,
+			Help: "Housekeeping passes in which the blast-radius breaker refused to stop live pods.",
+		}),
+		criDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    nameCRIDuration,
+			Help:    "Duration of CRI calls, failed or not, by method, in seconds.",
+			Buckets: criBuckets(),
+		}, []string{labelMethod}),
+		criErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: nameCRIErrors,
+			Help: "CRI calls that returned an error, by method.",
+		}, []string{labelMethod}),
+		nriConnected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: nameNRIConnected,
+			Help: "1 while the plugin is registered with the container runtime over NRI, else 0.",
+		}),
+		nriReconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: nameNRIReconnects,
+			Help: "Times the plugin reconnected to the container runtime over NRI after a disconnect.",
+		}),
+	}
+
+	nriEvents := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: nameNRIEvents,
+		Help: "NRI events received, by event.",
+	}, []string{labelEvent})
+	m.nriEvents = make(map[string]prometheus.Counter, len(k.nriEvents)+1)
+	for _, e := range withOther(k.nriEvents) {
+		m.nriEvents[e] = nriEvents.WithLabelValues(e)
+	}
+
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: nameBuildInfo,
+		Help: "Always 1; labels tell the nri-housekeeper version, Go version and NRI library version.",
+		ConstLabels: prometheus.Labels{
+			"version":     orUnknown(build.Version),
+			"goversion":   orDefault(build.GoVersion, runtime.Version()),
+			"nri_version": orUnknown(build.NRIVersion),
+		},
+	})
+	buildInfo.Set(1)
+
+	m.reg.MustRegister(
+		m.trackedPods, m.leakedObjects, m.actions, m.passDuration, m.passes, m.lastSuccess,
+		m.stuckTerminating, m.breakerTrips, m.criDuration, m.criErrors, nriEvents,
+		m.nriConnected, m.nriReconnects, buildInfo,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+
+	// Zero-fill: a series that appears only on its first event breaks
+	// rate() and alerts on absence; one that vanishes hides a change to 0.
+	m.SetTrackedPods(nil)
+	m.SetLeaks(nil)
+	for _, p := range k.actionPairs {
+		for _, r := range k.actionResults {
+			m.actions.WithLabelValues(p[0], p[1], r)
+		}
+	}
+	for _, r := range k.passResults {
+		m.passes.WithLabelValues(r)
+	}
+	for _, meth := range k.criMethods {
+		m.criDuration.WithLabelValues(meth)
+		m.criErrors.WithLabelValues(meth)
+	}
+	return m
+}
+
+// Registry is the registry holding every collector of m.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// ObservePass records one housekeeping pass that ended at at (zero: now).
+// result is PassOK, PassSkippedNotReady (planned, but the readiness gate was
+// closed) or PassListingFailed. A pass with a fresh listing (ok or
+// skipped_not_ready) sets the last-successful-pass timestamp: the loop is
+// alive and sees the runtime, even while it may not act.
+func (m *Metrics) ObservePass(result string, duration time.Duration, at time.Time) {
+	result = m.passResults.pick(result)
+	m.passes.WithLabelValues(result).Inc()
+	m.passDuration.Observe(duration.Seconds())
+	if result == PassOK || result == PassSkippedNotReady {
+		if at.IsZero() {
+			at = time.Now()
+		}
+		m.lastSuccess.Set(float64(at.UnixNano()) / 1e9)
+	}
+}
+
+// SetTrackedPods replaces the tracked pod counts. counts is keyed by
+// {phase, orphan}, orphan being "true" or "false"; a missing known
+// combination is 0 (it stays exported), unknown values count as "other".
+func (m *Metrics) SetTrackedPods(counts map[[2]string]int) {
+	totals := make(map[[2]string]int)
+	for key, n := range counts {
+		totals[[2]string{m.phases.pick(key[0]), m.orphan.pick(key[1])}] += n
+	}
+	for _, phase := range withOther(m.known.phases) {
+		for _, orphan := range withOther(m.known.orphan) {
+			key := [2]string{phase, orphan}
+			setOrDrop(m.trackedPods, totals[key], phase != Other && orphan != Other, phase, orphan)
+		}
+	}
+}
+
+// SetLeaks replaces the leaked object counts of the last plan, keyed by
+// leak kind; a missing known kind is 0, unknown kinds count as "other".
+func (m *Metrics) SetLeaks(byKind map[string]int) {
+	totals := make(map[string]int)
+	for kind, n := range byKind {
+		totals[m.leakKinds.pick(kind)] += n
+	}
+	for _, kind := range withOther(m.known.leakKinds) {
+		setOrDrop(m.leakedObjects, totals[kind], kind != Other, kind)
+	}
+}
+
+// setOrDrop sets a gauge series, or deletes it when it is an "other" series
+// at 0: known series always exist, "other" ones only while non-zero.
+func setOrDrop(vec *prometheus.GaugeVec, n int, known bool, labels ...string) {
+	if n == 0 && !known {
+		vec.DeleteLabelValues(labels...)
+		return
+	}
+	vec.WithLabelValues(labels...).Set(float64(n))
+}
+
+// ObserveAction counts one executed (or, dry run, would-be) action: kind is a
+// gc kind such as "remove-sandbox", rule a gc rule, result an executor
+// result (success, error, would, backoff, skipped).
+func (m *Metrics) ObserveAction(kind, rule, result string) {
+	m.actions.WithLabelValues(m.actionKinds.pick(kind), m.rules.pick(rule), m.results.pick(result)).Inc()
+}
+
+// ObserveBreakerTrip counts one pass whose stops the breaker refused.
+func (m *Metrics) ObserveBreakerTrip() { m.breakerTrips.Inc() }
+
+// SetStuckTerminating sets the number of pods Terminating longer than
+// leak_grace.
+func (m *Metrics) SetStuckTerminating(n int) { m.stuckTerminating.Set(float64(n)) }
+
+// ObserveCRICall records one CRI call of method (e.g. "RemovePodSandbox")
+// that took d and returned err.
+func (m *Metrics) ObserveCRICall(method string, d time.Duration, err error) {
+	method = m.criMethods.pick(method)
+	m.criDuration.WithLabelValues(method).Observe(d.Seconds())
+	if err != nil {
+		m.criErrors.WithLabelValues(method).Inc()
+	}
+}
+
+// ObserveNRIEvent counts one NRI event (e.g. "StopPodSandbox"). It does no
+// allocation and takes no lock of its own: NRI handlers call it while
+// containerd holds its NRI lock.
+func (m *Metrics) ObserveNRIEvent(event string) {
+	c, ok := m.nriEvents[event]
+	if !ok {
+		c = m.nriEvents[Other]
+	}
+	c.Inc()
+}
+
+// SetNRIConnected records whether the plugin is registered with the runtime.
+func (m *Metrics) SetNRIConnected(connected bool) {
+	v := 0.0
+	if connected {
+		v = 1
+	}
+	m.nriConnected.Set(v)
+}
+
+// ObserveNRIReconnect counts one reconnection after a disconnect.
+func (m *Metrics) ObserveNRIReconnect() { m.nriReconnects.Inc() }
+
+func orUnknown(s string) string { return orDefault(s, unknown) }
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
