@@ -51,7 +51,26 @@ type Options struct {
 	Synchronized func() bool
 	// Executor carries out due actions; nil plans only (the report command).
 	Executor Executor
+	// Observer hears what every pass found and did (metrics); nil: nobody.
+	Observer Observer
 }
+
+// Observer is told about every pass (package metrics implements it).
+type Observer interface {
+	ObservePass(result string, duration time.Duration, at time.Time)
+	SetTrackedPods(counts map[[2]string]int)
+	SetLeaks(byKind map[string]int)
+	ObserveAction(kind, rule, result string)
+	ObserveBreakerTrip()
+	SetStuckTerminating(n int)
+}
+
+// Pass results, as counted by the Observer.
+const (
+	PassOK              = "ok"
+	PassSkippedNotReady = "skipped_not_ready"
+	PassListingFailed   = "listing_failed"
+)
 
 // Loop is the housekeeping loop. Create it with New, start it with Run.
 type Loop struct {
@@ -165,6 +184,30 @@ func (l *Loop) waitForTrigger(ctx context.Context, tick, retry <-chan time.Time)
 			}
 		}
 	}
+}
+
+// LastPassEnd returns when the last pass finished (zero before the first).
+func (l *Loop) LastPassEnd() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.passes == 0 {
+		return time.Time{}
+	}
+	return l.last.Started.Add(l.last.Duration)
+}
+
+// NotReady says why the loop cannot act ("" when it can): the last listing
+// failed, or a source is not ready.
+func (l *Loop) NotReady() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.passes == 0:
+		return "no housekeeping pass has finished yet"
+	case l.last.Err != nil:
+		return "the last runtime listing failed: " + l.last.Err.Error()
+	}
+	return l.last.Blocked
 }
 
 // Passes returns how many passes finished, and the last one's result.
@@ -291,6 +334,7 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 		transitions = l.transitions(*view)
 	}
 	l.mu.Unlock()
+	l.observe(r, view)
 	if r.Err != nil {
 		// Said once per outage, then every 20th attempt, not every retry.
 		if failures%20 == 0 {

@@ -43,6 +43,14 @@ type Waker interface {
 	Wake()
 }
 
+// Observer is told about NRI traffic (package metrics implements it). Its
+// methods are called from handlers, so they must be cheap and never block.
+type Observer interface {
+	ObserveNRIEvent(event string)
+	SetNRIConnected(connected bool)
+	ObserveNRIReconnect()
+}
+
 // ConfigFunc receives the configuration text containerd passes to a
 // pre-registered plugin (the contents of its .conf file). An error rejects
 // the configuration: containerd then drops the plugin.
@@ -55,6 +63,7 @@ type Plugin struct {
 	log       logrus.FieldLogger
 	now       func() time.Time
 	configure ConfigFunc
+	observer  Observer
 
 	connected    atomic.Bool
 	synchronized atomic.Bool
@@ -76,6 +85,9 @@ func New(state *podstate.State, waker Waker, log logrus.FieldLogger, configure C
 	return &Plugin{state: state, waker: waker, log: log, now: time.Now, configure: configure}
 }
 
+// SetObserver sets who hears of NRI traffic. Call it before Run.
+func (p *Plugin) SetObserver(o Observer) { p.observer = o }
+
 // Connected reports whether the plugin is registered with the runtime.
 func (p *Plugin) Connected() bool { return p.connected.Load() }
 
@@ -95,8 +107,13 @@ func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (
 			return 0, err
 		}
 	}
-	p.stats.Registrations.Add(1)
+	if p.stats.Registrations.Add(1) > 1 && p.observer != nil {
+		p.observer.ObserveNRIReconnect()
+	}
 	p.connected.Store(true)
+	if p.observer != nil {
+		p.observer.SetNRIConnected(true)
+	}
 	// 0 subscribes to every event this plugin has a handler for.
 	return 0, nil
 }
@@ -128,6 +145,9 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	}
 	r := p.state.Synchronize(p.now(), sandboxes, containers)
 	p.stats.Synchronizes.Add(1)
+	if p.observer != nil {
+		p.observer.ObserveNRIEvent("Synchronize")
+	}
 	p.stats.Unmanaged.Add(uint64(unmanaged))
 	p.stats.Rejected.Add(uint64(r.Skipped))
 	p.synchronized.Store(true)
@@ -196,6 +216,9 @@ func (p *Plugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, c *api.
 // record is the whole of every lifecycle handler: map, apply, maybe wake.
 func (p *Plugin) record(kind podstate.EventKind, pod *api.PodSandbox, c *api.Container) {
 	p.stats.Events[kind].Add(1)
+	if p.observer != nil {
+		p.observer.ObserveNRIEvent(kind.String())
+	}
 	id, ok := podstate.KubeletPod(pod.GetLabels())
 	if !ok {
 		p.stats.Unmanaged.Add(1)
@@ -220,4 +243,7 @@ func (p *Plugin) record(kind podstate.EventKind, pod *api.PodSandbox, c *api.Con
 func (p *Plugin) connectionLost() {
 	p.connected.Store(false)
 	p.synchronized.Store(false)
+	if p.observer != nil {
+		p.observer.SetNRIConnected(false)
+	}
 }

@@ -109,16 +109,20 @@ func configCommand(args []string, stdout, stderr io.Writer) int {
 }
 
 func versionString() string {
-	deps := ""
+	return fmt.Sprintf("nri-housekeeper %s (%s, github.com/containerd/nri %s, k8s.io/cri-api %s)",
+		version, runtime.Version(), moduleVersion("github.com/containerd/nri"), moduleVersion("k8s.io/cri-api"))
+}
+
+// moduleVersion is the version of a dependency compiled in, or "unknown".
+func moduleVersion(path string) string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
-			switch d.Path {
-			case "github.com/containerd/nri", "k8s.io/cri-api":
-				deps += fmt.Sprintf(", %s %s", d.Path, d.Version)
+			if d.Path == path {
+				return d.Version
 			}
 		}
 	}
-	return fmt.Sprintf("nri-housekeeper %s (%s%s)", version, runtime.Version(), deps)
+	return "unknown"
 }
 
 // runPlugin is the `run` command.

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	goruntime "runtime"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/housekeeping"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
+	"github.com/nri-housekeeper/nri-housekeeper/metrics"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/plugin"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
@@ -55,6 +58,10 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 		}
 	}
 	nri := plugin.New(state, waker, log, configure)
+	// Metrics exist from the start so no NRI event goes uncounted; they are
+	// served once the configuration (with metrics.address) is known.
+	m := metrics.New(metrics.BuildInfo{Version: version, GoVersion: goruntime.Version(), NRIVersion: moduleVersion("github.com/containerd/nri")})
+	nri.SetObserver(m)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	nriDone := make(chan error, 1)
@@ -88,7 +95,7 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 		"period": cfg.Housekeeping.Period.String(), "runtime": cfg.Runtime.Endpoint,
 	}).Info("nri-housekeeper starting")
 
-	client, err := cri.Dial(cfg.Runtime.Endpoint, cfg.Runtime.RPCTimeout)
+	client, err := cri.Dial(cfg.Runtime.Endpoint, cfg.Runtime.RPCTimeout, cri.WithObserver(m.ObserveCRICall))
 	if err != nil {
 		log.WithError(err).Error("cannot use the CRI endpoint; check runtime.endpoint")
 		return 2
@@ -106,10 +113,22 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 		return 2
 	}
 	opts := housekeeping.OptionsFromConfig(cfg)
-	opts.Synchronized, opts.Executor = nri.Synchronized, exec
+	opts.Synchronized, opts.Executor, opts.Observer = nri.Synchronized, exec, m
 	loop := housekeeping.New(state, client, opts, log)
 	waker.loop.Store(loop)
 	go watchTaskExits(ctx, client, cfg.Runtime.Namespace, loop, log)
+	if cfg.Metrics.Address != "" {
+		srv, err := m.Listen(ctx, cfg.Metrics.Address, metrics.Health{
+			LastPass: loop.LastPassEnd, Period: cfg.Housekeeping.Period, StartupDelay: cfg.Housekeeping.StartupDelay,
+			Ready: func() error { return readiness(nri, loop) },
+		})
+		if err != nil {
+			log.WithError(err).Error("cannot serve metrics; set metrics.address to a free address, or \"\" to disable")
+			return 2
+		}
+		log.WithField("address", srv.Addr().String()).Info("serving /metrics, /healthz and /readyz")
+		go func() { _ = srv.Serve(ctx) }()
+	}
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- loop.Run(ctx) }()
 
@@ -175,6 +194,17 @@ func watchTaskExits(ctx context.Context, client *cri.Client, namespace string, l
 		}
 		wait = min(2*wait, 10*time.Second)
 	}
+}
+
+// readiness is /readyz: NRI connected and every housekeeping source ready.
+func readiness(nri *plugin.Plugin, loop *housekeeping.Loop) error {
+	if !nri.Connected() {
+		return errors.New("not connected to containerd over NRI")
+	}
+	if why := loop.NotReady(); why != "" {
+		return errors.New(why)
+	}
+	return nil
 }
 
 // loopWaker forwards NRI wake-ups to the loop once it exists: in

@@ -224,6 +224,12 @@ func cleanupPods(t *testing.T, l *lab.Lab) {
 			_ = l.StopPod(ctx, p.Id)
 			_ = l.RemovePod(ctx, p.Id)
 		}
+		// The pod log dirs the lab's kubelet stand-in created go too, so the
+		// next test's plugin does not find (and count) them as leaks.
+		entries, _ := os.ReadDir(l.LogRoot)
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(l.LogRoot, e.Name()))
+		}
 	})
 }
 

@@ -253,6 +253,9 @@ period = "1s"
 [runtime]
 endpoint = "unix://%s/containerd.sock"
 
+[metrics]
+address = ""
+
 [log]
 level = "debug"
 target = "file"
