@@ -1,0 +1,789 @@
+package nodefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Orphaned kubelet pod directories (DESIGN.md §4, "Orphaned kubelet pod
+// dirs"; kubelet's cleanupOrphanedPodDirs). Whether a pod dir is orphaned is
+// the planner's decision; this file only inspects one and removes it with
+// kubelet's rules, made stricter where kubelet's own are loose:
+//
+//   - Any mount point at or below the pod dir (read from the mount table,
+//     and confirmed by mount IDs while walking) refuses the whole removal.
+//     kubelet only checks the volume paths themselves.
+//   - volumes/ is removed with rmdir only. A regular file, a symlink or any
+//     other non-directory in it (a CSI vol_data.json, the content of a disk
+//     emptyDir that was never torn down) is a leftover: the removal is
+//     refused and the file is named, exactly where kubelet fails
+//     (kubernetes#105536). kubelet would also follow a symlink at
+//     volumes/<plugin>; here it is only ever a leftover.
+//   - volume-subpaths/<volume>/<container>/<index> entries are removed with
+//     a plain remove (unlink, or rmdir of an empty directory), never
+//     recursively. The two directory levels above them must be real
+//     directories: kubelet follows a symlink there when listing them, so a
+//     symlink there is a blocker.
+//   - Everything else in the pod dir (containers/, plugins/, volumeDevices/,
+//     etc-hosts, unknown entries, and volume-subpaths/ once its entries are
+//     gone) is removed with the Remover's one-file-system removal: no
+//     symlink followed (a link is unlinked, its target is untouched), no file
+//     system or mount crossed. A symlink there is therefore no blocker,
+//     wherever it points.
+//   - Names never come from the file system alone: the pod UID must parse as
+//     one kubelet creates, and every operation stays below
+//     <kubelet_root>/pods, relative to an open directory, with O_NOFOLLOW.
+//
+// Operational note: the mount table is this process's. The plugin must see
+// the host's mounts below <kubelet_root> (host mount namespace, or a
+// HostToContainer/Bidirectional propagated mount), or volume mounts made by
+// kubelet are invisible to both checks.
+
+// Pod dir entries with their own rules (kubelet's getPodVolumesDir,
+// getPodVolumeSubpathsDir, getPodVolumeDevicesDir).
+const (
+	podVolumesDir        = "volumes"
+	podVolumeSubpathsDir = "volume-subpaths"
+	podVolumeDevicesDir  = "volumeDevices"
+	// subpathEntryDepth is the depth of <index> in
+	// volume-subpaths/<volume>/<container>/<index>.
+	subpathEntryDepth = 3
+	// volumeDirDepth is the depth of <volume> in volumes/<plugin>/<volume>.
+	volumeDirDepth = 2
+	// maxLeftovers bounds how many leftovers one inspection lists: a disk
+	// emptyDir that was never torn down can hold millions of files.
+	maxLeftovers = 16
+)
+
+// PodDir describes <kubelet_root>/pods/<uid> for the planner and the report.
+// All paths are absolute, under the kubelet_root the caller passed.
+type PodDir struct {
+	UID  string
+	Path string
+	// VolumeDirs are the existing volumes/<plugin>/<volume> directories and
+	// volumeDevices/<plugin>/<volume> entries: what kubelet's volume
+	// reconstruction finds on disk and may consider possibly mounted.
+	VolumeDirs []string
+	// MountPoints are all mount points at or below Path: from
+	// /proc/self/mountinfo, plus any directory whose device or mount ID
+	// shows a mount the table did not list. kubelet's "possibly mounted".
+	MountPoints []string
+	// Leftovers are non-directories in volumes/ (at most maxLeftovers of
+	// them), which the rmdir-only cleanup of volumes/ cannot remove, e.g. a
+	// CSI vol_data.json (kubernetes#105536).
+	Leftovers []string
+	// Blockers are the reasons RemoveOrphanedPodDir refuses, for a person:
+	// paths in them are relative to Path. Empty means removable.
+	Blockers []string
+}
+
+// PodVolumesExist is kubelet's podVolumesExist as far as the disk can tell:
+// true when any volume dir, any mount point or any leftover in volumes/
+// exists. kubelet also asks its volume manager, which this plugin cannot;
+// the on-disk answer is the stricter one. While it is true, a pod cgroup is
+// only reduced (kubelet's ReduceCPULimits), never destroyed.
+func PodVolumesExist(d PodDir) bool {
+	return len(d.VolumeDirs) > 0 || len(d.MountPoints) > 0 || len(d.Leftovers) > 0
+}
+
+// InspectPodDir inspects <kubeletRoot>/pods/<uid> without changing it and
+// without following any symlink, and without touching mount points (it
+// never stats one it knows of, so a dead NFS server cannot hang it).
+//
+// uid must parse as a pod UID kubelet creates. A missing pod dir is an
+// error for which errors.Is(err, fs.ErrNotExist) holds. A pod dir that is not
+// a directory (a symlink, a file) is returned with a Blocker. On any other
+// error the returned PodDir holds what was found so far; callers must then
+// treat the pod's volumes as possibly existing, as kubelet does when it
+// cannot read them. Errors name the path.
+func InspectPodDir(ctx context.Context, kubeletRoot, uid string) (PodDir, error) {
+	p, path, err := openPods(kubeletRoot, uid)
+	if err != nil {
+		var r *RefusedError
+		if errors.As(err, &r) {
+			err = fmt.Errorf("inspecting pod dir %s: %s", r.Path, r.Reason)
+		}
+		return PodDir{UID: uid, Path: path}, err
+	}
+	defer p.close()
+	d, exists, err := p.inspect(ctx, uid)
+	if err == nil && !exists {
+		err = fmt.Errorf("inspecting pod dir %s: %w", path, &os.PathError{Op: "lstat", Path: path, Err: unix.ENOENT})
+	}
+	return d, err
+}
+
+// RemoveOrphanedPodDir removes <kubeletRoot>/pods/<uid> with kubelet's rules
+// (cleanupOrphanedPodDirs), made stricter (see the rules at the top of this
+// file). It inspects the pod dir first and refuses with a RefusedError,
+// removing nothing, when InspectPodDir reports any Blocker. Then it:
+//
+//  1. empties and removes volumes/ with rmdir only, bottom up;
+//  2. removes each volume-subpaths/<volume>/<container>/<index> with a plain
+//     remove, never recursively;
+//  3. removes every other entry with the one-file-system removal
+//     (Remover.RemoveTreeOneFilesystem semantics); a volumes/ that reappeared
+//     is refused, never removed recursively;
+//  4. rmdirs the pod dir.
+//
+// An error in step 1 or 2 stops before step 3, as in kubelet. Each step
+// checks again (mount IDs, rmdir, EBUSY), so a mount or file that appears
+// after the inspection is refused, not removed. A missing pod dir (or pods
+// dir) is success. Deciding that the pod is orphaned is the caller's job.
+func RemoveOrphanedPodDir(ctx context.Context, kubeletRoot, uid string) error {
+	p, path, err := openPods(kubeletRoot, uid)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	d, exists, err := p.inspect(ctx, uid)
+	if err != nil {
+		return fmt.Errorf("removing %s: %w", path, err)
+	}
+	if !exists {
+		return nil
+	}
+	if len(d.Blockers) > 0 {
+		return refuse(path, "kubelet's cleanup rules forbid it: %s", strings.Join(d.Blockers, "; "))
+	}
+	return wrapRemoving(path, p.removePodDir(ctx, uid, path))
+}
+
+// podsRoot is <kubelet_root>/pods, open for one inspection or removal.
+type podsRoot struct {
+	dir  string   // as configured, cleaned: the Remover's root
+	fd   int      // open on dir
+	real string   // the kernel's name for fd, as the mount table shows it
+	info fileInfo // dir's device and mount
+}
+
+// openPods validates kubeletRoot and uid and opens the pods dir. path is
+// the pod dir's path, for errors even when validation fails. An invalid
+// uid is a RefusedError; a missing pods dir wraps ENOENT.
+func openPods(kubeletRoot, uid string) (p podsRoot, path string, err error) {
+	path = kubeletRoot + "/pods/" + uid
+	if !filepath.IsAbs(kubeletRoot) {
+		return podsRoot{}, path, fmt.Errorf("nodefs: kubelet root %q is not an absolute path", kubeletRoot)
+	}
+	// The Remover validates the root (no "..", not "/") and the path
+	// (strictly below the root, no ".."): every pod dir operation stays
+	// below <kubelet_root>/pods.
+	r, err := NewRemover(kubeletRoot + "/pods")
+	if err != nil {
+		return podsRoot{}, path, err
+	}
+	dir := r.Roots()[0]
+	path = dir + "/" + uid
+	if !validUID(uid) {
+		return podsRoot{}, path, refuse(path, "%q is not a pod UID kubelet creates (a lowercase UUID, or 32 lowercase hex digits)", uid)
+	}
+	if _, rel, err := r.target(path); err != nil {
+		return podsRoot{}, path, err
+	} else if len(rel) != 1 {
+		return podsRoot{}, path, refuse(path, "a pod dir must be directly in %s", dir)
+	}
+	fd, err := openRoot(dir)
+	if err != nil {
+		return podsRoot{}, path, err
+	}
+	p = podsRoot{dir: dir, fd: fd}
+	if p.info, err = statAt(fd, ""); err != nil {
+		p.close()
+		return podsRoot{}, path, fmt.Errorf("stat %s: %w", dir, err)
+	}
+	if p.real, err = os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err != nil {
+		p.close()
+		return podsRoot{}, path, fmt.Errorf("resolving %s through /proc/self/fd (needed to check for mount points): %w", dir, err)
+	}
+	if p.real == "/" {
+		p.close()
+		return podsRoot{}, path, refuse(path, "the pods dir %s resolves to /", dir)
+	}
+	return p, path, nil
+}
+
+func (p podsRoot) close() { unix.Close(p.fd) }
+
+// mountsBelow returns the mount points at or below the pod dir uid, as
+// configured paths, sorted.
+func (p podsRoot) mountsBelow(uid string) ([]string, error) {
+	mounts, err := mountPointsOn(p.real, p.real+"/"+uid)
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range mounts {
+		mounts[i] = p.dir + strings.TrimPrefix(m, p.real)
+	}
+	sort.Strings(mounts)
+	return mounts, nil
+}
+
+// inspect is InspectPodDir on an open pods dir; exists is false when the
+// pod dir is missing.
+func (p podsRoot) inspect(ctx context.Context, uid string) (d PodDir, exists bool, err error) {
+	path := p.dir + "/" + uid
+	d = PodDir{UID: uid, Path: path}
+	if err := ctx.Err(); err != nil {
+		return d, false, fmt.Errorf("inspecting pod dir %s: %w", path, err)
+	}
+	in := &inspector{ctx: ctx, root: p.info, d: &d, known: map[string]bool{}}
+	defer in.finish()
+
+	mounts, err := p.mountsBelow(uid)
+	if err != nil {
+		return d, false, fmt.Errorf("inspecting pod dir %s: checking for mount points: %w", path, err)
+	}
+	for _, m := range mounts {
+		in.addMount(strings.TrimPrefix(strings.TrimPrefix(m, path), "/"))
+	}
+	if in.known[""] {
+		return d, true, nil // never open a mount point
+	}
+
+	fi, err := statAt(p.fd, uid)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return d, false, nil
+	case err != nil:
+		return d, false, fmt.Errorf("inspecting pod dir %s: lstat: %w", path, err)
+	case fi.mode != unix.S_IFDIR:
+		in.block("the pod dir is a %s, not a directory", fi.kind())
+		return d, true, nil
+	}
+	dir, fd, gone, err := in.enter(p.fd, uid, "", fi)
+	if gone {
+		return d, false, nil
+	}
+	if err != nil || dir == nil {
+		return d, true, wrapInspecting(path, err)
+	}
+	defer dir.Close()
+	if err := in.scanVolumes(fd, podVolumesDir, podVolumesDir, 0); err != nil {
+		return d, true, wrapInspecting(path, err)
+	}
+	if err := in.scanSubpaths(fd, podVolumeSubpathsDir, podVolumeSubpathsDir, 0); err != nil {
+		return d, true, wrapInspecting(path, err)
+	}
+	if err := in.scanDevices(fd); err != nil {
+		return d, true, wrapInspecting(path, err)
+	}
+	return d, true, nil
+}
+
+func wrapInspecting(path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("inspecting pod dir %s: %w", path, err)
+}
+
+// inspector collects one PodDir. Paths it handles (rel) are relative to the
+// pod dir; "" is the pod dir itself.
+type inspector struct {
+	ctx       context.Context
+	root      fileInfo        // the pods dir, for otherMount
+	d         *PodDir         // being filled
+	known     map[string]bool // mount points (rel), never stat'ed or entered
+	blockers  []string        // everything but mount points, in order found
+	truncated bool            // more leftovers exist than are listed
+}
+
+func (in *inspector) abs(rel string) string {
+	if rel == "" {
+		return in.d.Path
+	}
+	return in.d.Path + "/" + rel
+}
+
+func (in *inspector) block(format string, args ...any) {
+	in.blockers = append(in.blockers, fmt.Sprintf(format, args...))
+}
+
+func (in *inspector) addMount(rel string) {
+	if in.known[rel] {
+		return
+	}
+	in.known[rel] = true
+	in.d.MountPoints = append(in.d.MountPoints, in.abs(rel))
+}
+
+func (in *inspector) addVolumeDir(rel string) {
+	in.d.VolumeDirs = append(in.d.VolumeDirs, in.abs(rel))
+}
+
+func (in *inspector) addLeftover(rel, kind string) {
+	if len(in.d.Leftovers) >= maxLeftovers {
+		in.truncated = true
+		return
+	}
+	in.d.Leftovers = append(in.d.Leftovers, in.abs(rel))
+	in.block("leftover %s %s: volumes/ is only ever cleaned with rmdir, as kubelet does (kubernetes#105536)", kind, rel)
+}
+
+// finish writes the blockers: mount points first, then the rest.
+func (in *inspector) finish() {
+	sort.Strings(in.d.MountPoints)
+	var b []string
+	for _, m := range in.d.MountPoints {
+		rel := strings.TrimPrefix(strings.TrimPrefix(m, in.d.Path), "/")
+		switch {
+		case rel == "":
+			b = append(b, "the pod dir is a mount point")
+		case strings.HasPrefix(rel, podVolumesDir+"/"):
+			b = append(b, fmt.Sprintf("volume %s is a mount point", strings.TrimPrefix(rel, podVolumesDir+"/")))
+		default:
+			b = append(b, fmt.Sprintf("%s is a mount point", rel))
+		}
+	}
+	b = append(b, in.blockers...)
+	if in.truncated {
+		b = append(b, fmt.Sprintf("more leftovers in volumes/ than the %d listed", maxLeftovers))
+	}
+	in.d.Blockers = b
+}
+
+// lstat is statAt for the inspector: ok is false when the entry is gone.
+func (in *inspector) lstat(parentFd int, name, rel string) (fi fileInfo, ok bool, err error) {
+	fi, err = statAt(parentFd, name)
+	if errors.Is(err, unix.ENOENT) {
+		return fi, false, nil
+	}
+	if err != nil {
+		return fi, false, fmt.Errorf("lstat %s: %w", in.abs(rel), err)
+	}
+	return fi, true, nil
+}
+
+// enter opens the directory name in parentFd (fi is its lstat) for reading.
+// A directory on another device or mount is recorded as a mount point and
+// not entered: dir is nil. gone is true when it disappeared.
+func (in *inspector) enter(parentFd int, name, rel string, fi fileInfo) (dir *os.File, fd int, gone bool, err error) {
+	if otherMount(in.root, fi) != "" {
+		in.addMount(rel)
+		return nil, -1, false, nil
+	}
+	fd, err = openDir(parentFd, name)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return nil, -1, true, nil
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+		return nil, -1, false, fmt.Errorf("%s changed while being inspected: it is now a %s", in.abs(rel), kindAt(parentFd, name))
+	case err != nil:
+		return nil, -1, false, fmt.Errorf("opening %s: %w", in.abs(rel), err)
+	}
+	dir = os.NewFile(uintptr(fd), in.abs(rel))
+	// What was opened is what counts, whatever happened to the name.
+	fi, err = statAt(fd, "")
+	if err != nil {
+		dir.Close()
+		return nil, -1, false, fmt.Errorf("stat %s: %w", in.abs(rel), err)
+	}
+	if otherMount(in.root, fi) != "" {
+		dir.Close()
+		in.addMount(rel)
+		return nil, -1, false, nil
+	}
+	return dir, fd, false, nil
+}
+
+// children reads the names in dir, sorted.
+func (in *inspector) children(dir *os.File, rel string) ([]string, error) {
+	names, err := readNames(in.ctx, dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", in.abs(rel), err)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// scanVolumes inspects name in parentFd at depth below volumes/ (0 is
+// volumes/ itself): directories at volumeDirDepth are volume dirs, every
+// non-directory is a leftover, mount points are recorded and not entered.
+func (in *inspector) scanVolumes(parentFd int, name, rel string, depth int) error {
+	if err := in.ctx.Err(); err != nil {
+		return err
+	}
+	if in.known[rel] {
+		if depth == volumeDirDepth {
+			in.addVolumeDir(rel) // a mounted volume is a volume dir too
+		}
+		return nil
+	}
+	fi, ok, err := in.lstat(parentFd, name, rel)
+	if err != nil || !ok {
+		return err
+	}
+	if fi.mode != unix.S_IFDIR {
+		in.addLeftover(rel, fi.kind())
+		return nil
+	}
+	if depth == volumeDirDepth {
+		in.addVolumeDir(rel)
+	}
+	if depth >= volumeDirDepth && in.truncated {
+		return nil // enough leftovers listed: volume dirs are still counted
+	}
+	dir, fd, _, err := in.enter(parentFd, name, rel, fi)
+	if err != nil || dir == nil {
+		return err
+	}
+	defer dir.Close()
+	names, err := in.children(dir, rel)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := in.scanVolumes(fd, n, rel+"/"+n, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanSubpaths inspects volume-subpaths/<volume>/<container>/<index>
+// (depth 0 is volume-subpaths/ itself). The entries at subpathEntryDepth
+// are removed with a plain remove, so a non-empty directory there is a
+// blocker; the levels above must be real directories.
+func (in *inspector) scanSubpaths(parentFd int, name, rel string, depth int) error {
+	if err := in.ctx.Err(); err != nil {
+		return err
+	}
+	if in.known[rel] {
+		return nil
+	}
+	fi, ok, err := in.lstat(parentFd, name, rel)
+	if err != nil || !ok {
+		return err
+	}
+	if depth == subpathEntryDepth {
+		if fi.mode != unix.S_IFDIR {
+			return nil // a file or symlink is unlinked, never followed
+		}
+		dir, _, _, err := in.enter(parentFd, name, rel, fi)
+		if err != nil || dir == nil {
+			return err
+		}
+		defer dir.Close()
+		names, err := dir.Readdirnames(1)
+		switch {
+		case len(names) > 0:
+			in.block("%s is a non-empty directory: a subpath entry is only removed with a plain remove, never recursively", rel)
+		case err != nil && !errors.Is(err, io.EOF):
+			return fmt.Errorf("reading %s: %w", in.abs(rel), err)
+		}
+		return nil
+	}
+	if fi.mode != unix.S_IFDIR {
+		in.block("%s is a %s where kubelet expects a directory of volume subpaths", rel, fi.kind())
+		return nil
+	}
+	dir, fd, _, err := in.enter(parentFd, name, rel, fi)
+	if err != nil || dir == nil {
+		return err
+	}
+	defer dir.Close()
+	names, err := in.children(dir, rel)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := in.scanSubpaths(fd, n, rel+"/"+n, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanDevices lists volumeDevices/<plugin>/<volume> as volume dirs: block
+// volumes that may still be mapped. Entries are named, never stat'ed: they
+// are symlinks or device mount points. They block nothing: they are removed
+// with the one-file-system removal, as kubelet does.
+func (in *inspector) scanDevices(podFd int) error {
+	const rel = podVolumeDevicesDir
+	if in.known[rel] {
+		return nil
+	}
+	fi, ok, err := in.lstat(podFd, rel, rel)
+	if err != nil || !ok || fi.mode != unix.S_IFDIR {
+		return err // a non-directory here is not a block volume; it is removed like any entry
+	}
+	dir, fd, _, err := in.enter(podFd, rel, rel, fi)
+	if err != nil || dir == nil {
+		return err
+	}
+	defer dir.Close()
+	plugins, err := in.children(dir, rel)
+	if err != nil {
+		return err
+	}
+	for _, plugin := range plugins {
+		prel := rel + "/" + plugin
+		if in.known[prel] {
+			continue
+		}
+		fi, ok, err := in.lstat(fd, plugin, prel)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if fi.mode != unix.S_IFDIR {
+			in.addVolumeDir(prel) // odd, so counted: the safe side
+			continue
+		}
+		pdir, _, _, err := in.enter(fd, plugin, prel, fi)
+		if err != nil {
+			return err
+		}
+		if pdir == nil {
+			continue
+		}
+		names, err := in.children(pdir, prel)
+		pdir.Close()
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			in.addVolumeDir(prel + "/" + n)
+		}
+	}
+	return nil
+}
+
+// removePodDir runs the removal steps on a pod dir that inspected clean.
+func (p podsRoot) removePodDir(ctx context.Context, uid, path string) error {
+	w := walker{ctx: ctx, root: p.info}
+	dir, fd, err := w.openChecked(p.fd, uid, path)
+	if err != nil || dir == nil {
+		return err
+	}
+	defer dir.Close()
+
+	// 1 and 2: kubelet's removeOrphanedPodVolumeDirs. Any error stops here.
+	if err := w.rmdirTree(fd, podVolumesDir, path+"/"+podVolumesDir); err != nil {
+		return err
+	}
+	if err := w.removeSubpathEntries(fd, podVolumeSubpathsDir, path+"/"+podVolumeSubpathsDir, 0); err != nil {
+		return err
+	}
+
+	// 3: everything else, one file system only. Keep going after an
+	// error: the rest is still safe to remove.
+	names, err := readNames(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	sort.Strings(names)
+	var first error
+	failed := 0
+	for _, n := range names {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		var err error
+		if n == podVolumesDir {
+			err = refuse(path+"/"+n, "it reappeared after its rmdir-only removal, and volumes/ is never removed recursively")
+		} else {
+			err = w.removeEntry(fd, n, path+"/"+n, false)
+		}
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			failed++
+		}
+	}
+	if first != nil {
+		if failed > 1 {
+			return fmt.Errorf("%w (and %d more errors below %s)", first, failed-1, path)
+		}
+		return first
+	}
+
+	// 4: the pod dir, now empty.
+	err = unix.Unlinkat(p.fd, uid, unix.AT_REMOVEDIR)
+	switch {
+	case err == nil, errors.Is(err, unix.ENOENT):
+		return nil
+	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
+		return fmt.Errorf("rmdir %s: entries appeared in it while it was being removed (is kubelet using it again?): %w", path, err)
+	case errors.Is(err, unix.EBUSY):
+		return refuse(path, "it is in use, most likely a mount point")
+	default:
+		return fmt.Errorf("rmdir %s: %w", path, err)
+	}
+}
+
+// openChecked opens the directory name in parentFd for a removal: it must
+// be a real directory on the root's mount, checked both on the name and on
+// the open descriptor. A missing directory is (nil, -1, nil).
+func (w walker) openChecked(parentFd int, name, path string) (*os.File, int, error) {
+	fi, err := statAt(parentFd, name)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return nil, -1, nil
+	case err != nil:
+		return nil, -1, fmt.Errorf("lstat %s: %w", path, err)
+	case fi.mode != unix.S_IFDIR:
+		return nil, -1, refuse(path, "it is a %s, not a directory", fi.kind())
+	}
+	if reason := otherMount(w.root, fi); reason != "" {
+		return nil, -1, refuse(path, "%s", reason)
+	}
+	fd, err := openDir(parentFd, name)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return nil, -1, nil
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+		return nil, -1, refuse(path, "it was replaced by a %s while being removed", kindAt(parentFd, name))
+	case err != nil:
+		return nil, -1, fmt.Errorf("opening %s: %w", path, err)
+	}
+	dir := os.NewFile(uintptr(fd), path)
+	fi, err = statAt(fd, "")
+	if err != nil {
+		dir.Close()
+		return nil, -1, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if reason := otherMount(w.root, fi); reason != "" {
+		dir.Close()
+		return nil, -1, refuse(path, "%s", reason)
+	}
+	return dir, fd, nil
+}
+
+// rmdirTree removes the directory name in parentFd and every directory
+// below it, bottom up, with rmdir only (kubelet's RemoveDirsOneFilesystem,
+// stricter): a non-directory anywhere is refused and left in place, a
+// directory on another device or mount is refused and not entered. It keeps
+// removing what it can after an error, which only ever removes empty
+// directories, and returns the first error. Missing is success.
+func (w walker) rmdirTree(parentFd int, name, path string) error {
+	fi, err := statAt(parentFd, name)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return nil
+	case err != nil:
+		return fmt.Errorf("lstat %s: %w", path, err)
+	case fi.mode != unix.S_IFDIR:
+		return refuse(path, "it is a %s: volumes/ is only ever cleaned with rmdir, as kubelet does (kubernetes#105536)", fi.kind())
+	}
+	dir, fd, err := w.openChecked(parentFd, name, path)
+	if err != nil || dir == nil {
+		return err
+	}
+	defer dir.Close()
+	names, err := readNames(w.ctx, dir)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	sort.Strings(names)
+	var first error
+	failed := 0
+	for _, n := range names {
+		if err := w.ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if err := w.rmdirTree(fd, n, path+"/"+n); err != nil {
+			if first == nil {
+				first = err
+			}
+			failed++
+		}
+	}
+	if first != nil {
+		if failed > 1 {
+			return fmt.Errorf("%w (and %d more errors below %s)", first, failed-1, path)
+		}
+		return first
+	}
+	return rmdir(parentFd, name, path)
+}
+
+// removeSubpathEntries removes volume-subpaths/<volume>/<container>/<index>
+// entries (depth 0 is volume-subpaths/ itself) with a plain remove. The
+// directories above them are left for the one-file-system removal, as in
+// kubelet. Missing is success.
+func (w walker) removeSubpathEntries(parentFd int, name, path string, depth int) error {
+	if err := w.ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	fi, err := statAt(parentFd, name)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return nil
+	case err != nil:
+		return fmt.Errorf("lstat %s: %w", path, err)
+	}
+	if depth == subpathEntryDepth {
+		return w.plainRemove(parentFd, name, path, fi)
+	}
+	if fi.mode != unix.S_IFDIR {
+		return refuse(path, "it is a %s where kubelet expects a directory of volume subpaths", fi.kind())
+	}
+	dir, fd, err := w.openChecked(parentFd, name, path)
+	if err != nil || dir == nil {
+		return err
+	}
+	defer dir.Close()
+	names, err := readNames(w.ctx, dir)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	sort.Strings(names)
+	var first error
+	for _, n := range names {
+		if err := w.removeSubpathEntries(fd, n, path+"/"+n, depth+1); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// plainRemove is os.Remove without following anything: unlink a
+// non-directory (a symlink itself, never its target), rmdir an empty
+// directory on the root's mount, and refuse a non-empty one.
+func (w walker) plainRemove(dirFd int, name, path string, fi fileInfo) error {
+	if fi.mode != unix.S_IFDIR {
+		return unlink(dirFd, name, path)
+	}
+	if reason := otherMount(w.root, fi); reason != "" {
+		return refuse(path, "%s", reason)
+	}
+	err := rmdir(dirFd, name, path)
+	if errors.Is(err, unix.ENOTEMPTY) {
+		return refuse(path, "it is a non-empty directory: a subpath entry is only removed with a plain remove, never recursively")
+	}
+	return err
+}
+
+// rmdir removes the empty directory name in dirFd; missing is success. A
+// non-empty directory is an error wrapping ENOTEMPTY.
+func rmdir(dirFd int, name, path string) error {
+	err := unix.Unlinkat(dirFd, name, unix.AT_REMOVEDIR)
+	switch {
+	case err == nil, errors.Is(err, unix.ENOENT):
+		return nil
+	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
+		return fmt.Errorf("rmdir %s: entries appeared in it while it was being emptied: %w", path, unix.ENOTEMPTY)
+	case errors.Is(err, unix.EBUSY):
+		return refuse(path, "it is in use, most likely a mount point")
+	case errors.Is(err, unix.ENOTDIR):
+		return refuse(path, "it was replaced by a %s while being removed", kindAt(dirFd, name))
+	default:
+		return fmt.Errorf("rmdir %s: %w", path, err)
+	}
+}

@@ -1,0 +1,765 @@
+package nodefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// kubeletNode is a crafted kubelet root with its pods dir, and a directory
+// outside it that must never be touched.
+type kubeletNode struct {
+	root, pods, outside string
+}
+
+func newKubeletNode(t *testing.T) kubeletNode {
+	t.Helper()
+	base := t.TempDir()
+	n := kubeletNode{
+		root:    filepath.Join(base, "kubelet"),
+		pods:    filepath.Join(base, "kubelet", "pods"),
+		outside: filepath.Join(base, "outside"),
+	}
+	mkdirAll(t, n.pods)
+	mkdirAll(t, n.outside)
+	return n
+}
+
+// Names in a pod dir, as kubelet lays them out.
+const (
+	emptyDirVol  = "volumes/kubernetes.io~empty-dir/cache"
+	projectedVol = "volumes/kubernetes.io~projected/kube-api-access-x7k2p"
+	csiVol       = "volumes/kubernetes.io~csi/pvc-1"
+	fileSubpath  = "volume-subpaths/config/app/0"
+	dirSubpath   = "volume-subpaths/config/app/1"
+	termMsg      = "containers/app/abcd1234"
+	pluginFile   = "plugins/kubernetes.io~empty-dir/cache/ready"
+	etcHosts     = "etc-hosts"
+	blockVol     = "volumeDevices/kubernetes.io~csi/blk-1"
+)
+
+// cleanOrphan lays out what kubelet leaves of a pod whose volumes were all
+// unmounted and torn down: empty volume dirs, the subpath mount points, and
+// the files kubelet removes with its one-file-system removal.
+func cleanOrphan(t *testing.T, pod string) {
+	t.Helper()
+	mkdirAll(t, filepath.Join(pod, emptyDirVol))
+	mkdirAll(t, filepath.Join(pod, projectedVol))
+	mkdirAll(t, filepath.Join(pod, csiVol, "mount"))
+	writeFile(t, filepath.Join(pod, fileSubpath), "") // a file subpath's mount point
+	mkdirAll(t, filepath.Join(pod, dirSubpath))       // a directory subpath's
+	writeFile(t, filepath.Join(pod, termMsg), "terminated")
+	writeFile(t, filepath.Join(pod, pluginFile), "")
+	writeFile(t, filepath.Join(pod, etcHosts), "127.0.0.1 localhost\n")
+}
+
+// minimalPod has no volumes at all.
+func minimalPod(t *testing.T, pod string) {
+	t.Helper()
+	writeFile(t, filepath.Join(pod, termMsg), "terminated")
+	writeFile(t, filepath.Join(pod, etcHosts), "127.0.0.1 localhost\n")
+}
+
+func joinAll(dir string, rels []string) []string {
+	if len(rels) == 0 {
+		return nil
+	}
+	out := make([]string, len(rels))
+	for i, r := range rels {
+		if r == "" {
+			out[i] = dir
+		} else {
+			out[i] = dir + "/" + r
+		}
+	}
+	return out
+}
+
+func sameStrings(a, b []string) bool {
+	return strings.Join(a, "\n") == strings.Join(b, "\n") && len(a) == len(b)
+}
+
+func TestInspectPodDir(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		rule  string
+		setup func(t *testing.T, n kubeletNode, pod string)
+		// Paths relative to the pod dir ("" is the pod dir).
+		volumeDirs, mountPoints, leftovers []string
+		// One substring per blocker, in order.
+		blockers     []string
+		volumesExist bool
+	}{
+		{
+			rule:  "a clean dir without volumes has nothing to report",
+			setup: func(t *testing.T, n kubeletNode, pod string) { minimalPod(t, pod) },
+		},
+		{
+			rule:         "empty volume dirs are listed and block nothing: they are rmdir'ed",
+			setup:        func(t *testing.T, n kubeletNode, pod string) { cleanOrphan(t, pod) },
+			volumeDirs:   []string{csiVol, emptyDirVol, projectedVol},
+			volumesExist: true,
+		},
+		{
+			rule: "a bind mount at a volume dir is a mount point and a blocker, and is not entered",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				cleanOrphan(t, pod)
+				writeFile(t, filepath.Join(n.outside, "src", "data"), "keep")
+				mkdirAll(t, filepath.Join(pod, "volumes/kubernetes.io~empty-dir/x"))
+				mount(t, filepath.Join(n.outside, "src"), filepath.Join(pod, "volumes/kubernetes.io~empty-dir/x"), "")
+			},
+			volumeDirs:   []string{csiVol, emptyDirVol, "volumes/kubernetes.io~empty-dir/x", projectedVol},
+			mountPoints:  []string{"volumes/kubernetes.io~empty-dir/x"},
+			blockers:     []string{"volume kubernetes.io~empty-dir/x is a mount point"},
+			volumesExist: true,
+		},
+		{
+			rule: "a CSI volume mounted at <volume>/mount is a blocker",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				mkdirAll(t, filepath.Join(pod, csiVol, "mount"))
+				mount(t, "tmpfs", filepath.Join(pod, csiVol, "mount"), "tmpfs")
+				writeFile(t, filepath.Join(pod, csiVol, "mount", "data"), "keep")
+			},
+			volumeDirs:   []string{csiVol},
+			mountPoints:  []string{csiVol + "/mount"},
+			blockers:     []string{"volume kubernetes.io~csi/pvc-1/mount is a mount point"},
+			volumesExist: true,
+		},
+		{
+			rule: "a mount point outside volumes/ is a blocker too",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				minimalPod(t, pod)
+				mount(t, "tmpfs", filepath.Join(pod, "containers", "app"), "tmpfs")
+			},
+			mountPoints:  []string{"containers/app"},
+			blockers:     []string{"containers/app is a mount point"},
+			volumesExist: true,
+		},
+		{
+			rule: "a subpath entry still bind-mounted (a file) is a blocker",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				cleanOrphan(t, pod)
+				writeFile(t, filepath.Join(n.outside, "file"), "keep")
+				mount(t, filepath.Join(n.outside, "file"), filepath.Join(pod, fileSubpath), "")
+			},
+			volumeDirs:   []string{csiVol, emptyDirVol, projectedVol},
+			mountPoints:  []string{fileSubpath},
+			blockers:     []string{fileSubpath + " is a mount point"},
+			volumesExist: true,
+		},
+		{
+			rule: "a pod dir that is itself a mount point is a blocker and is not entered",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				writeFile(t, filepath.Join(n.outside, "src", csiVol, "vol_data.json"), "{}")
+				mkdirAll(t, pod)
+				mount(t, filepath.Join(n.outside, "src"), pod, "")
+			},
+			mountPoints:  []string{""},
+			blockers:     []string{"the pod dir is a mount point"},
+			volumesExist: true,
+		},
+		{
+			rule: "a leftover CSI vol_data.json is a leftover and a blocker (kubernetes#105536)",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				minimalPod(t, pod)
+				mkdirAll(t, filepath.Join(pod, csiVol, "mount"))
+				writeFile(t, filepath.Join(pod, csiVol, "vol_data.json"), `{"driverName":"x"}`)
+			},
+			volumeDirs:   []string{csiVol},
+			leftovers:    []string{csiVol + "/vol_data.json"},
+			blockers:     []string{"leftover regular file " + csiVol + "/vol_data.json"},
+			volumesExist: true,
+		},
+		{
+			rule: "the content of a disk emptyDir that was never torn down is leftovers",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				writeFile(t, filepath.Join(pod, emptyDirVol, "a", "b", "data"), "precious")
+			},
+			volumeDirs:   []string{emptyDirVol},
+			leftovers:    []string{emptyDirVol + "/a/b/data"},
+			blockers:     []string{"leftover regular file " + emptyDirVol + "/a/b/data"},
+			volumesExist: true,
+		},
+		{
+			rule: "a symlink in volumes/ pointing outside the root is a leftover (rmdir cannot remove it) and is not followed",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				writeFile(t, filepath.Join(n.outside, "precious", "data"), "keep")
+				symlink(t, filepath.Join(n.outside, "precious"), filepath.Join(pod, "volumes/kubernetes.io~empty-dir/link"))
+			},
+			leftovers:    []string{"volumes/kubernetes.io~empty-dir/link"},
+			blockers:     []string{"leftover symlink volumes/kubernetes.io~empty-dir/link"},
+			volumesExist: true,
+		},
+		{
+			rule: "a symlink at volumes/<plugin> is a leftover, never listed through (kubelet would follow it)",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				writeFile(t, filepath.Join(n.outside, "plugin", "pvc-1", "vol_data.json"), "{}")
+				symlink(t, filepath.Join(n.outside, "plugin"), filepath.Join(pod, "volumes/kubernetes.io~csi"))
+			},
+			leftovers:    []string{"volumes/kubernetes.io~csi"},
+			blockers:     []string{"leftover symlink volumes/kubernetes.io~csi"},
+			volumesExist: true,
+		},
+		{
+			rule: "volumes/ that is not a directory is a leftover",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				writeFile(t, filepath.Join(pod, "volumes"), "")
+			},
+			leftovers:    []string{"volumes"},
+			blockers:     []string{"leftover regular file volumes"},
+			volumesExist: true,
+		},
+		{
+			rule: "symlinks outside volumes/ pointing outside the root are not followed and block nothing: they are unlinked",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				writeFile(t, filepath.Join(n.outside, "precious", "data"), "keep")
+				writeFile(t, filepath.Join(n.outside, "precious", "vol_data.json"), "keep")
+				symlink(t, filepath.Join(n.outside, "precious"), filepath.Join(pod, "containers", "app", "link"))
+				symlink(t, "../../../outside/precious", filepath.Join(pod, "plugins", "p"))
+				symlink(t, filepath.Join(n.outside, "precious", "data"), filepath.Join(pod, etcHosts))
+				symlink(t, filepath.Join(n.outside, "precious"), filepath.Join(pod, fileSubpath))
+			},
+		},
+		{
+			rule: "a symlink above the subpath entries is a blocker (kubelet would follow it)",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				mkdirAll(t, filepath.Join(n.outside, "subpaths", "app", "0"))
+				symlink(t, filepath.Join(n.outside, "subpaths"), filepath.Join(pod, "volume-subpaths", "config"))
+			},
+			blockers: []string{"volume-subpaths/config is a symlink where kubelet expects a directory"},
+		},
+		{
+			rule: "a non-empty subpath dir is a blocker: subpath entries are never removed recursively",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				cleanOrphan(t, pod)
+				writeFile(t, filepath.Join(pod, dirSubpath, "data"), "keep")
+			},
+			volumeDirs:   []string{csiVol, emptyDirVol, projectedVol},
+			blockers:     []string{dirSubpath + " is a non-empty directory"},
+			volumesExist: true,
+		},
+		{
+			rule: "volumeDevices entries are volume dirs and block nothing",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				minimalPod(t, pod)
+				writeFile(t, filepath.Join(n.outside, "dev"), "")
+				symlink(t, filepath.Join(n.outside, "dev"), filepath.Join(pod, blockVol))
+			},
+			volumeDirs:   []string{blockVol},
+			volumesExist: true,
+		},
+		{
+			rule: "a pod dir that is itself a symlink is a blocker and is not followed",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				writeFile(t, filepath.Join(n.outside, "target", csiVol, "vol_data.json"), "{}")
+				symlink(t, filepath.Join(n.outside, "target"), pod)
+			},
+			blockers: []string{"the pod dir is a symlink, not a directory"},
+		},
+		{
+			rule: "a pod dir that is a regular file is a blocker",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				writeFile(t, pod, "")
+			},
+			blockers: []string{"the pod dir is a regular file, not a directory"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rule, func(t *testing.T) {
+			n := newKubeletNode(t)
+			pod := filepath.Join(n.pods, testUUID)
+			tt.setup(t, n, pod)
+			d, err := InspectPodDir(ctx, n.root, testUUID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%+v", d)
+			if d.UID != testUUID || d.Path != pod {
+				t.Errorf("UID, Path = %q, %q; want %q, %q", d.UID, d.Path, testUUID, pod)
+			}
+			if want := joinAll(pod, tt.volumeDirs); !sameStrings(d.VolumeDirs, want) {
+				t.Errorf("VolumeDirs = %q, want %q", d.VolumeDirs, want)
+			}
+			if want := joinAll(pod, tt.mountPoints); !sameStrings(d.MountPoints, want) {
+				t.Errorf("MountPoints = %q, want %q", d.MountPoints, want)
+			}
+			if want := joinAll(pod, tt.leftovers); !sameStrings(d.Leftovers, want) {
+				t.Errorf("Leftovers = %q, want %q", d.Leftovers, want)
+			}
+			if len(d.Blockers) != len(tt.blockers) {
+				t.Errorf("Blockers = %q, want %d matching %q", d.Blockers, len(tt.blockers), tt.blockers)
+			} else {
+				for i, b := range tt.blockers {
+					if !strings.Contains(d.Blockers[i], b) {
+						t.Errorf("Blockers[%d] = %q, want it to contain %q", i, d.Blockers[i], b)
+					}
+				}
+			}
+			if got := PodVolumesExist(d); got != tt.volumesExist {
+				t.Errorf("PodVolumesExist = %v, want %v", got, tt.volumesExist)
+			}
+		})
+	}
+
+	t.Run("leftovers are listed up to a bound, and the blockers say more exist", func(t *testing.T) {
+		n := newKubeletNode(t)
+		pod := filepath.Join(n.pods, testUUID)
+		for i := 0; i < 3*maxLeftovers; i++ {
+			writeFile(t, filepath.Join(pod, emptyDirVol, fmt.Sprintf("f%03d", i)), "")
+		}
+		mkdirAll(t, filepath.Join(pod, projectedVol))
+		d, err := InspectPodDir(ctx, n.root, testUUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Leftovers) != maxLeftovers {
+			t.Errorf("%d leftovers listed, want %d", len(d.Leftovers), maxLeftovers)
+		}
+		if want := joinAll(pod, []string{emptyDirVol, projectedVol}); !sameStrings(d.VolumeDirs, want) {
+			t.Errorf("VolumeDirs = %q, want %q: volume dirs are counted past the bound", d.VolumeDirs, want)
+		}
+		if last := d.Blockers[len(d.Blockers)-1]; !strings.Contains(last, "more leftovers") {
+			t.Errorf("last blocker = %q, want it to say more leftovers exist", last)
+		}
+	})
+
+	t.Run("a mount is found when the kubelet root is reached through a symlink", func(t *testing.T) {
+		n := newKubeletNode(t)
+		viaLink := filepath.Join(filepath.Dir(n.root), "kubelet-link")
+		symlink(t, n.root, viaLink)
+		mnt := filepath.Join(n.pods, testUUID, emptyDirVol)
+		mkdirAll(t, mnt)
+		mount(t, "tmpfs", mnt, "tmpfs")
+		d, err := InspectPodDir(ctx, viaLink, testUUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{filepath.Join(viaLink, "pods", testUUID, emptyDirVol)}
+		if !sameStrings(d.MountPoints, want) || len(d.Blockers) != 1 {
+			t.Fatalf("MountPoints = %q, Blockers = %q; want %q and one blocker", d.MountPoints, d.Blockers, want)
+		}
+	})
+
+	t.Run("a missing pod dir is an error for which fs.ErrNotExist holds, naming the path", func(t *testing.T) {
+		n := newKubeletNode(t)
+		_, err := InspectPodDir(ctx, n.root, testUUID)
+		if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), filepath.Join(n.pods, testUUID)) {
+			t.Fatalf("err = %v, want ErrNotExist naming the pod dir", err)
+		}
+	})
+
+	t.Run("a missing pods dir is an error for which fs.ErrNotExist holds", func(t *testing.T) {
+		_, err := InspectPodDir(ctx, filepath.Join(t.TempDir(), "nope"), testUUID)
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("err = %v, want ErrNotExist", err)
+		}
+	})
+
+	t.Run("a cancelled context is an error", func(t *testing.T) {
+		n := newKubeletNode(t)
+		cleanOrphan(t, filepath.Join(n.pods, testUUID))
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := InspectPodDir(cctx, n.root, testUUID); !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+	})
+
+	for _, tt := range []struct{ rule, root, uid string }{
+		{"a uid that climbs out of the pods dir is refused", "", "../etc"},
+		{"a uid of .. is refused", "", ".."},
+		{"an empty uid is refused", "", ""},
+		{"a uid with a path inside is refused", "", testUUID + "/volumes"},
+		{"an uppercase uid is refused", "", strings.ToUpper(testUUID)},
+		{"a uid kubelet does not create is refused", "", "not-a-uid"},
+		{"a relative kubelet root is refused", "var/lib/kubelet", testUUID},
+		{"an empty kubelet root is refused", "-", testUUID},
+		{"a kubelet root with .. is refused", "/var/lib/../lib/kubelet", testUUID},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			n := newKubeletNode(t)
+			writeFile(t, filepath.Join(n.root, "etc", "passwd"), "keep")
+			root := n.root
+			switch tt.root {
+			case "":
+			case "-":
+				root = ""
+			default:
+				root = tt.root
+			}
+			d, err := InspectPodDir(ctx, root, tt.uid)
+			t.Logf("err = %v", err)
+			if err == nil {
+				t.Fatalf("InspectPodDir(%q, %q) = %+v, want an error", root, tt.uid, d)
+			}
+			if root == n.root && !strings.Contains(err.Error(), n.pods+"/"+tt.uid) {
+				t.Fatalf("err = %v, want it to name %s", err, n.pods+"/"+tt.uid)
+			}
+		})
+	}
+}
+
+func TestRemoveOrphanedPodDir(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("a clean orphan is fully removed; the pods dir stays", func(t *testing.T) {
+		n := newKubeletNode(t)
+		pod := filepath.Join(n.pods, testUUID)
+		cleanOrphan(t, pod)
+		writeFile(t, filepath.Join(pod, "unknown-entry", "f"), "") // kubelet removes anything
+		other := filepath.Join(n.pods, testMD5UID, termMsg)
+		writeFile(t, other, "")
+		if err := RemoveOrphanedPodDir(ctx, n.root, testUUID); err != nil {
+			t.Fatal(err)
+		}
+		mustBeGone(t, pod)
+		mustExist(t, n.pods, other)
+	})
+
+	t.Run("a static pod's orphan (md5 UID) is removed", func(t *testing.T) {
+		n := newKubeletNode(t)
+		pod := filepath.Join(n.pods, testMD5UID)
+		cleanOrphan(t, pod)
+		if err := RemoveOrphanedPodDir(ctx, n.root, testMD5UID); err != nil {
+			t.Fatal(err)
+		}
+		mustBeGone(t, pod)
+	})
+
+	t.Run("symlinks inside pointing outside the root are unlinked; their targets survive", func(t *testing.T) {
+		n := newKubeletNode(t)
+		pod := filepath.Join(n.pods, testUUID)
+		cleanOrphan(t, pod)
+		precious := filepath.Join(n.outside, "precious")
+		writeFile(t, filepath.Join(precious, "data"), "keep")
+		mkdirAll(t, filepath.Join(precious, "empty"))
+		writeFile(t, filepath.Join(n.outside, "file"), "keep")
+		symlink(t, precious, filepath.Join(pod, "containers", "app", "link"))
+		symlink(t, "../../../../outside/precious", filepath.Join(pod, "plugins", "p"))
+		symlink(t, filepath.Join(n.outside, "file"), filepath.Join(pod, "etc-hosts2"))
+		symlink(t, precious, filepath.Join(pod, "volume-subpaths", "config", "app", "2"))
+		symlink(t, filepath.Join(precious, "empty"), filepath.Join(pod, "volume-subpaths", "config", "app", "3"))
+		symlink(t, precious, filepath.Join(pod, blockVol))
+		symlink(t, precious, filepath.Join(pod, "volumeDevices", "kubernetes.io~csi", "blk-2"))
+		if err := RemoveOrphanedPodDir(ctx, n.root, testUUID); err != nil {
+			t.Fatal(err)
+		}
+		mustBeGone(t, pod)
+		mustExist(t, filepath.Join(precious, "data"), filepath.Join(precious, "empty"), filepath.Join(n.outside, "file"))
+	})
+
+	t.Run("a missing pod dir is success", func(t *testing.T) {
+		n := newKubeletNode(t)
+		if err := RemoveOrphanedPodDir(ctx, n.root, testUUID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a missing pods dir is success", func(t *testing.T) {
+		if err := RemoveOrphanedPodDir(ctx, filepath.Join(t.TempDir(), "nope"), testUUID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// Every refusal removes nothing at all: keep lists the paths (relative
+	// to the pod dir unless absolute) that must survive.
+	refusals := []struct {
+		rule  string
+		setup func(t *testing.T, n kubeletNode, pod string) (name string, keep []string)
+	}{
+		{"a bind mount inside is refused; the mounted content and the whole dir survive", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
+			cleanOrphan(t, pod)
+			writeFile(t, filepath.Join(n.outside, "src", "data"), "keep")
+			mnt := filepath.Join(pod, "volumes/kubernetes.io~empty-dir/x")
+			mkdirAll(t, mnt)
+			mount(t, filepath.Join(n.outside, "src"), mnt, "")
+			return "volume kubernetes.io~empty-dir/x is a mount point", []string{
+				filepath.Join(n.outside, "src", "data"), "volumes/kubernetes.io~empty-dir/x/data",
+				emptyDirVol, projectedVol, csiVol + "/mount", fileSubpath, dirSubpath, termMsg, pluginFile, etcHosts,
+			}
+		}},
+		{"another file system inside, outside volumes/, is refused", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
+			cleanOrphan(t, pod)
+			mnt := filepath.Join(pod, "plugins", "tmp")
+			mkdirAll(t, mnt)
+			mount(t, "tmpfs", mnt, "tmpfs")
+			writeFile(t, filepath.Join(mnt, "data"), "keep")
+			return "plugins/tmp is a mount point", []string{"plugins/tmp/data", emptyDirVol, termMsg, etcHosts}
+		}},
+		{"a bind-mounted subpath file is refused", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
+			cleanOrphan(t, pod)
+			writeFile(t, filepath.Join(n.outside, "file"), "keep")
+			mount(t, filepath.Join(n.outside, "file"), filepath.Join(pod, fileSubpath), "")
+			return fileSubpath + " is a mount point", []string{filepath.Join(n.outside, "file"), fileSubpath, emptyDirVol, termMsg}
+		}},
+		{"a pod dir that is itself a bind mount is refused", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
+			writeFile(t, filepath.Join(n.outside, "src", termMsg), "keep")
+			mkdirAll(t, pod)
+			mount(t, filepath.Join(n.outside, "src"), pod, "")
+			return "the pod dir is a mount point", []string{filepath.Join(n.outside, "src", termMsg)}
+		}},
+		{"a leftover vol_data.json is refused; the file survives", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
+			cleanOrphan(t, pod)
+			writeFile(t, filepath.Join(pod, csiVol, "vol_data.json"), `{"driverName":"x"}`)
+			return csiVol + "/vol_data.json", []string{csiVol + "/vol_data.json", csiVol + "/mount", emptyDirVol, termMsg, etcHosts}
+		}},
+		{"the content of a disk emptyDir never torn down is refused; it survives", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
+			cleanOrphan(t, pod)
+			writeFile(t, filepath.Join(pod, emptyDirVol, "db", "data"), "precious")
+			return emptyDirVol + "/db/data", []string{emptyDirVol + "/db/data", termMsg}
+		}},
+		{"a symlink in volumes/ is refused; the link and its target survive", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
+			cleanOrphan(t, pod)
+			writeFile(t, filepath.Join(n.outside, "precious", "data"), "keep")
+			symlink(t, filepath.Join(n.outside, "precious"), filepath.Join(pod, "volumes/kubernetes.io~empty-dir/link"))
+			return "volumes/kubernetes.io~empty-dir/link", []string{"volumes/kubernetes.io~empty-dir/link", filepath.Join(n.outside, "precious", "data"), termMsg}
+		}},
+		{"a non-empty subpath dir is refused; its content survives", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
+			cleanOrphan(t, pod)
+			writeFile(t, filepath.Join(pod, dirSubpath, "data"), "keep")
+			return dirSubpath + " is a non-empty directory", []string{dirSubpath + "/data", fileSubpath, emptyDirVol, termMsg}
+		}},
+		{"a symlink above the subpath entries is refused; its target survives", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
+			cleanOrphan(t, pod)
+			mkdirAll(t, filepath.Join(n.outside, "subpaths", "app", "0"))
+			symlink(t, filepath.Join(n.outside, "subpaths"), filepath.Join(pod, "volume-subpaths", "other"))
+			return "volume-subpaths/other is a symlink", []string{filepath.Join(n.outside, "subpaths", "app", "0"), termMsg}
+		}},
+		{"a pod dir that is itself a symlink is refused; the link and its target survive", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
+			target := filepath.Join(n.outside, "target")
+			cleanOrphan(t, target)
+			symlink(t, target, pod)
+			return "the pod dir is a symlink", []string{"", filepath.Join(target, termMsg), filepath.Join(target, emptyDirVol)}
+		}},
+		{"a pod dir that is a regular file is refused", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
+			writeFile(t, pod, "keep")
+			return "the pod dir is a regular file", []string{""}
+		}},
+	}
+	for _, tt := range refusals {
+		t.Run(tt.rule, func(t *testing.T) {
+			n := newKubeletNode(t)
+			pod := filepath.Join(n.pods, testUUID)
+			name, keep := tt.setup(t, n, pod)
+			err := RemoveOrphanedPodDir(ctx, n.root, testUUID)
+			wantRefused(t, err, pod)
+			if !strings.Contains(err.Error(), name) {
+				t.Fatalf("err = %v, want it to name %q", err, name)
+			}
+			for _, k := range keep {
+				if !filepath.IsAbs(k) {
+					k = filepath.Join(pod, k)
+				}
+				mustExist(t, k)
+			}
+		})
+	}
+
+	for _, tt := range []struct{ rule, uid string }{
+		{"a uid like ../etc is refused", "../etc"},
+		{"a uid of .. (the kubelet root) is refused", ".."},
+		{"a uid of . (the pods dir) is refused", "."},
+		{"an empty uid (the pods dir) is refused", ""},
+		{"a uid with a path below it is refused", testUUID + "/containers"},
+		{"a uid kubelet does not create is refused", "my-precious-dir"},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			n := newKubeletNode(t)
+			writeFile(t, filepath.Join(n.root, "etc", "passwd"), "keep")
+			writeFile(t, filepath.Join(n.pods, "my-precious-dir", "f"), "keep")
+			cleanOrphan(t, filepath.Join(n.pods, testUUID))
+			err := RemoveOrphanedPodDir(ctx, n.root, tt.uid)
+			wantRefused(t, err, n.pods+"/"+tt.uid)
+			mustExist(t, filepath.Join(n.root, "etc", "passwd"), filepath.Join(n.pods, "my-precious-dir", "f"),
+				filepath.Join(n.pods, testUUID, termMsg), filepath.Join(n.pods, testUUID, emptyDirVol))
+		})
+	}
+
+	t.Run("a relative kubelet root is an error", func(t *testing.T) {
+		if err := RemoveOrphanedPodDir(ctx, "var/lib/kubelet", testUUID); err == nil {
+			t.Fatal("want an error")
+		}
+	})
+
+	t.Run("a mount found through a symlinked kubelet root is refused", func(t *testing.T) {
+		n := newKubeletNode(t)
+		viaLink := filepath.Join(filepath.Dir(n.root), "kubelet-link")
+		symlink(t, n.root, viaLink)
+		pod := filepath.Join(n.pods, testUUID)
+		cleanOrphan(t, pod)
+		mount(t, "tmpfs", filepath.Join(pod, emptyDirVol), "tmpfs")
+		writeFile(t, filepath.Join(pod, emptyDirVol, "data"), "keep")
+		err := RemoveOrphanedPodDir(ctx, viaLink, testUUID)
+		wantRefused(t, err, filepath.Join(viaLink, "pods", testUUID))
+		mustExist(t, filepath.Join(pod, emptyDirVol, "data"), filepath.Join(pod, termMsg))
+	})
+
+	t.Run("a cancelled context removes nothing", func(t *testing.T) {
+		n := newKubeletNode(t)
+		pod := filepath.Join(n.pods, testUUID)
+		cleanOrphan(t, pod)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := RemoveOrphanedPodDir(cctx, n.root, testUUID); !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+		mustExist(t, filepath.Join(pod, termMsg), filepath.Join(pod, emptyDirVol))
+	})
+}
+
+// openTestPods opens n's pods dir as the removal steps see it.
+func openTestPods(t *testing.T, n kubeletNode) podsRoot {
+	t.Helper()
+	p, _, err := openPods(n.root, testUUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	return p
+}
+
+// TestPodDirStepsWithoutTheInspection checks each removal step on its own,
+// as if a file or mount appeared after the inspection: the step itself
+// refuses, and removes only what its rule allows.
+func TestPodDirStepsWithoutTheInspection(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("the rmdir-only walk refuses a file, keeps it, and removes the empty dirs around it", func(t *testing.T) {
+		n := newKubeletNode(t)
+		pod := filepath.Join(n.pods, testUUID)
+		cleanOrphan(t, pod)
+		writeFile(t, filepath.Join(pod, csiVol, "vol_data.json"), "{}")
+		p := openTestPods(t, n)
+		dir, fd, err := walker{ctx: ctx, root: p.info}.openChecked(p.fd, testUUID, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dir.Close()
+		err = walker{ctx: ctx, root: p.info}.rmdirTree(fd, "volumes", pod+"/volumes")
+		wantRefused(t, err, filepath.Join(pod, csiVol, "vol_data.json"))
+		mustExist(t, filepath.Join(pod, csiVol, "vol_data.json"))
+		mustBeGone(t, filepath.Join(pod, csiVol, "mount"), filepath.Join(pod, emptyDirVol), filepath.Join(pod, projectedVol))
+	})
+
+	for _, tt := range []struct{ rule, fstype string }{
+		{"the rmdir-only walk tells a same-device bind mount apart by its mount ID", ""},
+		{"the rmdir-only walk tells another file system apart by its device", "tmpfs"},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			n := newKubeletNode(t)
+			pod := filepath.Join(n.pods, testUUID)
+			cleanOrphan(t, pod)
+			mnt := filepath.Join(pod, "volumes/kubernetes.io~empty-dir/x")
+			mkdirAll(t, mnt)
+			src := filepath.Join(n.outside, "src")
+			mkdirAll(t, src)
+			if tt.fstype != "" {
+				src = "tmpfs"
+			}
+			mount(t, src, mnt, tt.fstype)
+			mkdirAll(t, filepath.Join(mnt, "empty"))
+			p := openTestPods(t, n)
+			w := walker{ctx: ctx, root: p.info}
+			dir, fd, err := w.openChecked(p.fd, testUUID, pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dir.Close()
+			wantRefused(t, w.rmdirTree(fd, "volumes", pod+"/volumes"), mnt)
+			mustExist(t, filepath.Join(mnt, "empty")) // not even an empty dir is removed across a mount
+			mustBeGone(t, filepath.Join(pod, emptyDirVol))
+		})
+	}
+
+	t.Run("subpath entries get a plain remove: a non-empty dir is refused, the rest removed", func(t *testing.T) {
+		n := newKubeletNode(t)
+		pod := filepath.Join(n.pods, testUUID)
+		cleanOrphan(t, pod)
+		writeFile(t, filepath.Join(pod, "volume-subpaths/config/app/2/data"), "keep")
+		p := openTestPods(t, n)
+		w := walker{ctx: ctx, root: p.info}
+		dir, fd, err := w.openChecked(p.fd, testUUID, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dir.Close()
+		err = w.removeSubpathEntries(fd, "volume-subpaths", pod+"/volume-subpaths", 0)
+		wantRefused(t, err, filepath.Join(pod, "volume-subpaths/config/app/2"))
+		mustExist(t, filepath.Join(pod, "volume-subpaths/config/app/2/data"))
+		mustBeGone(t, filepath.Join(pod, fileSubpath), filepath.Join(pod, dirSubpath))
+	})
+
+	t.Run("a mount appearing after the inspection stops the removal at the rmdir-only step", func(t *testing.T) {
+		n := newKubeletNode(t)
+		pod := filepath.Join(n.pods, testUUID)
+		cleanOrphan(t, pod)
+		mount(t, "tmpfs", filepath.Join(pod, emptyDirVol), "tmpfs")
+		p := openTestPods(t, n)
+		err := p.removePodDir(ctx, testUUID, pod)
+		wantRefused(t, err, filepath.Join(pod, emptyDirVol))
+		// kubelet's order: a volumes/ error stops before anything else.
+		mustExist(t, filepath.Join(pod, termMsg), filepath.Join(pod, fileSubpath), filepath.Join(pod, etcHosts))
+	})
+}
+
+// TestRemoveOrphanedPodDirRacingSymlinkSwap: while a pod dir is being
+// removed, another goroutine keeps swapping the pod dir and a volume dir in
+// it for symlinks to directories outside the root. Whatever the removal
+// returns, nothing outside is removed, not even an empty directory.
+func TestRemoveOrphanedPodDirRacingSymlinkSwap(t *testing.T) {
+	n := newKubeletNode(t)
+	victim := filepath.Join(n.outside, "victim")
+	for i := 0; i < 10; i++ {
+		writeFile(t, filepath.Join(victim, termMsg+strings.Repeat("x", i)), "keep")
+		mkdirAll(t, filepath.Join(victim, emptyDirVol+strings.Repeat("x", i)))
+	}
+	pod := filepath.Join(n.pods, testUUID)
+	ctx := context.Background()
+	for round := 0; round < 100; round++ {
+		cleanOrphan(t, pod)
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			tmp := pod + ".tmp"
+			vol := filepath.Join(pod, "volumes", "kubernetes.io~empty-dir")
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Errors are expected: the removal is deleting the same names.
+				if i%2 == 0 {
+					_ = os.Rename(pod, tmp)
+					_ = os.Symlink(victim, pod)
+					_ = os.Remove(pod)
+					_ = os.Rename(tmp, pod)
+				} else {
+					_ = os.Rename(vol, vol+".tmp")
+					_ = os.Symlink(filepath.Join(victim, "volumes", "kubernetes.io~empty-dir"), vol)
+					_ = os.Remove(vol)
+					_ = os.Rename(vol+".tmp", vol)
+				}
+			}
+		}()
+		_ = RemoveOrphanedPodDir(ctx, n.root, testUUID)
+		close(stop)
+		<-done
+		for i := 0; i < 10; i++ {
+			mustExist(t, filepath.Join(victim, termMsg+strings.Repeat("x", i)), filepath.Join(victim, emptyDirVol+strings.Repeat("x", i)))
+		}
+		if t.Failed() {
+			t.Fatalf("round %d: removal reached outside the root", round)
+		}
+		if err := os.RemoveAll(pod); err != nil { // reset for the next round
+			t.Fatal(err)
+		}
+		_ = os.RemoveAll(pod + ".tmp")
+	}
+}
