@@ -1,0 +1,497 @@
+package podcgroups
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3/cgroup2"
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// killPasses is how many rounds of killing Destroy does before giving
+	// up (kubelet: 5). The first uses cgroup.kill where there is one.
+	killPasses = 5
+	// killPassDelay lets killed processes exit before the next look.
+	// kubelet does not wait, so all its passes can run before one
+	// process has died; the caller retries later in any case.
+	killPassDelay = 100 * time.Millisecond
+	// rmdir of a cgroup whose last process has just exited can fail with
+	// EBUSY for a moment; containerd/cgroups retries the same way.
+	rmdirAttempts   = 5
+	rmdirFirstDelay = 10 * time.Millisecond
+	// systemdStopTimeout bounds the wait for systemd's stop job; the file
+	// system path runs after it either way.
+	systemdStopTimeout = 10 * time.Second
+	// minCPUShares is kubelet's MinShares, what ReduceCPULimits sets.
+	minCPUShares = 2
+	// systemdRunDir exists exactly when systemd is PID 1 (sd_booted(3)).
+	systemdRunDir = "/run/systemd/system"
+	// maxListed caps how many leftovers an error message names.
+	maxListed = 10
+)
+
+// RefusedError means Destroy or ReduceCPU did nothing at all: the pod cgroup
+// is not where kubelet puts that pod's cgroup, is not on a cgroup file
+// system, or holds this process. Retrying does not help.
+type RefusedError struct {
+	Path   string
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("refusing to act on pod cgroup %s: %s", e.Path, e.Reason)
+}
+
+// Destroy kills every process in the pod's cgroups (the pod cgroup and all
+// its descendants, in every hierarchy), then removes the cgroups bottom-up.
+//
+// With the systemd driver it first asks systemd to stop the pod's slice, if
+// systemd is running and reachable; the file system steps follow in any case
+// and remove whatever is left. Killing: cgroup.kill on cgroup2 where the
+// kernel has it (one write kills the whole subtree, forks included), and
+// SIGKILL to every PID in cgroup.procs otherwise and afterwards, re-reading
+// until empty, up to killPasses rounds. Removal is rmdir only, so it can never
+// delete a file, and it keeps going in the other hierarchies when one fails.
+//
+// A nil error means every directory in pod.Paths is gone. Otherwise the error
+// names the processes or directories left. Destroy does not back off across
+// calls: that is the caller's job.
+func Destroy(ctx context.Context, pod PodCgroup) error {
+	return realHost().destroy(ctx, pod)
+}
+
+// ReduceCPU sets the pod cgroup's CPU to kubelet's minimum, as kubelet's
+// ReduceCPULimits does for an orphaned pod whose volumes still exist:
+// cpu.shares = 2 on v1 (in the hierarchy that has the cpu controller) and
+// cpu.weight = 1 on v2 (where the cpu controller is enabled for the pod).
+// Containers are left as they are, as kubelet leaves them. A pod whose
+// cgroups are all gone needs nothing and gives nil.
+func ReduceCPU(ctx context.Context, pod PodCgroup) error {
+	return realHost().reduceCPU(ctx, pod)
+}
+
+// host is what Destroy and ReduceCPU need from the machine. Tests replace it
+// to work on plain directories; nothing else does.
+type host struct {
+	cgroupVersion func(hierarchy, path string) (Version, error)
+	stopUnit      func(ctx context.Context, unit string) error
+	selfPid       int
+}
+
+func realHost() host {
+	return host{cgroupVersion: cgroupVersion, stopUnit: stopUnit, selfPid: os.Getpid()}
+}
+
+// target is one checked, existing pod cgroup directory.
+type target struct {
+	path      string
+	hierarchy string // path without rel: the hierarchy's mount
+	rel       string // the pod cgroup relative to the hierarchy, with a leading "/"
+	version   Version
+}
+
+// targets checks every path of pod before anything is done, and returns the
+// ones that still exist. Each must be exactly <hierarchy>/<where kubelet puts
+// this pod's cgroup>, a real directory, on a cgroup file system mounted at
+// <hierarchy>.
+func (h host) targets(pod PodCgroup) ([]target, error) {
+	rel, err := podRel(pod.Driver, pod.Root, pod.QOS, pod.UID)
+	if err != nil {
+		return nil, &RefusedError{Path: strings.Join(pod.Paths, ", "), Reason: err.Error()}
+	}
+	if len(pod.Paths) == 0 {
+		return nil, &RefusedError{Path: rel, Reason: "no paths given"}
+	}
+	var out []target
+	seen := map[string]bool{}
+	for _, p := range pod.Paths {
+		hierarchy, ok := strings.CutSuffix(p, "/"+rel)
+		if !ok || hierarchy == "" || !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			return nil, &RefusedError{Path: p, Reason: fmt.Sprintf("not <hierarchy>/%s, where kubelet puts the cgroup of %s pod %s", rel, pod.QOS, pod.UID)}
+		}
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("pod cgroup %s: %w", p, err)
+		}
+		if !fi.IsDir() {
+			return nil, &RefusedError{Path: p, Reason: fmt.Sprintf("not a directory (mode %s)", fi.Mode().Type())}
+		}
+		v, err := h.cgroupVersion(hierarchy, p)
+		if err != nil {
+			return nil, &RefusedError{Path: p, Reason: err.Error()}
+		}
+		out = append(out, target{path: p, hierarchy: hierarchy, rel: "/" + rel, version: v})
+	}
+	return out, nil
+}
+
+func (h host) destroy(ctx context.Context, pod PodCgroup) error {
+	targets, err := h.targets(pod)
+	if err != nil || len(targets) == 0 {
+		return err
+	}
+	// Before systemd or cgroup.kill can kill anything: a pod cgroup that
+	// holds this process is a misconfiguration, not a leak.
+	procs, err := listProcs(ctx, targets)
+	if err != nil {
+		return err
+	}
+	if err := h.notSelf(procs); err != nil {
+		return err
+	}
+	var systemdErr error
+	if pod.Driver == DriverSystemd {
+		// kubelet's systemd cgroup manager stops the slice unit: systemd
+		// then stops the pod's scopes and removes the cgroups it manages.
+		// runc's manager removes the paths afterwards, and so does this:
+		// it is all there is when systemd is not reachable or has no such
+		// unit (e.g. after a systemd restart).
+		systemdErr = h.stopUnit(ctx, filepath.Base(targets[0].path))
+	}
+	err = h.kill(ctx, targets)
+	if err == nil {
+		err = remove(ctx, targets)
+	}
+	if err != nil && systemdErr != nil {
+		return errors.Join(err, fmt.Errorf("before that, systemd could not stop the unit: %w", systemdErr))
+	}
+	return err
+}
+
+// cgroupProcs are the PIDs in one cgroup directory.
+type cgroupProcs struct {
+	dir  string
+	pids []int
+}
+
+// kill kills every process in targets and their descendants, and returns
+// nil once none is left.
+func (h host) kill(ctx context.Context, targets []target) error {
+	var killErrs []error
+	for pass := 0; ; pass++ {
+		left, err := listProcs(ctx, targets)
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if err := h.notSelf(left); err != nil {
+			return err
+		}
+		if pass == killPasses {
+			return leftError(left, killErrs)
+		}
+		killErrs = nil
+		if pass == 0 {
+			killed, errs := cgroupKill(targets)
+			killErrs = append(killErrs, errs...)
+			if !killed {
+				killErrs = append(killErrs, signalAll(left)...)
+			}
+		} else {
+			killErrs = append(killErrs, signalAll(left)...)
+		}
+		if err := sleep(ctx, killPassDelay); err != nil {
+			return fmt.Errorf("killing the processes of pod cgroup %s: %w", targets[0].path, err)
+		}
+	}
+}
+
+// notSelf refuses cgroups that hold this process.
+func (h host) notSelf(procs []cgroupProcs) error {
+	for _, cp := range procs {
+		if containsInt(cp.pids, h.selfPid) {
+			return &RefusedError{Path: cp.dir, Reason: fmt.Sprintf("this process (PID %d) is in it", h.selfPid)}
+		}
+	}
+	return nil
+}
+
+// listProcs returns every cgroup directory under targets that has processes.
+func listProcs(ctx context.Context, targets []target) ([]cgroupProcs, error) {
+	var out []cgroupProcs
+	for _, t := range targets {
+		dirs, err := cgroupDirs(ctx, t.path)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range dirs {
+			pids, err := readPids(d)
+			if err != nil {
+				return nil, err
+			}
+			if len(pids) > 0 {
+				out = append(out, cgroupProcs{dir: d, pids: pids})
+			}
+		}
+	}
+	return out, nil
+}
+
+// cgroupKill writes cgroup.kill in every cgroup2 target that has it (Linux
+// 5.14+): the kernel kills the whole subtree, including processes forked
+// meanwhile, which a SIGKILL loop can miss. killed is true when at least one
+// write succeeded. (cgroup2.Manager.Kill is not used: when the write fails it
+// falls back to freezing the cgroup and waits for it to freeze with no
+// bound, which a process stuck in the kernel, e.g. on a dead NFS mount,
+// never allows.)
+func cgroupKill(targets []target) (killed bool, errs []error) {
+	for _, t := range targets {
+		if t.version != V2 {
+			continue
+		}
+		file := filepath.Join(t.path, "cgroup.kill")
+		ok, err := isFile(file)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if err := writeExisting(file, "1"); err != nil {
+			errs = append(errs, fmt.Errorf("cgroup %s: %w", t.path, err))
+			continue
+		}
+		killed = true
+	}
+	return killed, errs
+}
+
+func signalAll(left []cgroupProcs) []error {
+	var errs []error
+	for _, cp := range left {
+		errs = append(errs, signal(cp)...)
+	}
+	return errs
+}
+
+// signal sends SIGKILL to the processes listed in cp.dir. Each PID is first
+// pinned (os.FindProcess opens a pidfd on Linux 5.3+), then the directory is
+// read again: a PID still listed after pinning is the pinned process, so a
+// PID freed and reused by an unrelated process in between is never
+// signalled. PID 0 is a process outside this PID namespace: it cannot be
+// signalled from here and is reported as left.
+func signal(cp cgroupProcs) []error {
+	var pinned []*os.Process
+	for _, pid := range cp.pids {
+		if pid <= 0 {
+			continue
+		}
+		p, err := os.FindProcess(pid)
+		if err != nil {
+			continue // never on Linux; the PID stays listed and is reported
+		}
+		pinned = append(pinned, p)
+	}
+	defer func() {
+		for _, p := range pinned {
+			p.Release()
+		}
+	}()
+	still, err := readPids(cp.dir)
+	if err != nil {
+		return []error{err}
+	}
+	var errs []error
+	for _, p := range pinned {
+		if !containsInt(still, p.Pid) {
+			continue
+		}
+		if err := p.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			errs = append(errs, fmt.Errorf("SIGKILL PID %d in cgroup %s: %w", p.Pid, cp.dir, err))
+		}
+	}
+	return errs
+}
+
+// leftError names the processes still alive after every pass, and why the
+// last kills failed when they did.
+func leftError(left []cgroupProcs, killErrs []error) error {
+	var names []string
+	for _, cp := range left {
+		for _, pid := range cp.pids {
+			names = append(names, fmt.Sprintf("PID %d in %s", pid, cp.dir))
+		}
+	}
+	if len(names) > maxListed {
+		names = append(names[:maxListed], fmt.Sprintf("and %d more", len(names)-maxListed))
+	}
+	err := fmt.Errorf("pod cgroup processes still running after %d kill passes: %s", killPasses, strings.Join(names, ", "))
+	if len(killErrs) > maxListed {
+		killErrs = killErrs[:maxListed]
+	}
+	return errors.Join(append([]error{err}, killErrs...)...)
+}
+
+// remove removes the targets and everything below them, children first, in
+// every hierarchy even when one fails.
+func remove(ctx context.Context, targets []target) error {
+	var errs []error
+	for _, t := range targets {
+		dirs, err := cgroupDirs(ctx, t.path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := rmdir(ctx, dirs[i]); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > maxListed {
+		errs = errs[:maxListed]
+	}
+	return errors.Join(errs...)
+}
+
+// rmdir removes one cgroup directory (rmdir(2) only: a directory with a
+// regular file in it stays), retrying EBUSY a few times.
+func rmdir(ctx context.Context, dir string) error {
+	delay := rmdirFirstDelay
+	for attempt := 1; ; attempt++ {
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || attempt == rmdirAttempts {
+			return fmt.Errorf("cgroup %s not removed: %w", dir, err)
+		}
+		if err := sleep(ctx, delay); err != nil {
+			return fmt.Errorf("cgroup %s not removed: %w", dir, err)
+		}
+		delay *= 2
+	}
+}
+
+func (h host) reduceCPU(ctx context.Context, pod PodCgroup) error {
+	targets, err := h.targets(pod)
+	if err != nil || len(targets) == 0 {
+		return err
+	}
+	written := 0
+	for _, t := range targets {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("reducing the CPU of pod cgroup %s: %w", t.path, err)
+		}
+		switch t.version {
+		case V1:
+			file := filepath.Join(t.path, "cpu.shares")
+			ok, err := isFile(file)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue // a hierarchy without the cpu controller
+			}
+			// Written directly: cgroup1's Update recreates the
+			// cgroup (MkdirAll) when it has been removed meanwhile.
+			if err := writeExisting(file, fmt.Sprint(minCPUShares)); err != nil {
+				return fmt.Errorf("pod cgroup %s: %w", t.path, err)
+			}
+		case V2:
+			ok, err := isFile(filepath.Join(t.path, "cpu.weight"))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue // cpu controller not enabled for this cgroup
+			}
+			m, err := cgroup2.Load(t.rel, cgroup2.WithMountpoint(t.hierarchy))
+			if err != nil {
+				return fmt.Errorf("pod cgroup %s: %w", t.path, err)
+			}
+			// kubelet converts MinShares the same way: weight 1.
+			weight := cgroup2.ConvertCPUSharesToCgroupV2Value(minCPUShares)
+			if err := m.Update(&cgroup2.Resources{CPU: &cgroup2.CPU{Weight: &weight}}); err != nil {
+				return fmt.Errorf("pod cgroup %s: setting cpu.weight: %w", t.path, err)
+			}
+		}
+		written++
+	}
+	if written == 0 {
+		return fmt.Errorf("pod cgroup %s: none of its cgroups has cpu.shares (v1) or cpu.weight (v2); is the cpu controller enabled for them?", targets[0].path)
+	}
+	return nil
+}
+
+// writeExisting writes value to a file that must already exist: cgroup
+// control files are never created, and a missing one is an error.
+func writeExisting(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(value); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %q to %s: %w", value, path, err)
+	}
+	return f.Close()
+}
+
+// stopUnit asks systemd to stop unit and waits for the job. It fails fast
+// when systemd is not PID 1 or cannot be reached.
+func stopUnit(ctx context.Context, unit string) error {
+	if _, err := os.Lstat(systemdRunDir); err != nil {
+		return fmt.Errorf("systemd is not running (%w)", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, systemdStopTimeout)
+	defer cancel()
+	conn, err := sddbus.NewWithContext(ctx)
+	if err != nil {
+		return fmt.Errorf("systemd is not reachable over D-Bus: %w", err)
+	}
+	defer conn.Close()
+	// Buffered: go-systemd sends the job result while holding a lock and
+	// would block forever if this function had already given up.
+	done := make(chan string, 1)
+	if _, err := conn.StopUnitContext(ctx, unit, "replace", done); err != nil {
+		return fmt.Errorf("systemd StopUnit %s: %w", unit, err)
+	}
+	select {
+	case result := <-done:
+		if result != "done" {
+			return fmt.Errorf("systemd StopUnit %s: job %s", unit, result)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("systemd StopUnit %s: %w", unit, ctx.Err())
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func containsInt(list []int, n int) bool {
+	for _, l := range list {
+		if l == n {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,299 @@
+package podcgroups
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeHost acts on plain directories: every path is "on a cgroup file
+// system", v2 under a hierarchy named unified, v1 elsewhere. It records the
+// systemd units it is asked to stop and fails like an unreachable systemd.
+type fakeHost struct {
+	units []string
+}
+
+func (f *fakeHost) host() host {
+	return host{
+		cgroupVersion: func(hierarchy, path string) (Version, error) {
+			if strings.Contains(path, "/unified/") {
+				return V2, nil
+			}
+			return V1, nil
+		},
+		stopUnit: func(ctx context.Context, unit string) error {
+			f.units = append(f.units, unit)
+			return errors.New("systemd is not running (fake)")
+		},
+		selfPid: os.Getpid(),
+	}
+}
+
+// dirs makes empty directories (a fake cgroup with no control files, so
+// rmdir can remove it as it would a real one).
+func dirs(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+func TestDestroyRemovesBottomUpInEveryHierarchy(t *testing.T) {
+	for _, driver := range []Driver{DriverCgroupfs, DriverSystemd} {
+		t.Run(string(driver), func(t *testing.T) {
+			mp := t.TempDir()
+			rel, err := podRel(driver, "kubepods", QOSBestEffort, uidA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sibling, err := podRel(driver, "kubepods", QOSBestEffort, uidB)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := PodCgroup{UID: uidA, QOS: QOSBestEffort, Driver: driver, Root: "kubepods"}
+			for _, h := range []string{"cpu", "memory", "unified"} {
+				p := filepath.Join(mp, h, rel)
+				dirs(t, filepath.Join(p, ctrID, "deeper"), filepath.Join(p, "other"), filepath.Join(mp, h, sibling, ctrID))
+				pod.Paths = append(pod.Paths, p)
+			}
+			// Listed but already gone: nothing to do there.
+			pod.Paths = append(pod.Paths, filepath.Join(mp, "pids", rel))
+
+			f := &fakeHost{}
+			if err := f.host().destroy(context.Background(), pod); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pod.Paths {
+				if exists(p) {
+					t.Errorf("%s still exists", p)
+				}
+			}
+			for _, h := range []string{"cpu", "memory", "unified"} {
+				if qos := filepath.Dir(filepath.Join(mp, h, rel)); !exists(qos) {
+					t.Errorf("the QoS cgroup %s was removed", qos)
+				}
+				if !exists(filepath.Join(mp, h, sibling, ctrID)) {
+					t.Errorf("sibling pod's cgroup in %s was touched", h)
+				}
+			}
+			wantUnits := 0
+			if driver == DriverSystemd {
+				wantUnits = 1
+				if f.units[0] != "kubepods-besteffort-pod"+under(uidA)+".slice" {
+					t.Errorf("stopped unit %q", f.units[0])
+				}
+			}
+			if len(f.units) != wantUnits {
+				t.Errorf("systemd asked to stop %q, want %d unit(s)", f.units, wantUnits)
+			}
+		})
+	}
+}
+
+func TestDestroyAlreadyGoneIsDone(t *testing.T) {
+	mp := t.TempDir()
+	pod := PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverCgroupfs, Root: "kubepods",
+		Paths: []string{filepath.Join(mp, "memory", "kubepods", "pod"+uidA)}}
+	f := &fakeHost{}
+	if err := f.host().destroy(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.host().reduceCPU(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDestroyNamesWhatIsLeft: a directory that cannot be removed is named,
+// and the other hierarchies are still cleaned.
+func TestDestroyNamesWhatIsLeft(t *testing.T) {
+	mp := t.TempDir()
+	stuck := filepath.Join(mp, "cpu", "kubepods", "pod"+uidA, ctrID)
+	writeFile(t, filepath.Join(stuck, "a-regular-file"), "rmdir never removes files")
+	dirs(t, filepath.Join(mp, "memory", "kubepods", "pod"+uidA, ctrID))
+	pod := PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{
+		filepath.Join(mp, "cpu", "kubepods", "pod"+uidA),
+		filepath.Join(mp, "memory", "kubepods", "pod"+uidA),
+	}}
+	err := (&fakeHost{}).host().destroy(context.Background(), pod)
+	if err == nil || !strings.Contains(err.Error(), stuck) {
+		t.Fatalf("error %v does not name %s", err, stuck)
+	}
+	if !exists(filepath.Join(stuck, "a-regular-file")) {
+		t.Error("a file was removed")
+	}
+	if exists(pod.Paths[1]) {
+		t.Errorf("%s was not removed", pod.Paths[1])
+	}
+}
+
+// TestDestroyRefuses: a pod cgroup that is not exactly where kubelet puts
+// it, or not on a cgroup file system, or that holds this process, is
+// refused, and nothing at all is done, even to its valid paths.
+func TestDestroyRefuses(t *testing.T) {
+	valid := func(mp string) PodCgroup {
+		return PodCgroup{UID: uidA, QOS: QOSBestEffort, Driver: DriverCgroupfs, Root: "kubepods",
+			Paths: []string{filepath.Join(mp, "memory", "kubepods", "besteffort", "pod"+uidA)}}
+	}
+	for _, tc := range []struct {
+		rule   string
+		change func(t *testing.T, mp string, p *PodCgroup)
+		real   bool // use the real host (statfs) instead of the fake
+		// destroyOnly: ReduceCPU does not look at processes.
+		destroyOnly bool
+	}{
+		{"other_uid_in_path", func(t *testing.T, mp string, p *PodCgroup) {
+			p.Paths = append(p.Paths, filepath.Join(mp, "cpu", "kubepods", "besteffort", "pod"+uidB))
+		}, false, false},
+		{"other_qos_in_path", func(t *testing.T, mp string, p *PodCgroup) {
+			p.Paths = append(p.Paths, filepath.Join(mp, "cpu", "kubepods", "burstable", "pod"+uidA))
+		}, false, false},
+		{"other_root_in_path", func(t *testing.T, mp string, p *PodCgroup) {
+			p.Paths = append(p.Paths, filepath.Join(mp, "cpu", "other", "besteffort", "pod"+uidA))
+		}, false, false},
+		{"below_the_pod", func(t *testing.T, mp string, p *PodCgroup) {
+			p.Paths = append(p.Paths, filepath.Join(mp, "cpu", "kubepods", "besteffort", "pod"+uidA, ctrID))
+		}, false, false},
+		{"dot_dot", func(t *testing.T, mp string, p *PodCgroup) {
+			p.Paths = append(p.Paths, mp+"/cpu/x/../kubepods/besteffort/pod"+uidA)
+		}, false, false},
+		{"relative", func(t *testing.T, mp string, p *PodCgroup) {
+			p.Paths = append(p.Paths, "cpu/kubepods/besteffort/pod"+uidA)
+		}, false, false},
+		{"no_hierarchy", func(t *testing.T, mp string, p *PodCgroup) {
+			p.Paths = append(p.Paths, "/kubepods/besteffort/pod"+uidA)
+		}, false, false},
+		{"systemd_name_with_cgroupfs_driver", func(t *testing.T, mp string, p *PodCgroup) {
+			p.Paths = append(p.Paths, filepath.Join(mp, "cpu", "kubepods.slice", "kubepods-besteffort.slice", "kubepods-besteffort-pod"+under(uidA)+".slice"))
+		}, false, false},
+		{"bad_uid", func(t *testing.T, mp string, p *PodCgroup) {
+			p.UID = strings.ToUpper(uidA)
+		}, false, false},
+		{"bad_driver", func(t *testing.T, mp string, p *PodCgroup) { p.Driver = "auto" }, false, false},
+		{"bad_qos", func(t *testing.T, mp string, p *PodCgroup) { p.QOS = "" }, false, false},
+		{"bad_root", func(t *testing.T, mp string, p *PodCgroup) { p.Root = "../kubepods" }, false, false},
+		{"no_paths", func(t *testing.T, mp string, p *PodCgroup) { p.Paths = nil }, false, false},
+		{"pod_dir_is_a_symlink", func(t *testing.T, mp string, p *PodCgroup) {
+			link := filepath.Join(mp, "cpu", "kubepods", "besteffort", "pod"+uidA)
+			dirs(t, filepath.Dir(link), filepath.Join(mp, "elsewhere"))
+			if err := os.Symlink(filepath.Join(mp, "elsewhere"), link); err != nil {
+				t.Fatal(err)
+			}
+			p.Paths = append(p.Paths, link)
+		}, false, false},
+		{"this_process_inside", func(t *testing.T, mp string, p *PodCgroup) {
+			cgroup(t, filepath.Join(p.Paths[0], ctrID), os.Getpid())
+		}, false, true},
+		{"not_a_cgroup_file_system", func(t *testing.T, mp string, p *PodCgroup) {}, true, false},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			mp := t.TempDir()
+			pod := valid(mp)
+			dirs(t, filepath.Join(pod.Paths[0], "child"))
+			tc.change(t, mp, &pod)
+			h := (&fakeHost{}).host()
+			if tc.real {
+				h = realHost()
+			}
+			for name, act := range map[string]func(context.Context, PodCgroup) error{"destroy": h.destroy, "reduceCPU": h.reduceCPU} {
+				if tc.destroyOnly && name != "destroy" {
+					continue
+				}
+				err := act(context.Background(), pod)
+				var refused *RefusedError
+				if !errors.As(err, &refused) {
+					t.Fatalf("%s: error %v, want a RefusedError", name, err)
+				}
+				if !exists(filepath.Join(mp, "memory", "kubepods", "besteffort", "pod"+uidA, "child")) {
+					t.Fatalf("%s acted before refusing", name)
+				}
+			}
+		})
+	}
+}
+
+func TestReduceCPU(t *testing.T) {
+	mp := t.TempDir()
+	rel := filepath.Join("kubepods", "burstable", "pod"+uidA)
+	pod := PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods"}
+	for _, h := range []string{"cpu", "memory", "unified"} {
+		pod.Paths = append(pod.Paths, filepath.Join(mp, h, rel))
+	}
+	writeFile(t, filepath.Join(mp, "cpu", rel, "cpu.shares"), "1024\n")
+	writeFile(t, filepath.Join(mp, "cpu", rel, ctrID, "cpu.shares"), "512\n")
+	writeFile(t, filepath.Join(mp, "memory", rel, "memory.limit_in_bytes"), "100\n")
+	writeFile(t, filepath.Join(mp, "unified", rel, "cpu.weight"), "100\n")
+
+	if err := (&fakeHost{}).host().reduceCPU(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		filepath.Join(mp, "cpu", rel, "cpu.shares"):               "2",
+		filepath.Join(mp, "unified", rel, "cpu.weight"):           "1",
+		filepath.Join(mp, "cpu", rel, ctrID, "cpu.shares"):        "512\n", // containers as they are, like kubelet
+		filepath.Join(mp, "memory", rel, "memory.limit_in_bytes"): "100\n",
+	} {
+		got, err := os.ReadFile(file)
+		if err != nil || string(got) != want {
+			t.Errorf("%s = %q, %v; want %q", file, got, err, want)
+		}
+	}
+	for _, p := range pod.Paths {
+		if !exists(p) {
+			t.Errorf("%s was removed", p)
+		}
+	}
+	if exists(filepath.Join(mp, "memory", rel, "cpu.shares")) || exists(filepath.Join(mp, "memory", rel, "cpu.weight")) {
+		t.Error("a control file was created")
+	}
+}
+
+func TestReduceCPUWithoutCPUControllerFails(t *testing.T) {
+	mp := t.TempDir()
+	p := filepath.Join(mp, "memory", "kubepods", "pod"+uidA)
+	dirs(t, p)
+	pod := PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{p}}
+	err := (&fakeHost{}).host().reduceCPU(context.Background(), pod)
+	if err == nil || !strings.Contains(err.Error(), p) {
+		t.Fatalf("error %v, want one naming %s", err, p)
+	}
+}
+
+func TestLeftErrorIsBounded(t *testing.T) {
+	var left []cgroupProcs
+	for i := 1; i <= 30; i++ {
+		left = append(left, cgroupProcs{dir: fmt.Sprintf("/cg/%d", i), pids: []int{i}})
+	}
+	msg := leftError(left, nil).Error()
+	if !strings.Contains(msg, "PID 1 in /cg/1") || strings.Contains(msg, "PID 30 ") || !strings.Contains(msg, "and 20 more") {
+		t.Errorf("message %q", msg)
+	}
+}
+
+// TestDestroyChecksSelfBeforeSystemd: systemd is not asked to stop a slice
+// that holds this process.
+func TestDestroyChecksSelfBeforeSystemd(t *testing.T) {
+	mp := t.TempDir()
+	rel, err := podRel(DriverSystemd, "kubepods", QOSGuaranteed, uidA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(mp, "memory", rel)
+	cgroup(t, filepath.Join(p, "cri-containerd-"+ctrID+".scope"), os.Getpid())
+	f := &fakeHost{}
+	err = f.host().destroy(context.Background(), PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverSystemd, Root: "kubepods", Paths: []string{p}})
+	var refused *RefusedError
+	if !errors.As(err, &refused) || len(f.units) != 0 {
+		t.Fatalf("error %v, units stopped %q; want a refusal and no unit stopped", err, f.units)
+	}
+}

@@ -1,0 +1,292 @@
+package podcgroups
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// Version is a cgroup version: 1 (one hierarchy per controller) or 2 (unified).
+type Version int
+
+const (
+	V1 Version = 1 // one hierarchy per controller (or group of controllers)
+	V2 Version = 2 // the unified hierarchy
+)
+
+// DriverAuto is the Options.Driver value that picks the driver from the
+// tree; see Options.Driver.
+const DriverAuto = "auto"
+
+// Options are the [cgroups] keys.
+type Options struct {
+	// Mountpoint is where the cgroup file systems are: the cgroup2 mount
+	// itself (pure v2), or the directory holding one mount per hierarchy
+	// (v1 and hybrid), e.g. /sys/fs/cgroup.
+	Mountpoint string
+	// Root is the kubepods cgroup relative to every hierarchy, e.g.
+	// "kubepods" (the systemd driver turns it into "kubepods.slice").
+	Root string
+	// Driver is "cgroupfs", "systemd" or "auto" (also ""). auto picks systemd
+	// when the root's systemd directory (e.g. kubepods.slice) exists in any
+	// hierarchy and cgroupfs otherwise; a node has one driver, and a
+	// kubepods.slice is only ever made by the systemd driver.
+	Driver string
+}
+
+// Hierarchy is one cgroup hierarchy that Discover scans.
+type Hierarchy struct {
+	Path    string // its mount, e.g. /sys/fs/cgroup/memory, /sys/fs/cgroup/unified or /sys/fs/cgroup (pure v2)
+	Version Version
+}
+
+// PodCgroup is one pod's cgroup, in every hierarchy where it exists.
+type PodCgroup struct {
+	UID    string // pod UID, with dashes as kubelet's
+	QOS    string // QOSGuaranteed, QOSBurstable or QOSBestEffort
+	Driver Driver
+	Root   string // Options.Root it was found under; Destroy checks Paths against it
+	// Paths is the pod cgroup directory in every hierarchy where it exists
+	// (absolute), in the order of Listing.Hierarchies.
+	Paths []string
+	// Containers are the names of the pod cgroup's subdirectories in any
+	// hierarchy (container IDs, or cri-containerd-<id>.scope), sorted; for
+	// reports only: Destroy removes every descendant, named or not.
+	Containers []string
+	// Procs is the number of distinct PIDs in the pod cgroup and all its
+	// descendants, in any hierarchy. (cgroup v1 does not list processes
+	// outside this PID namespace; v2 lists them all as PID 0.)
+	Procs int
+}
+
+// Skipped is a directory next to pod cgroups that is not one, and why. It is
+// never touched.
+type Skipped struct {
+	Path   string
+	Reason string
+}
+
+// Listing is what Discover found.
+type Listing struct {
+	// Ready is true when every hierarchy could be read completely. When
+	// false, Pods is empty and nothing may be concluded from the listing.
+	Ready bool
+	// Err says why the listing is not ready, naming the path.
+	Err         error
+	Driver      Driver
+	Hierarchies []Hierarchy
+	// Pods is keyed by pod UID.
+	Pods    map[string]PodCgroup
+	Skipped []Skipped
+}
+
+// Discover lists the pod cgroups under opts.Root in every hierarchy under
+// opts.Mountpoint. It never returns partial data: any error other than a
+// missing root or QoS directory makes the listing not ready. A root that
+// exists in no hierarchy gives a ready, empty listing (no pod cgroups).
+func Discover(ctx context.Context, opts Options) Listing {
+	if !filepath.IsAbs(opts.Mountpoint) || filepath.Clean(opts.Mountpoint) != opts.Mountpoint {
+		return Listing{Err: fmt.Errorf("cgroups mountpoint %q is not a clean absolute path", opts.Mountpoint)}
+	}
+	if err := checkRoot(opts.Root); err != nil {
+		return Listing{Err: err}
+	}
+	hierarchies, err := findHierarchies(ctx, opts.Mountpoint)
+	if err != nil {
+		return Listing{Err: err}
+	}
+	driver, err := pickDriver(opts, hierarchies)
+	if err != nil {
+		return Listing{Err: err, Hierarchies: hierarchies}
+	}
+	parents, err := podParents(driver, opts.Root)
+	if err != nil {
+		return Listing{Err: err, Driver: driver, Hierarchies: hierarchies}
+	}
+	s := scan{
+		driver: driver,
+		root:   opts.Root,
+		pods:   map[string]PodCgroup{},
+		pids:   map[string]map[int]struct{}{},
+	}
+	for _, h := range hierarchies {
+		for _, p := range parents {
+			if err := s.parent(ctx, h, p); err != nil {
+				return Listing{Err: err, Driver: driver, Hierarchies: hierarchies}
+			}
+		}
+	}
+	for uid, pod := range s.pods {
+		pod.Procs = len(s.pids[uid])
+		sort.Strings(pod.Containers)
+		s.pods[uid] = pod
+	}
+	return Listing{Ready: true, Driver: driver, Hierarchies: hierarchies, Pods: s.pods, Skipped: s.skipped}
+}
+
+// scan accumulates one Discover pass.
+type scan struct {
+	driver  Driver
+	root    string
+	pods    map[string]PodCgroup
+	pids    map[string]map[int]struct{} // per UID, across hierarchies
+	skipped []Skipped
+}
+
+// parent lists the pods of one QoS class in one hierarchy.
+func (s *scan) parent(ctx context.Context, h Hierarchy, p podParent) error {
+	dir := filepath.Join(h.Path, p.rel)
+	entries, err := readDir(ctx, dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		// kubelet does the same: a hierarchy without the root or a QoS
+		// cgroup simply has no pods there.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup %s cannot be read: %w", dir, err)
+	}
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		switch {
+		case e.Type()&fs.ModeSymlink != 0:
+			// cgroup file systems have no symlinks; someone made this.
+			s.skipped = append(s.skipped, Skipped{path, "a symlink, not a cgroup"})
+			continue
+		case !e.IsDir():
+			continue // a control file such as cgroup.procs
+		case contains(p.notPods, e.Name()):
+			continue
+		}
+		uid, ok := p.parse(e.Name())
+		if !ok {
+			s.skipped = append(s.skipped, Skipped{path, fmt.Sprintf("not a %s pod cgroup name for %s pods here (want %s)", s.driver, p.qos, p.want)})
+			continue
+		}
+		if err := s.pod(ctx, h, p.qos, uid, path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pod adds one pod cgroup directory to the listing.
+func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) error {
+	pod, seen := s.pods[uid]
+	if seen && pod.QOS != qos {
+		// A pod has one QoS class for life; two means a leftover from
+		// something this package does not understand. Leave it alone.
+		s.skipped = append(s.skipped, Skipped{path, fmt.Sprintf("pod %s was already found as %s at %s", uid, pod.QOS, pod.Paths[0])})
+		return nil
+	}
+	dirs, err := cgroupDirs(ctx, path)
+	if err != nil {
+		return err
+	}
+	if len(dirs) == 0 {
+		return nil // removed since the parent was read
+	}
+	if !seen {
+		pod = PodCgroup{UID: uid, QOS: qos, Driver: s.driver, Root: s.root}
+		s.pids[uid] = map[int]struct{}{}
+	}
+	pod.Paths = append(pod.Paths, path)
+	for _, d := range dirs {
+		if filepath.Dir(d) == path && !contains(pod.Containers, filepath.Base(d)) {
+			pod.Containers = append(pod.Containers, filepath.Base(d))
+		}
+		pids, err := readPids(d)
+		if err != nil {
+			return err
+		}
+		for _, pid := range pids {
+			s.pids[uid][pid] = struct{}{}
+		}
+	}
+	s.pods[uid] = pod
+	return nil
+}
+
+// findHierarchies returns the hierarchies under mountpoint, sorted by path.
+// Pure v2: mountpoint is the cgroup2 mount. v1 and hybrid: every directory
+// directly under it that is a cgroup mount (cgroup.procs at its top, plus
+// cgroup.controllers for cgroup2). Symlinks are skipped: they are aliases
+// (cpu -> cpu,cpuacct) of a hierarchy listed under its own name.
+func findHierarchies(ctx context.Context, mountpoint string) ([]Hierarchy, error) {
+	unified, err := isFile(filepath.Join(mountpoint, "cgroup.controllers"))
+	if err != nil {
+		return nil, err
+	}
+	if unified {
+		return []Hierarchy{{Path: mountpoint, Version: V2}}, nil
+	}
+	entries, err := readDir(ctx, mountpoint)
+	if err != nil {
+		return nil, fmt.Errorf("cgroups mountpoint %s cannot be read: %w", mountpoint, err)
+	}
+	var hierarchies []Hierarchy
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		path := filepath.Join(mountpoint, e.Name())
+		v2, err := isFile(filepath.Join(path, "cgroup.controllers"))
+		if err != nil {
+			return nil, err
+		}
+		if v2 {
+			hierarchies = append(hierarchies, Hierarchy{Path: path, Version: V2})
+			continue
+		}
+		v1, err := isFile(filepath.Join(path, "cgroup.procs"))
+		if err != nil {
+			return nil, err
+		}
+		if v1 {
+			hierarchies = append(hierarchies, Hierarchy{Path: path, Version: V1})
+		}
+	}
+	if len(hierarchies) == 0 {
+		return nil, fmt.Errorf("no cgroup hierarchy under cgroups mountpoint %s: neither a cgroup2 mount nor a directory of cgroup mounts", mountpoint)
+	}
+	return hierarchies, nil
+}
+
+// pickDriver resolves Options.Driver; see its comment for auto.
+func pickDriver(opts Options, hierarchies []Hierarchy) (Driver, error) {
+	switch opts.Driver {
+	case string(DriverCgroupfs), string(DriverSystemd):
+		return Driver(opts.Driver), nil
+	case DriverAuto, "":
+	default:
+		return "", fmt.Errorf("unknown cgroups driver %q (want %q, %q or %q)", opts.Driver, DriverCgroupfs, DriverSystemd, DriverAuto)
+	}
+	rel, err := systemdRootRel(opts.Root)
+	if err != nil {
+		// This root cannot be named by the systemd driver at all.
+		return DriverCgroupfs, nil
+	}
+	for _, h := range hierarchies {
+		dir := filepath.Join(h.Path, rel)
+		fi, err := os.Lstat(dir)
+		switch {
+		case err == nil && fi.IsDir():
+			return DriverSystemd, nil
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			return "", fmt.Errorf("cgroup %s cannot be checked for the systemd driver: %w", dir, err)
+		}
+	}
+	return DriverCgroupfs, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, l := range list {
+		if l == s {
+			return true
+		}
+	}
+	return false
+}

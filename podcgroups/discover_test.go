@@ -1,0 +1,338 @@
+package podcgroups
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const ctrID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// hybridTree lays out a fake cgroup mountpoint like a hybrid node: v1
+// hierarchies (cpu,cpuacct with its two alias symlinks, memory, pids, the
+// named systemd one) and the cgroup2 mount at unified. Each hierarchy's top
+// has the control file Discover recognises it by. It returns the mountpoint.
+func hybridTree(t *testing.T) string {
+	t.Helper()
+	mp := t.TempDir()
+	for _, h := range []string{"cpu,cpuacct", "memory", "pids", "systemd"} {
+		writeFile(t, filepath.Join(mp, h, "cgroup.procs"), "1\n")
+	}
+	writeFile(t, filepath.Join(mp, "unified", "cgroup.controllers"), "")
+	writeFile(t, filepath.Join(mp, "unified", "cgroup.procs"), "1\n")
+	for _, alias := range []string{"cpu", "cpuacct"} {
+		if err := os.Symlink("cpu,cpuacct", filepath.Join(mp, alias)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Not a cgroup mount (no control file): ignored.
+	if err := os.Mkdir(filepath.Join(mp, "rdma"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return mp
+}
+
+// cgroup makes a fake cgroup directory with a cgroup.procs holding pids.
+func cgroup(t *testing.T, path string, pids ...int) {
+	t.Helper()
+	var b strings.Builder
+	for _, p := range pids {
+		b.WriteString(strconv.Itoa(p) + "\n")
+	}
+	writeFile(t, filepath.Join(path, "cgroup.procs"), b.String())
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hierarchyPaths(mp string, names ...string) []Hierarchy {
+	var hs []Hierarchy
+	for _, n := range names {
+		v := V1
+		if n == "unified" {
+			v = V2
+		}
+		hs = append(hs, Hierarchy{Path: filepath.Join(mp, n), Version: v})
+	}
+	return hs
+}
+
+func skippedNames(l Listing) []string {
+	var names []string
+	for _, s := range l.Skipped {
+		names = append(names, filepath.Base(s.Path))
+	}
+	sort.Strings(names)
+	return names
+}
+
+func TestDiscoverCgroupfsHybrid(t *testing.T) {
+	mp := hybridTree(t)
+	// Pod A, guaranteed: directly under the root, in three hierarchies;
+	// PID 10 is in two of them and counts once.
+	for _, h := range []string{"cpu,cpuacct", "memory", "unified"} {
+		cgroup(t, filepath.Join(mp, h, "kubepods", "pod"+uidA))
+		cgroup(t, filepath.Join(mp, h, "kubepods", "pod"+uidA, ctrID), 10)
+	}
+	cgroup(t, filepath.Join(mp, "memory", "kubepods", "pod"+uidA, ctrID, "nested"), 11)
+	// Pod B, burstable, only in memory, no processes; static pod, besteffort.
+	cgroup(t, filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidB))
+	cgroup(t, filepath.Join(mp, "pids", "kubepods", "besteffort", "pod"+uidStatic, "abc"), 12, 13)
+	// Left alone: names kubelet does not produce, and a symlink.
+	for _, name := range []string{"podXYZ", "pod" + strings.ToUpper(uidA), "pod" + uidB + ".slice", "kubepods-besteffort-pod" + under(uidB) + ".slice"} {
+		cgroup(t, filepath.Join(mp, "memory", "kubepods", "besteffort", name))
+	}
+	if err := os.Symlink(filepath.Join(mp, "memory", "kubepods", "pod"+uidA), filepath.Join(mp, "pids", "kubepods", "pod"+uidB)); err != nil {
+		t.Fatal(err)
+	}
+	// Deeper than a pod's parent: not a pod, not even looked at.
+	cgroup(t, filepath.Join(mp, "memory", "kubepods", "besteffort", "podXYZ", "pod"+uidB))
+	// QoS cgroups with control files of their own.
+	writeFile(t, filepath.Join(mp, "cpu,cpuacct", "kubepods", "besteffort", "cpu.shares"), "2\n")
+
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "auto"})
+	if !l.Ready || l.Err != nil {
+		t.Fatalf("not ready: %v", l.Err)
+	}
+	if l.Driver != DriverCgroupfs {
+		t.Errorf("driver %q, want cgroupfs (no kubepods.slice anywhere)", l.Driver)
+	}
+	if want := hierarchyPaths(mp, "cpu,cpuacct", "memory", "pids", "systemd", "unified"); !reflect.DeepEqual(l.Hierarchies, want) {
+		t.Errorf("hierarchies %+v, want %+v (aliases and non-cgroup dirs left out)", l.Hierarchies, want)
+	}
+	want := map[string]PodCgroup{
+		uidA: {UID: uidA, QOS: QOSGuaranteed, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{
+			filepath.Join(mp, "cpu,cpuacct", "kubepods", "pod"+uidA),
+			filepath.Join(mp, "memory", "kubepods", "pod"+uidA),
+			filepath.Join(mp, "unified", "kubepods", "pod"+uidA),
+		}, Containers: []string{ctrID}, Procs: 2},
+		uidB: {UID: uidB, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{
+			filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidB),
+		}, Procs: 0},
+		uidStatic: {UID: uidStatic, QOS: QOSBestEffort, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{
+			filepath.Join(mp, "pids", "kubepods", "besteffort", "pod"+uidStatic),
+		}, Containers: []string{"abc"}, Procs: 2},
+	}
+	if !reflect.DeepEqual(l.Pods, want) {
+		t.Errorf("pods\n got %+v\nwant %+v", l.Pods, want)
+	}
+	wantSkipped := []string{"kubepods-besteffort-pod" + under(uidB) + ".slice", "pod" + strings.ToUpper(uidA), "pod" + uidB, "pod" + uidB + ".slice", "podXYZ"}
+	sort.Strings(wantSkipped)
+	if got := skippedNames(l); !reflect.DeepEqual(got, wantSkipped) {
+		t.Errorf("skipped %q, want %q", got, wantSkipped)
+	}
+	for _, s := range l.Skipped {
+		if s.Reason == "" {
+			t.Errorf("skipped %s without a reason", s.Path)
+		}
+	}
+}
+
+func TestDiscoverSystemdHybrid(t *testing.T) {
+	mp := hybridTree(t)
+	scope := "cri-containerd-" + ctrID + ".scope"
+	root := "kubepods.slice"
+	for _, h := range []string{"cpu,cpuacct", "memory", "systemd", "unified"} {
+		cgroup(t, filepath.Join(mp, h, root, "kubepods-pod"+under(uidA)+".slice", scope), 20)
+		cgroup(t, filepath.Join(mp, h, root, "kubepods-besteffort.slice", "kubepods-besteffort-pod"+under(uidB)+".slice", scope), 21)
+		cgroup(t, filepath.Join(mp, h, root, "kubepods-burstable.slice"))
+	}
+	for _, name := range []string{
+		"kubepods-burstable-pod" + under(uidStatic) + ".slice", // burstable name in the besteffort slice
+		"kubepods-besteffort-pod" + uidA + ".slice",            // dashes in the UID
+		"pod" + uidA, // cgroupfs name
+		"system.slice",
+	} {
+		cgroup(t, filepath.Join(mp, "memory", root, "kubepods-besteffort.slice", name))
+	}
+
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"})
+	if !l.Ready {
+		t.Fatalf("not ready: %v", l.Err)
+	}
+	if l.Driver != DriverSystemd {
+		t.Fatalf("driver %q, want systemd (kubepods.slice exists)", l.Driver)
+	}
+	var pathsA, pathsB []string
+	for _, h := range []string{"cpu,cpuacct", "memory", "systemd", "unified"} {
+		pathsA = append(pathsA, filepath.Join(mp, h, root, "kubepods-pod"+under(uidA)+".slice"))
+		pathsB = append(pathsB, filepath.Join(mp, h, root, "kubepods-besteffort.slice", "kubepods-besteffort-pod"+under(uidB)+".slice"))
+	}
+	want := map[string]PodCgroup{
+		uidA: {UID: uidA, QOS: QOSGuaranteed, Driver: DriverSystemd, Root: "kubepods", Paths: pathsA, Containers: []string{scope}, Procs: 1},
+		uidB: {UID: uidB, QOS: QOSBestEffort, Driver: DriverSystemd, Root: "kubepods", Paths: pathsB, Containers: []string{scope}, Procs: 1},
+	}
+	if !reflect.DeepEqual(l.Pods, want) {
+		t.Errorf("pods\n got %+v\nwant %+v", l.Pods, want)
+	}
+	if got := skippedNames(l); len(got) != 4 {
+		t.Errorf("skipped %q, want the 4 malformed names", got)
+	}
+}
+
+func TestDiscoverPureV2(t *testing.T) {
+	mp := t.TempDir()
+	writeFile(t, filepath.Join(mp, "cgroup.controllers"), "cpu memory pids\n")
+	cgroup(t, mp, 1)
+	// On pure v2 the cgroups directly under the mount are not hierarchies.
+	cgroup(t, filepath.Join(mp, "system.slice"), 2)
+	cgroup(t, filepath.Join(mp, "kubepods", "burstable", "pod"+uidA, ctrID), 30)
+
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "cgroupfs"})
+	if !l.Ready {
+		t.Fatalf("not ready: %v", l.Err)
+	}
+	if want := []Hierarchy{{Path: mp, Version: V2}}; !reflect.DeepEqual(l.Hierarchies, want) {
+		t.Errorf("hierarchies %+v, want %+v", l.Hierarchies, want)
+	}
+	want := PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods",
+		Paths: []string{filepath.Join(mp, "kubepods", "burstable", "pod"+uidA)}, Containers: []string{ctrID}, Procs: 1}
+	if got := l.Pods[uidA]; len(l.Pods) != 1 || !reflect.DeepEqual(got, want) {
+		t.Errorf("pods %+v, want only %+v", l.Pods, want)
+	}
+}
+
+func TestDiscoverDriverChoice(t *testing.T) {
+	for _, tc := range []struct {
+		rule       string
+		driver     string
+		slice, dir bool // kubepods.slice and kubepods exist
+		want       Driver
+	}{
+		{"auto_systemd_when_slice_exists", "auto", true, false, DriverSystemd},
+		{"auto_systemd_wins_over_cgroupfs", "auto", true, true, DriverSystemd},
+		{"auto_cgroupfs_otherwise", "auto", false, true, DriverCgroupfs},
+		{"auto_cgroupfs_when_nothing", "auto", false, false, DriverCgroupfs},
+		{"empty_means_auto", "", true, false, DriverSystemd},
+		{"explicit_cgroupfs_ignores_slice", "cgroupfs", true, true, DriverCgroupfs},
+		{"explicit_systemd", "systemd", false, true, DriverSystemd},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			mp := hybridTree(t)
+			if tc.slice {
+				cgroup(t, filepath.Join(mp, "pids", "kubepods.slice", "kubepods-pod"+under(uidA)+".slice"))
+			}
+			if tc.dir {
+				cgroup(t, filepath.Join(mp, "memory", "kubepods", "pod"+uidB))
+			}
+			l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: tc.driver})
+			if !l.Ready || l.Driver != tc.want {
+				t.Fatalf("driver %q ready %v (%v), want %q", l.Driver, l.Ready, l.Err, tc.want)
+			}
+			// Only the chosen driver's tree is listed.
+			for uid, p := range l.Pods {
+				if p.Driver != tc.want {
+					t.Errorf("pod %s listed with driver %s", uid, p.Driver)
+				}
+			}
+		})
+	}
+}
+
+func TestDiscoverRootWithDashesSystemd(t *testing.T) {
+	mp := hybridTree(t)
+	cgroup(t, filepath.Join(mp, "memory", "my_pods.slice", "my_pods-burstable.slice", "my_pods-burstable-pod"+under(uidA)+".slice"))
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "my-pods"})
+	if !l.Ready || l.Driver != DriverSystemd || len(l.Pods) != 1 || l.Pods[uidA].QOS != QOSBurstable {
+		t.Fatalf("got %+v", l)
+	}
+}
+
+// TestDiscoverSameUIDTwoQoS: a UID found under two QoS classes keeps the
+// first; the other is skipped and never touched.
+func TestDiscoverSameUIDTwoQoS(t *testing.T) {
+	mp := hybridTree(t)
+	cgroup(t, filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidA))
+	cgroup(t, filepath.Join(mp, "pids", "kubepods", "besteffort", "pod"+uidA))
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"})
+	if !l.Ready || l.Pods[uidA].QOS != QOSBurstable || len(l.Pods[uidA].Paths) != 1 {
+		t.Fatalf("got %+v", l)
+	}
+	if len(l.Skipped) != 1 || l.Skipped[0].Path != filepath.Join(mp, "pids", "kubepods", "besteffort", "pod"+uidA) {
+		t.Errorf("skipped %+v", l.Skipped)
+	}
+}
+
+func TestDiscoverRootMissingIsReadyAndEmpty(t *testing.T) {
+	mp := hybridTree(t)
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"})
+	if !l.Ready || len(l.Pods) != 0 || len(l.Skipped) != 0 {
+		t.Fatalf("got %+v", l)
+	}
+}
+
+func TestDiscoverNotReady(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		rule  string
+		setup func(t *testing.T, mp string) Options
+		ctx   context.Context
+		want  string // in the error
+	}{
+		{"mountpoint_missing", func(t *testing.T, mp string) Options {
+			return Options{Mountpoint: filepath.Join(mp, "nope"), Root: "kubepods"}
+		}, nil, "nope"},
+		{"mountpoint_relative", func(t *testing.T, mp string) Options {
+			return Options{Mountpoint: "sys/fs/cgroup", Root: "kubepods"}
+		}, nil, "absolute"},
+		{"mountpoint_not_clean", func(t *testing.T, mp string) Options {
+			return Options{Mountpoint: mp + "/../x", Root: "kubepods"}
+		}, nil, "clean"},
+		{"no_hierarchy_under_mountpoint", func(t *testing.T, mp string) Options {
+			return Options{Mountpoint: t.TempDir(), Root: "kubepods"}
+		}, nil, "no cgroup hierarchy"},
+		{"root_escapes", func(t *testing.T, mp string) Options {
+			return Options{Mountpoint: mp, Root: "../etc"}
+		}, nil, "../etc"},
+		{"unknown_driver", func(t *testing.T, mp string) Options {
+			return Options{Mountpoint: mp, Root: "kubepods", Driver: "systemd-cgroup"}
+		}, nil, "systemd-cgroup"},
+		{"qos_dir_unreadable", func(t *testing.T, mp string) Options {
+			writeFile(t, filepath.Join(mp, "memory", "kubepods", "burstable"), "not a directory")
+			return Options{Mountpoint: mp, Root: "kubepods"}
+		}, nil, filepath.Join("memory", "kubepods", "burstable")},
+		{"procs_unreadable", func(t *testing.T, mp string) Options {
+			if err := os.MkdirAll(filepath.Join(mp, "pids", "kubepods", "pod"+uidA, "cgroup.procs"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return Options{Mountpoint: mp, Root: "kubepods"}
+		}, nil, "pod" + uidA},
+		{"procs_garbage", func(t *testing.T, mp string) Options {
+			writeFile(t, filepath.Join(mp, "pids", "kubepods", "pod"+uidA, ctrID, "cgroup.procs"), "12\nx\n")
+			return Options{Mountpoint: mp, Root: "kubepods"}
+		}, nil, ctrID},
+		{"canceled", func(t *testing.T, mp string) Options {
+			return Options{Mountpoint: mp, Root: "kubepods"}
+		}, canceled, "canceled"},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			mp := hybridTree(t)
+			cgroup(t, filepath.Join(mp, "memory", "kubepods", "pod"+uidB), 5)
+			opts := tc.setup(t, mp)
+			ctx := tc.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			l := Discover(ctx, opts)
+			if l.Ready || l.Err == nil || len(l.Pods) != 0 {
+				t.Fatalf("ready %v, err %v, %d pods: want not ready with no pods", l.Ready, l.Err, len(l.Pods))
+			}
+			if !strings.Contains(l.Err.Error(), tc.want) {
+				t.Errorf("error %q does not name %q", l.Err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,161 @@
+package podcgroups
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// procsFile lists the processes (thread group IDs) of one cgroup, in both
+// versions.
+const procsFile = "cgroup.procs"
+
+// readDir reads all entries of dir sorted by name, checking ctx between
+// batches. Entry types have lstat semantics: a symlink is a symlink.
+func readDir(ctx context.Context, dir string) ([]fs.DirEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var all []fs.DirEntry
+	for {
+		batch, err := f.ReadDir(1024)
+		all = append(all, batch...)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Name() < all[j].Name() })
+	return all, nil
+}
+
+// cgroupDirs returns top and every directory below it, parents before
+// children, without following symlinks (a cgroup file system has none, so a
+// symlink is not a cgroup and is left out). A top that does not exist gives
+// nothing; so does a subdirectory removed while it is listed, since a gone
+// cgroup has nothing left in it.
+func cgroupDirs(ctx context.Context, top string) ([]string, error) {
+	fi, err := os.Lstat(top)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", top, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("cgroup %s is not a directory (mode %s)", top, fi.Mode().Type())
+	}
+	dirs := []string{top}
+	for i := 0; i < len(dirs); i++ {
+		entries, err := readDir(ctx, dirs[i])
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cgroup %s cannot be read: %w", dirs[i], err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				dirs = append(dirs, filepath.Join(dirs[i], e.Name()))
+			}
+		}
+	}
+	return dirs, nil
+}
+
+// readPids returns the PIDs in dir's cgroup.procs. A cgroup removed
+// meanwhile (ENOENT) has none.
+func readPids(dir string) ([]int, error) {
+	path := filepath.Join(dir, procsFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	var pids []int
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		pid, err := strconv.Atoi(line)
+		if err != nil || pid < 0 {
+			return nil, fmt.Errorf("cgroup %s: %s holds %q, not a PID", dir, procsFile, line)
+		}
+		pids = append(pids, pid)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("cgroup %s: reading %s: %w", dir, procsFile, err)
+	}
+	return pids, nil
+}
+
+// isFile reports whether path exists and is a regular file (cgroup control
+// files are). Any error other than "does not exist" is returned.
+func isFile(path string) (bool, error) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s cannot be checked: %w", path, err)
+	}
+	return fi.Mode().IsRegular(), nil
+}
+
+// cgroupVersion returns the cgroup version of the file system path is on.
+// hierarchy is the part of path before the pod's cgroup root; it must be
+// where that cgroup file system is mounted (its parent is on another device),
+// so that nothing nested elsewhere in a hierarchy is ever acted on.
+func cgroupVersion(hierarchy, path string) (Version, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	var v Version
+	switch st.Type {
+	case unix.CGROUP_SUPER_MAGIC:
+		v = V1
+	case unix.CGROUP2_SUPER_MAGIC:
+		v = V2
+	default:
+		return 0, fmt.Errorf("%s is not on a cgroup file system (file system type %#x)", path, st.Type)
+	}
+	var h, parent, p unix.Stat_t
+	if err := unix.Stat(hierarchy, &h); err != nil {
+		return 0, fmt.Errorf("stat %s: %w", hierarchy, err)
+	}
+	if err := unix.Stat(filepath.Dir(hierarchy), &parent); err != nil {
+		return 0, fmt.Errorf("stat %s: %w", filepath.Dir(hierarchy), err)
+	}
+	if err := unix.Stat(path, &p); err != nil {
+		return 0, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if h.Dev != p.Dev || h.Dev == parent.Dev {
+		return 0, fmt.Errorf("%s is not a cgroup hierarchy's mount point, so this is not where kubelet puts a pod cgroup", hierarchy)
+	}
+	return v, nil
+}
