@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // Version is a cgroup version: 1 (one hierarchy per controller) or 2 (unified).
@@ -61,6 +62,9 @@ type PodCgroup struct {
 	// descendants, in any hierarchy. (cgroup v1 does not list processes
 	// outside this PID namespace; v2 lists them all as PID 0.)
 	Procs int
+	// CPUReduced: every cpu.shares (v1) or cpu.weight (v2) of the pod
+	// cgroup is already at the minimum ReduceCPU sets, and there is one.
+	CPUReduced bool
 }
 
 // Skipped is a directory next to pod cgroups that is not one, and why. It is
@@ -112,6 +116,7 @@ func Discover(ctx context.Context, opts Options) Listing {
 		root:   opts.Root,
 		pods:   map[string]PodCgroup{},
 		pids:   map[string]map[int]struct{}{},
+		cpuMin: map[string]bool{},
 	}
 	for _, h := range hierarchies {
 		for _, p := range parents {
@@ -122,6 +127,7 @@ func Discover(ctx context.Context, opts Options) Listing {
 	}
 	for uid, pod := range s.pods {
 		pod.Procs = len(s.pids[uid])
+		pod.CPUReduced = s.cpuMin[uid]
 		sort.Strings(pod.Containers)
 		s.pods[uid] = pod
 	}
@@ -134,6 +140,7 @@ type scan struct {
 	root    string
 	pods    map[string]PodCgroup
 	pids    map[string]map[int]struct{} // per UID, across hierarchies
+	cpuMin  map[string]bool             // per UID: every CPU file seen is at the minimum
 	skipped []Skipped
 }
 
@@ -194,6 +201,7 @@ func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) erro
 		s.pids[uid] = map[int]struct{}{}
 	}
 	pod.Paths = append(pod.Paths, path)
+	s.noteCPU(uid, path)
 	for _, d := range dirs {
 		if filepath.Dir(d) == path && !contains(pod.Containers, filepath.Base(d)) {
 			pod.Containers = append(pod.Containers, filepath.Base(d))
@@ -208,6 +216,19 @@ func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) erro
 	}
 	s.pods[uid] = pod
 	return nil
+}
+
+// noteCPU records whether the pod cgroup at path has its CPU at the minimum.
+func (s *scan) noteCPU(uid, path string) {
+	for file, minimum := range map[string]string{"cpu.shares": "2", "cpu.weight": "1"} {
+		b, err := os.ReadFile(filepath.Join(path, file))
+		if err != nil {
+			continue // no cpu controller in this hierarchy
+		}
+		reduced := strings.TrimSpace(string(b)) == minimum
+		prev, seen := s.cpuMin[uid]
+		s.cpuMin[uid] = reduced && (!seen || prev)
+	}
 }
 
 // findHierarchies returns the hierarchies under mountpoint, sorted by path.

@@ -336,3 +336,30 @@ func TestDiscoverNotReady(t *testing.T) {
 		})
 	}
 }
+
+func TestDiscoverTellsWhetherCPUIsAlreadyReduced(t *testing.T) {
+	mp := hybridTree(t)
+	// Pod A: v1 shares and v2 weight both at the minimum. Pod B: v1 at the
+	// minimum, v2 not. Static pod: no CPU file at all.
+	for uid, files := range map[string]map[string]string{
+		uidA: {"cpu,cpuacct/cpu.shares": "2\n", "unified/cpu.weight": "1\n"},
+		uidB: {"cpu,cpuacct/cpu.shares": "2\n", "unified/cpu.weight": "100\n"},
+	} {
+		for file, value := range files {
+			h, name := filepath.Split(file)
+			dir := filepath.Join(mp, h, "kubepods", "pod"+uid)
+			cgroup(t, dir)
+			writeFile(t, filepath.Join(dir, name), value)
+		}
+	}
+	cgroup(t, filepath.Join(mp, "memory", "kubepods", "pod"+uidStatic))
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "cgroupfs"})
+	if !l.Ready {
+		t.Fatal(l.Err)
+	}
+	for uid, want := range map[string]bool{uidA: true, uidB: false, uidStatic: false} {
+		if got := l.Pods[uid].CPUReduced; got != want {
+			t.Errorf("pod %s: CPUReduced = %v, want %v", uid, got, want)
+		}
+	}
+}
