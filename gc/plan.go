@@ -32,6 +32,7 @@ func Plan(in Input) Result {
 	p.sandboxRules()
 	p.podLogDirRules()
 	p.logLinkRules()
+	p.nodeRules()
 	return p.resolve()
 }
 
@@ -74,6 +75,7 @@ type planner struct {
 
 	candidates []Action
 	kept       []Kept
+	clocks     map[string]time.Time // grace clocks of this plan, by key
 	leaks      map[string]int
 }
 
@@ -86,6 +88,7 @@ func newPlanner(in Input) *planner {
 		removal:        make(map[string]string),
 		orphanStop:     make(map[string]string),
 		leaks:          make(map[string]int),
+		clocks:         make(map[string]time.Time),
 	}
 	// One allocation each for the managed objects, one oracle lookup per
 	// object: the planner is linear in the node's size.
@@ -468,18 +471,14 @@ func (p *planner) resolve() Result {
 	// notDue holds every candidate that is not due, with why.
 	notDue := make(map[string]waiting)
 	for _, a := range sorted {
-		since, ok := p.in.EligibleSince[a.Key]
-		if !ok || since.After(p.in.Now) {
-			since = p.in.Now
-		}
-		if life := p.in.LastLifeEvent[a.Pod.UID]; life.After(since) && !life.After(p.in.Now) {
-			since = life
-		}
+		since, left := p.clock(a.Key, a.Pod.UID)
 		a.EligibleSince = since
-		r.EligibleSince[a.Key] = since
-		if left := p.in.Policy.LeakGrace - p.in.Now.Sub(since); left > 0 {
+		if left > 0 {
 			notDue[a.Key] = waiting{graceLeft: left}
 		}
+	}
+	for k, since := range p.clocks {
+		r.EligibleSince[k] = since
 	}
 	r.Breaker = p.breaker(notDue)
 	r.Deferred = make([]Deferred, 0, len(notDue))
@@ -502,6 +501,22 @@ func (p *planner) resolve() Result {
 		r.Actions = append(r.Actions, *a)
 	}
 	return r
+}
+
+// clock returns since when a condition (an action's, or an orphaned pod
+// dir's) holds: since it was first seen, or since the pod's last life
+// event if later; and how much of leak_grace is left. It remembers the
+// clock for the next plan.
+func (p *planner) clock(key, uid string) (since time.Time, left time.Duration) {
+	since, ok := p.in.EligibleSince[key]
+	if !ok || since.After(p.in.Now) {
+		since = p.in.Now
+	}
+	if life := p.in.LastLifeEvent[uid]; life.After(since) && !life.After(p.in.Now) {
+		since = life
+	}
+	p.clocks[key] = since
+	return since, p.in.Policy.LeakGrace - p.in.Now.Sub(since)
 }
 
 // waiting is why a candidate is not due.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 )
 
 // randomInput builds a random node: pods with several sandbox attempts and
@@ -76,6 +77,33 @@ func randomInput(seed int64, pods int) Input {
 			in.PodLogDirs = append(in.PodLogDirs, nodefs.PodLogDir{Path: filepath.Join(root, name), Name: name, Namespace: "ns", PodName: "pod-" + uid, UID: uid})
 		}
 	}
+	// Pod cgroups and pod dirs, for listed pods and for pods with nothing
+	// listed, some with volumes left or blockers.
+	in.Policy.RemoveOrphanedPodDirs = rng.Intn(2) == 0
+	if rng.Intn(5) != 0 {
+		cgs := &podcgroups.Listing{Ready: rng.Intn(10) != 0, Pods: map[string]podcgroups.PodCgroup{}}
+		for i := range pods + 10 {
+			uid := fmt.Sprintf("uid-%d", i)
+			if rng.Intn(2) == 0 {
+				cgs.Pods[uid] = podcgroups.PodCgroup{UID: uid, Paths: []string{"/sys/fs/cgroup/memory/kubepods/pod" + uid},
+					Procs: rng.Intn(3), CPUReduced: rng.Intn(3) == 0}
+			}
+			if i >= pods && rng.Intn(2) == 0 {
+				dirs.UIDs[uid] = struct{}{}
+			}
+		}
+		in.PodCgroups = cgs
+	}
+	for uid := range dirs.UIDs {
+		d := nodefs.PodDir{UID: uid, Path: "/var/lib/kubelet/pods/" + uid}
+		if rng.Intn(3) == 0 {
+			d.VolumeDirs = []string{d.Path + "/volumes/x/y"}
+		}
+		if rng.Intn(4) == 0 {
+			d.Blockers = []string{"volumes/x/y is a mount point"}
+		}
+		in.PodDirs = append(in.PodDirs, d)
+	}
 	for range rng.Intn(5) {
 		in.ContainerLogLinks = append(in.ContainerLogLinks, nodefs.ContainerLogLink{
 			Path: ctrLogs + "/gone_ns_x-" + next("dead") + ".log", ContainerID: next("dead"), Dangling: true})
@@ -105,6 +133,17 @@ func checkContract(t *testing.T, in Input, r Result) {
 	}
 	due := map[string]Action{}
 	stoppedPods := map[string]bool{}
+	listedUID := map[string]bool{}
+	for _, s := range in.Sandboxes {
+		listedUID[s.UID] = true
+	}
+	for _, c := range in.Containers {
+		listedUID[c.Labels["io.kubernetes.pod.uid"]] = true
+	}
+	blocked := map[string]bool{}
+	for _, d := range in.PodDirs {
+		blocked[d.UID] = len(d.Blockers) > 0
+	}
 	for i, a := range r.Actions {
 		fail := func(format string, args ...any) {
 			t.Helper()
@@ -167,6 +206,16 @@ func checkContract(t *testing.T, in Input, r Result) {
 						fail("sandbox %s of the pod is left", s.ID)
 					}
 				}
+			}
+		case RemovePodCgroup, ReducePodCgroupCPU, RemovePodDir:
+			if listedUID[a.Pod.UID] {
+				fail("touches the cgroup or pod dir of a pod with a listed sandbox or container")
+			}
+			if a.Kind == RemovePodDir && (!in.Policy.RemoveOrphanedPodDirs || blocked[a.Pod.UID]) {
+				fail("removes a pod dir without pod_dirs.remove_orphaned or despite a blocker")
+			}
+			if a.Kind == RemovePodCgroup && in.Oracle.Disabled {
+				fail("destroys a pod cgroup with the oracle disabled")
 			}
 		case RemoveContainerLogLink:
 			if filepath.Dir(a.Path) != in.Policy.ContainerLogsDir {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 )
 
 // Policy is the configuration of the rules (DESIGN.md §4, §6).
@@ -28,6 +29,9 @@ type Policy struct {
 	// a listed path that is not directly inside its root is never touched.
 	PodLogsDir       string
 	ContainerLogsDir string
+	// RemoveOrphanedPodDirs is pod_dirs.remove_orphaned: remove orphaned
+	// kubelet pod dirs (with kubelet's rules) instead of only reporting them.
+	RemoveOrphanedPodDirs bool
 }
 
 // Oracle says which pods kubelet still has on the node.
@@ -64,23 +68,32 @@ type Input struct {
 	// PodLogDirs and ContainerLogLinks are the node's log files (nodefs).
 	PodLogDirs        []nodefs.PodLogDir
 	ContainerLogLinks []nodefs.ContainerLogLink
+	// PodCgroups is the pod cgroup listing; nil when cgroups.enabled = false.
+	PodCgroups *podcgroups.Listing
+	// PodDirs are the kubelet pod dirs of pods with no sandbox and no
+	// container listed, inspected (nodefs.InspectPodDir).
+	PodDirs []nodefs.PodDir
 }
 
 // Kind is what an action does.
 type Kind string
 
 const (
-	StopContainer          Kind = "stop-container"     // CRI StopContainer
-	RemoveContainer        Kind = "remove-container"   // CRI RemoveContainer
-	StopSandbox            Kind = "stop-sandbox"       // CRI StopPodSandbox (orphaned live pods)
-	RemoveSandbox          Kind = "remove-sandbox"     // CRI StopPodSandbox then RemovePodSandbox
-	RemovePodLogDir        Kind = "remove-pod-log-dir" // <pod_logs_dir>/<ns>_<name>_<uid>
-	RemoveContainerLogLink Kind = "remove-log-link"    // <container_logs_dir>/<...>.log symlink
+	StopContainer          Kind = "stop-container"        // CRI StopContainer
+	RemoveContainer        Kind = "remove-container"      // CRI RemoveContainer
+	StopSandbox            Kind = "stop-sandbox"          // CRI StopPodSandbox (orphaned live pods)
+	RemoveSandbox          Kind = "remove-sandbox"        // CRI StopPodSandbox then RemovePodSandbox
+	RemovePodLogDir        Kind = "remove-pod-log-dir"    // <pod_logs_dir>/<ns>_<name>_<uid>
+	RemoveContainerLogLink Kind = "remove-log-link"       // <container_logs_dir>/<...>.log symlink
+	RemovePodCgroup        Kind = "remove-pod-cgroup"     // kill its processes, remove its cgroups bottom-up
+	ReducePodCgroupCPU     Kind = "reduce-pod-cgroup-cpu" // CPU to the minimum (kubelet's ReduceCPULimits)
+	RemovePodDir           Kind = "remove-pod-dir"        // <kubelet_root>/pods/<uid>, kubelet's rules
 )
 
 // Kinds lists every kind in execution order: an action only depends on
 // actions of earlier kinds.
-var Kinds = []Kind{StopContainer, StopSandbox, RemoveContainer, RemoveSandbox, RemovePodLogDir, RemoveContainerLogLink}
+var Kinds = []Kind{StopContainer, StopSandbox, RemoveContainer, RemoveSandbox, RemovePodLogDir, RemoveContainerLogLink,
+	RemovePodCgroup, ReducePodCgroupCPU, RemovePodDir}
 
 // Rules, named for logs, metrics and the report.
 const (
@@ -92,6 +105,9 @@ const (
 	RulePodLogDir              = "logs.pod-log-dir"
 	RuleDanglingLogLink        = "logs.dangling-link"
 	RuleOrphanStop             = "orphans.stop"
+	RuleCgroupPodGone          = "cgroups.pod-gone"
+	RuleCgroupVolumesRemain    = "cgroups.volumes-remain"
+	RuleOrphanedPodDir         = "pod-dirs.orphaned"
 )
 
 // PodRef names the pod an object belongs to.
@@ -113,6 +129,8 @@ type Action struct {
 	Path          string
 	// Timeout is the StopContainer timeout.
 	Timeout time.Duration
+	// Cgroup is the pod cgroup of RemovePodCgroup and ReducePodCgroupCPU.
+	Cgroup *podcgroups.PodCgroup
 	// DependsOn lists keys of actions that must succeed first.
 	DependsOn []string
 	// EligibleSince is when the action was first proposed (or the pod's
@@ -189,4 +207,6 @@ const (
 	LeakLogLink    = "log-link"
 	LeakOrphanPod  = "orphaned-live-pod"
 	LeakUnknownCtr = "unknown-container"
+	LeakPodCgroup  = "pod-cgroup"
+	LeakPodDir     = "pod-dir"
 )

@@ -1,0 +1,131 @@
+package gc
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// nodeRules handles what kubelet's housekeeping cleans besides the runtime:
+// orphaned kubelet pod dirs and orphaned pod cgroups. Both only ever concern
+// pods with no sandbox and no container in the listing.
+func (p *planner) nodeRules() {
+	listed := p.listedUIDs()
+	orphanDirs := p.orphanedPodDirRules(listed)
+	p.podCgroupRules(listed, orphanDirs)
+}
+
+// listedUIDs are the pods with any sandbox or container in the listing,
+// managed or not: their cgroups and pod dirs are never touched.
+func (p *planner) listedUIDs() map[string]struct{} {
+	uids := make(map[string]struct{}, len(p.sandboxesByUID)+len(p.unmanagedByUID))
+	for uid := range p.sandboxesByUID {
+		uids[uid] = struct{}{}
+	}
+	for uid := range p.unmanagedByUID {
+		uids[uid] = struct{}{}
+	}
+	for i := range p.in.Containers {
+		if uid := p.in.Containers[i].Labels[podstate.LabelPodUID]; uid != "" {
+			uids[uid] = struct{}{}
+		}
+	}
+	return uids
+}
+
+// orphanedPodDirRules: a kubelet pod dir whose pod has had no sandbox and
+// no container for leak_grace (and no life event in that time) is an
+// orphan, kubelet's "orphaned pod". It is reported with what keeps kubelet
+// from removing it, and removed with pod_dirs.remove_orphaned = true when
+// nothing does. It returns the orphaned dirs by UID.
+func (p *planner) orphanedPodDirRules(listed map[string]struct{}) map[string]nodefs.PodDir {
+	orphans := make(map[string]nodefs.PodDir)
+	dirs := append([]nodefs.PodDir(nil), p.in.PodDirs...)
+	sort.Slice(dirs, func(i, j int) bool { return dirs[i].UID < dirs[j].UID })
+	for _, d := range dirs {
+		if _, ok := listed[d.UID]; ok || p.in.Oracle.Disabled || !p.in.Oracle.PodDirs.Present(d.UID) {
+			continue
+		}
+		pod := PodRef{UID: d.UID}
+		object := "pod dir " + d.Path
+		key := "pod-dir/" + d.UID
+		since, left := p.clock(key, d.UID)
+		if left > 0 {
+			p.keep(object, pod, "no sandbox or container since %s: an orphaned pod dir if that lasts another %s (leak_grace)",
+				since.Format("15:04:05"), round(left))
+			continue
+		}
+		orphans[d.UID] = d
+		p.leaks[LeakPodDir]++
+		switch {
+		case len(d.Blockers) > 0:
+			p.keep(object, pod, "orphaned pod dir that kubelet could not remove: %s", strings.Join(d.Blockers, "; "))
+		case !p.in.Policy.RemoveOrphanedPodDirs:
+			p.keep(object, pod, "orphaned pod dir with nothing mounted: reported only (pod_dirs.remove_orphaned = false)")
+		default:
+			p.propose(Action{Kind: RemovePodDir, Rule: RuleOrphanedPodDir, Pod: pod, Key: key, Path: d.Path,
+				Reason: "kubelet pod dir of a pod with no sandbox or container for leak_grace, nothing mounted in it"})
+		}
+	}
+	return orphans
+}
+
+// podCgroupRules is kubelet's cleanupOrphanedPodCgroups: the cgroup of a pod
+// with no sandbox or container in the listing and whose pod is gone has its
+// processes killed and is removed; while the pod's volume dirs remain (an
+// orphaned pod dir) its CPU is only reduced to the minimum.
+func (p *planner) podCgroupRules(listed map[string]struct{}, orphanDirs map[string]nodefs.PodDir) {
+	l := p.in.PodCgroups
+	if l == nil {
+		return
+	}
+	if !l.Ready {
+		p.keep("pod cgroups", PodRef{}, "not planned this pass: %v", l.Err)
+		return
+	}
+	uids := make([]string, 0, len(l.Pods))
+	for uid := range l.Pods {
+		uids = append(uids, uid)
+	}
+	sort.Strings(uids)
+	for _, uid := range uids {
+		if _, ok := listed[uid]; ok {
+			continue
+		}
+		cg := l.Pods[uid]
+		pod := PodRef{UID: uid}
+		dir, orphanDir := orphanDirs[uid]
+		switch {
+		case p.gone(uid):
+			p.proposeCgroup(cg, RemovePodCgroup, RuleCgroupPodGone,
+				fmt.Sprintf("pod cgroup with %d process(es) of a pod that is gone from the node, with no sandbox left", cg.Procs))
+		case orphanDir && nodefs.PodVolumesExist(dir):
+			if cg.CPUReduced {
+				p.keep("pod cgroup "+uid, pod, "CPU already at the minimum; the pod's volume dirs remain (%d)", len(dir.VolumeDirs)+len(dir.MountPoints))
+				continue
+			}
+			p.proposeCgroup(cg, ReducePodCgroupCPU, RuleCgroupVolumesRemain,
+				"pod cgroup of an orphaned pod whose volume dirs remain: CPU reduced to the minimum, not destroyed (kubelet's ReduceCPULimits)")
+		case orphanDir:
+			p.proposeCgroup(cg, RemovePodCgroup, RuleCgroupPodGone,
+				fmt.Sprintf("pod cgroup with %d process(es) of an orphaned pod (no sandbox, no container, no volume)", cg.Procs))
+		}
+	}
+}
+
+func (p *planner) proposeCgroup(cg podcgroups.PodCgroup, kind Kind, rule, reason string) {
+	p.leaks[LeakPodCgroup]++
+	key := "pod-cgroup/" + cg.UID
+	if kind == ReducePodCgroupCPU {
+		key = "pod-cgroup-cpu/" + cg.UID
+	}
+	path := ""
+	if len(cg.Paths) > 0 {
+		path = cg.Paths[0]
+	}
+	p.propose(Action{Kind: kind, Rule: rule, Reason: reason, Pod: PodRef{UID: cg.UID}, Key: key, Path: path, Cgroup: &cg})
+}

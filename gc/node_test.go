@@ -1,0 +1,163 @@
+package gc
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+)
+
+func cgroups(uids ...string) *podcgroups.Listing {
+	l := &podcgroups.Listing{Ready: true, Pods: map[string]podcgroups.PodCgroup{}}
+	for _, u := range uids {
+		l.Pods[u] = podcgroups.PodCgroup{UID: u, QOS: podcgroups.QOSBestEffort, Paths: []string{"/sys/fs/cgroup/memory/kubepods/besteffort/pod" + u}, Procs: 1}
+	}
+	return l
+}
+
+func podDir(uid string, volumes bool, blockers ...string) nodefs.PodDir {
+	d := nodefs.PodDir{UID: uid, Path: "/var/lib/kubelet/pods/" + uid, Blockers: blockers}
+	if volumes {
+		d.VolumeDirs = []string{d.Path + "/volumes/kubernetes.io~empty-dir/cache"}
+	}
+	return d
+}
+
+func TestPodCgroupsOfListedPodsAreNeverTouched(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		sandboxes  []cri.Sandbox
+		containers []cri.Container
+	}{
+		{"a NotReady sandbox is listed", []cri.Sandbox{sb("s1", "u1", false, time.Hour)}, nil},
+		{"only a container is listed", nil, []cri.Container{ctr("c1", "gone-sandbox", "u1", "app", cri.ContainerExited, time.Hour)}},
+		{"an unmanaged sandbox claims the UID", []cri.Sandbox{{ID: "x", UID: "u1", CreatedAt: now}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Plan(Input{Now: now, Policy: policy(), Oracle: present(), Sandboxes: tc.sandboxes, Containers: tc.containers,
+				PodCgroups: cgroups("u1")})
+			for _, a := range append(r.Actions, deferredActions(r)...) {
+				if a.Kind == RemovePodCgroup || a.Kind == ReducePodCgroupCPU {
+					t.Fatalf("planned %s for a pod with listed objects", a.Kind)
+				}
+			}
+		})
+	}
+}
+
+func deferredActions(r Result) []Action {
+	var out []Action
+	for _, d := range r.Deferred {
+		out = append(out, d.Action)
+	}
+	return out
+}
+
+func TestPodCgroupRules(t *testing.T) {
+	pol := policy()
+	pol.LeakGrace = time.Minute
+	long := now.Add(-time.Hour) // clocks that ran out long ago
+	reduced := cgroups("u-reduced")
+	cg := reduced.Pods["u-reduced"]
+	cg.CPUReduced = true
+	reduced.Pods["u-reduced"] = cg
+	for _, tc := range []struct {
+		name    string
+		oracle  Oracle
+		cgroups *podcgroups.Listing
+		dirs    []nodefs.PodDir
+		clocks  map[string]time.Time
+		want    []string // due
+		kept    string
+	}{
+		{"gone pod without sandbox: destroyed after grace", present(), cgroups("u1"), nil,
+			map[string]time.Time{"pod-cgroup/u1": long}, []string{"remove-pod-cgroup u1"}, ""},
+		{"gone pod: waits for grace first", present(), cgroups("u1"), nil, nil, nil, ""},
+		{"pod dir present, not yet orphaned: untouched", present("u2"), cgroups("u2"), []nodefs.PodDir{podDir("u2", true)},
+			nil, nil, "orphaned pod dir if that lasts"},
+		{"orphaned pod dir with volumes: CPU reduced, not destroyed", present("u3"), cgroups("u3"), []nodefs.PodDir{podDir("u3", true)},
+			map[string]time.Time{"pod-dir/u3": long, "pod-cgroup-cpu/u3": long}, []string{"reduce-pod-cgroup-cpu u3"}, ""},
+		{"orphaned pod dir with volumes and CPU already reduced: kept", present("u-reduced"), reduced, []nodefs.PodDir{podDir("u-reduced", true)},
+			map[string]time.Time{"pod-dir/u-reduced": long}, nil, "CPU already at the minimum"},
+		{"orphaned pod dir without volumes: destroyed", present("u4"), cgroups("u4"), []nodefs.PodDir{podDir("u4", false)},
+			map[string]time.Time{"pod-dir/u4": long, "pod-cgroup/u4": long}, []string{"remove-pod-cgroup u4"}, ""},
+		{"cgroup listing not ready: nothing, and said", present(), &podcgroups.Listing{Err: errors.New("cannot read /sys/fs/cgroup")}, nil,
+			nil, nil, "cannot read /sys/fs/cgroup"},
+		{"oracle disabled: a pod is never gone", Oracle{Disabled: true}, cgroups("u5"), nil,
+			map[string]time.Time{"pod-cgroup/u5": long}, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Plan(Input{Now: now, Policy: pol, Oracle: tc.oracle, PodCgroups: tc.cgroups, PodDirs: tc.dirs, EligibleSince: tc.clocks})
+			var got []string
+			for _, a := range r.Actions {
+				got = append(got, string(a.Kind)+" "+a.Pod.UID)
+				if a.Cgroup == nil || a.Cgroup.UID != a.Pod.UID {
+					t.Errorf("%s carries cgroup %+v", a.Key, a.Cgroup)
+				}
+			}
+			same(t, "due", got, tc.want)
+			if tc.kept != "" && !keptContains(r, tc.kept) {
+				t.Errorf("nothing kept for %q: %+v", tc.kept, r.Kept)
+			}
+		})
+	}
+}
+
+func keptContains(r Result, s string) bool {
+	for _, k := range r.Kept {
+		if strings.Contains(k.Reason, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestOrphanedPodDirsAreReportedOrRemoved(t *testing.T) {
+	long := now.Add(-time.Hour)
+	for _, tc := range []struct {
+		name   string
+		remove bool
+		dir    nodefs.PodDir
+		want   []string
+		kept   string
+	}{
+		{"reported by default", false, podDir("u1", false), nil, "reported only (pod_dirs.remove_orphaned = false)"},
+		{"removed when enabled and nothing blocks", true, podDir("u1", false), []string{"remove-pod-dir /var/lib/kubelet/pods/u1"}, ""},
+		{"a mounted volume blocks removal and is named", true, podDir("u1", true, "volume kubernetes.io~csi/pvc-1/mount is a mount point"), nil,
+			"kubelet could not remove: volume kubernetes.io~csi/pvc-1/mount is a mount point"},
+		{"a leftover vol_data.json blocks removal", true, podDir("u1", true, "leftover file volumes/kubernetes.io~csi/pvc-1/vol_data.json"), nil,
+			"leftover file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := policy()
+			pol.LeakGrace, pol.RemoveOrphanedPodDirs = time.Minute, tc.remove
+			r := Plan(Input{Now: now, Policy: pol, Oracle: present("u1"), PodDirs: []nodefs.PodDir{tc.dir},
+				EligibleSince: map[string]time.Time{"pod-dir/u1": long}})
+			var got []string
+			for _, a := range r.Actions {
+				got = append(got, string(a.Kind)+" "+a.Path)
+			}
+			same(t, "due", got, tc.want)
+			if tc.kept != "" && !keptContains(r, tc.kept) {
+				t.Errorf("nothing kept for %q: %+v", tc.kept, r.Kept)
+			}
+			if r.Leaks[LeakPodDir] != 1 {
+				t.Errorf("leaks = %v, want 1 pod-dir", r.Leaks)
+			}
+		})
+	}
+}
+
+func TestAPodDirWithAListedSandboxIsNeverOrphaned(t *testing.T) {
+	pol := policy()
+	pol.RemoveOrphanedPodDirs = true
+	r := Plan(Input{Now: now, Policy: pol, Oracle: present("u1"), Sandboxes: []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
+		PodDirs: []nodefs.PodDir{podDir("u1", false)}, EligibleSince: map[string]time.Time{"pod-dir/u1": now.Add(-time.Hour)}})
+	if len(r.Actions) != 0 || r.Leaks[LeakPodDir] != 0 {
+		t.Fatalf("actions %v, leaks %v for the pod dir of a pod with a sandbox", due(r), r.Leaks)
+	}
+}
