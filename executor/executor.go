@@ -17,6 +17,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 )
 
 // Runtime is the CRI side (implemented by package cri's *Client; tests use a
@@ -28,10 +29,14 @@ type Runtime interface {
 	RemovePodSandbox(ctx context.Context, id string) error
 }
 
-// Files is the node file system side (implemented by *nodefs.Remover).
+// Files is the node side: log files, kubelet pod dirs and pod cgroups
+// (implemented over packages nodefs and podcgroups).
 type Files interface {
 	RemovePodLogDir(ctx context.Context, path string) error
 	RemoveContainerLogLink(ctx context.Context, path string) error
+	RemoveOrphanedPodDir(ctx context.Context, uid string) error
+	DestroyPodCgroup(ctx context.Context, pod podcgroups.PodCgroup) error
+	ReducePodCgroupCPU(ctx context.Context, pod podcgroups.PodCgroup) error
 }
 
 // Defaults of Options (DESIGN.md §5: "10 s doubling to 5 min, with jitter").
@@ -341,6 +346,21 @@ func (e *Executor) do(ctx context.Context, a gc.Action) error {
 		if err := e.files.RemoveContainerLogLink(ctx, a.Path); err != nil {
 			return fmt.Errorf("remove container log link %s: %w", a.Path, err)
 		}
+	case gc.RemovePodDir:
+		if err := e.files.RemoveOrphanedPodDir(ctx, a.Pod.UID); err != nil {
+			return fmt.Errorf("remove orphaned pod dir %s: %w", a.Path, err)
+		}
+	case gc.RemovePodCgroup, gc.ReducePodCgroupCPU:
+		if a.Cgroup == nil {
+			return fmt.Errorf("%s: no pod cgroup in the action", a.Key)
+		}
+		do := e.files.DestroyPodCgroup
+		if a.Kind == gc.ReducePodCgroupCPU {
+			do = e.files.ReducePodCgroupCPU
+		}
+		if err := do(ctx, *a.Cgroup); err != nil {
+			return fmt.Errorf("%s pod cgroup %s: %w", verbsOf(a.Kind).do, a.Path, err)
+		}
 	default:
 		return fmt.Errorf("%s: unknown action kind %q", a.Key, a.Kind)
 	}
@@ -369,6 +389,12 @@ func verbsOf(kind gc.Kind) verbs {
 		return verbs{"removed pod log dir", "would remove pod log dir", "remove pod log dir"}
 	case gc.RemoveContainerLogLink:
 		return verbs{"removed container log link", "would remove container log link", "remove container log link"}
+	case gc.RemovePodDir:
+		return verbs{"removed orphaned pod dir", "would remove orphaned pod dir", "remove orphaned pod dir"}
+	case gc.RemovePodCgroup:
+		return verbs{"killed the processes of and removed pod cgroup", "would kill the processes of and remove pod cgroup", "destroy"}
+	case gc.ReducePodCgroupCPU:
+		return verbs{"reduced the CPU of pod cgroup", "would reduce the CPU of pod cgroup", "reduce the CPU of"}
 	}
 	return verbs{"executed " + string(kind), "would execute " + string(kind), "execute " + string(kind)}
 }

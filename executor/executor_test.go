@@ -15,6 +15,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 )
 
 // call is one call the fake received, with when it started and ended on the
@@ -96,6 +97,18 @@ func (f *fake) RemovePodLogDir(_ context.Context, path string) error {
 }
 func (f *fake) RemoveContainerLogLink(_ context.Context, path string) error {
 	return f.do("RemoveContainerLogLink", path)
+}
+
+func (f *fake) RemoveOrphanedPodDir(_ context.Context, uid string) error {
+	return f.do("RemoveOrphanedPodDir", uid)
+}
+
+func (f *fake) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgroup) error {
+	return f.do("DestroyPodCgroup", pod.UID)
+}
+
+func (f *fake) ReducePodCgroupCPU(_ context.Context, pod podcgroups.PodCgroup) error {
+	return f.do("ReducePodCgroupCPU", pod.UID)
 }
 
 // called returns the calls as "Method id", in the order they ended.
@@ -773,5 +786,37 @@ func TestCancelledWhileCallsInFlightReturnsAndReleasesSlots(t *testing.T) {
 	}
 	if got := len(f.called()); got != succeeded || got > 2 {
 		t.Errorf("%d calls for %d successes, want equal and at most MaxParallel", got, succeeded)
+	}
+}
+
+func TestNodeActionsReachTheirCalls(t *testing.T) {
+	f := newFake("DestroyPodCgroup u-fail")
+	e := New(f, f, Options{MaxParallel: 2}, nil)
+	cg := func(uid string) *podcgroups.PodCgroup { return &podcgroups.PodCgroup{UID: uid} }
+	actions := []gc.Action{
+		{Kind: gc.RemovePodCgroup, Key: "pod-cgroup/u1", Pod: gc.PodRef{UID: "u1"}, Cgroup: cg("u1")},
+		{Kind: gc.RemovePodCgroup, Key: "pod-cgroup/u-fail", Pod: gc.PodRef{UID: "u-fail"}, Cgroup: cg("u-fail")},
+		{Kind: gc.ReducePodCgroupCPU, Key: "pod-cgroup-cpu/u2", Pod: gc.PodRef{UID: "u2"}, Cgroup: cg("u2")},
+		{Kind: gc.RemovePodCgroup, Key: "pod-cgroup/none", Pod: gc.PodRef{UID: "none"}},
+		{Kind: gc.RemovePodDir, Key: "pod-dir/u3", Pod: gc.PodRef{UID: "u3"}, Path: "/var/lib/kubelet/pods/u3"},
+	}
+	out := e.Execute(context.Background(), actions, time.Now())
+	want := []Result{Success, Error, Success, Error, Success}
+	for i, o := range out {
+		if o.Result != want[i] {
+			t.Errorf("%s: %s (%v), want %s", o.Action.Key, o.Result, o.Err, want[i])
+		}
+	}
+	if !strings.Contains(out[3].Err.Error(), "no pod cgroup") {
+		t.Errorf("a cgroup action without its cgroup: %v", out[3].Err)
+	}
+	got := map[string]bool{}
+	for _, c := range f.calls {
+		got[c.method+" "+c.id] = true
+	}
+	for _, c := range []string{"DestroyPodCgroup u1", "ReducePodCgroupCPU u2", "RemoveOrphanedPodDir u3"} {
+		if !got[c] {
+			t.Errorf("no call %s (calls %v)", c, f.calls)
+		}
 	}
 }

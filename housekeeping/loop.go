@@ -6,7 +6,9 @@ package housekeeping
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -46,6 +49,9 @@ type Options struct {
 	// tell which pods still exist.
 	OracleDisabled bool
 	KubeletRoot    string
+	// Cgroups, when set, is where pod cgroups are looked for
+	// (cgroups.enabled); nil leaves pod cgroups alone.
+	Cgroups *podcgroups.Options
 	// Synchronized reports whether NRI has synchronized since the last
 	// (re)connect; nil means there is no NRI side (the once command).
 	Synchronized func() bool
@@ -282,7 +288,51 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		l.warnOnce("container log links are not cleaned this pass", err)
 	}
 	l.noteSkipped(skipped)
+	if l.opts.Cgroups != nil {
+		cgs := podcgroups.Discover(ctx, *l.opts.Cgroups)
+		if !cgs.Ready {
+			l.warnOnce("pod cgroups are not cleaned this pass", cgs.Err)
+		}
+		for _, s := range cgs.Skipped {
+			l.noteSkipped([]nodefs.Skipped{{Path: s.Path, Reason: s.Reason}})
+		}
+		in.PodCgroups = &cgs
+	}
+	in.PodDirs = l.inspectPodDirs(ctx, in.Oracle.PodDirs, snap)
 	return in
+}
+
+// inspectPodDirs looks into the kubelet pod dirs of pods with no sandbox and
+// no container listed: the candidates for orphaned pod dirs. Pods with
+// listed objects (nearly all) cost nothing here.
+func (l *Loop) inspectPodDirs(ctx context.Context, dirs nodefs.PodDirs, snap cri.Snapshot) []nodefs.PodDir {
+	if !dirs.Ready || len(dirs.UIDs) == 0 {
+		return nil
+	}
+	listed := make(map[string]struct{}, len(snap.Sandboxes))
+	for _, s := range snap.Sandboxes {
+		listed[s.UID] = struct{}{}
+	}
+	for _, c := range snap.Containers {
+		listed[c.Labels[podstate.LabelPodUID]] = struct{}{}
+	}
+	var out []nodefs.PodDir
+	for uid := range dirs.UIDs {
+		if _, ok := listed[uid]; ok {
+			continue
+		}
+		d, err := nodefs.InspectPodDir(ctx, l.opts.KubeletRoot, uid)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // removed since it was listed
+		case err != nil:
+			// Unreadable: kubelet treats that as volumes possibly mounted.
+			d.UID = uid
+			d.Blockers = append(d.Blockers, "cannot inspect: "+err.Error())
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // gate says why the pass may not act yet, or "" when every source is ready:

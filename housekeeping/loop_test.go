@@ -17,6 +17,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/metrics"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -284,5 +285,31 @@ func TestNoActionBeforeEverySourceIsReady(t *testing.T) {
 				t.Fatalf("the closed gate was not logged:\n%s", buf.String())
 			}
 		})
+	}
+}
+
+// TestMetricsKnowEveryKindAndRule keeps the metrics' fixed label sets in
+// step with the planner: an unknown kind or rule would be counted as "other".
+func TestMetricsKnowEveryKindAndRule(t *testing.T) {
+	allowed := metrics.AllowedLabelValues()["nri_housekeeper_actions_total"]
+	has := func(label, v string) bool {
+		for _, a := range allowed[label] {
+			if a == v {
+				return true
+			}
+		}
+		return false
+	}
+	for _, k := range gc.Kinds {
+		if !has("kind", string(k)) {
+			t.Errorf("metrics do not know action kind %q", k)
+		}
+	}
+	for _, r := range []string{gc.RuleContainerPodGone, gc.RuleContainerMaxPerPod, gc.RuleContainerMaxContainers, gc.RuleSandboxPodGone,
+		gc.RuleSandboxNotNewest, gc.RulePodLogDir, gc.RuleDanglingLogLink, gc.RuleOrphanStop, gc.RuleCgroupPodGone,
+		gc.RuleCgroupVolumesRemain, gc.RuleOrphanedPodDir} {
+		if !has("rule", r) {
+			t.Errorf("metrics do not know rule %q", r)
+		}
 	}
 }

@@ -54,16 +54,14 @@ func known() knownValues {
 		leakKinds: []string{"sandbox", "container", "unknown-container", "pod-log-dir", "log-link", "orphaned-live-pod", "pod-cgroup", "pod-dir"},
 		actionKinds: []string{
 			"stop-container", "remove-container", "stop-sandbox", "remove-sandbox", "remove-pod-log-dir", "remove-log-link",
-			// Planned with pod cgroups and kubelet pod dirs (DESIGN.md §3); not yet in gc.
-			"remove-pod-cgroup", "remove-pod-dir",
+			"remove-pod-cgroup", "reduce-pod-cgroup-cpu", "remove-pod-dir",
 		},
 		rules: []string{
 			"containers.pod-gone", "containers.max-per-pod-container", "containers.max-containers",
 			"sandboxes.pod-gone", "sandboxes.not-newest",
 			"logs.pod-log-dir", "logs.dangling-link",
 			"orphans.stop",
-			// Planned with pod cgroups and kubelet pod dirs (DESIGN.md §3); not yet in gc.
-			"cgroups.pod-gone", "pod-dirs.orphaned",
+			"cgroups.pod-gone", "cgroups.volumes-remain", "pod-dirs.orphaned",
 		},
 		actionResults: []string{"success", "error", "would", "backoff", "skipped"},
 		passResults:   []string{PassOK, PassSkippedNotReady, PassListingFailed},
@@ -84,6 +82,7 @@ func known() knownValues {
 			{"remove-pod-log-dir", "logs.pod-log-dir"},
 			{"remove-log-link", "logs.dangling-link"},
 			{"remove-pod-cgroup", "cgroups.pod-gone"},
+			{"reduce-pod-cgroup-cpu", "cgroups.volumes-remain"},
 			{"remove-pod-dir", "pod-dirs.orphaned"},
 		},
 	}

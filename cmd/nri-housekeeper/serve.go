@@ -158,18 +158,8 @@ func newExecutor(cfg config.Config, client *cri.Client, log logrus.FieldLogger) 
 	if err != nil {
 		return nil, fmt.Errorf("logs.container_logs_dir: %w", err)
 	}
-	return executor.New(client, logFiles{podLogs, links}, executor.Options{MaxParallel: cfg.Housekeeping.MaxParallel, DryRun: cfg.DryRun}, log), nil
-}
-
-// logFiles removes each kind of log file only under its own root.
-type logFiles struct{ podLogs, links *nodefs.Remover }
-
-func (f logFiles) RemovePodLogDir(ctx context.Context, path string) error {
-	return f.podLogs.RemovePodLogDir(ctx, path)
-}
-
-func (f logFiles) RemoveContainerLogLink(ctx context.Context, path string) error {
-	return f.links.RemoveContainerLogLink(ctx, path)
+	node := executor.Node{PodLogs: podLogs, Links: links, KubeletRoot: cfg.Pods.KubeletRoot}
+	return executor.New(client, node, executor.Options{MaxParallel: cfg.Housekeeping.MaxParallel, DryRun: cfg.DryRun}, log), nil
 }
 
 // watchTaskExits wakes the loop on every containerd task exit: a sandbox's

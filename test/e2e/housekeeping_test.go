@@ -109,11 +109,15 @@ func startHousekeeper(t *testing.T, l *lab.Lab, k *kubelet, configure func(*hous
 	if configure != nil {
 		configure(&opts, &execOpts)
 	}
-	files, err := nodefs.NewRemover(l.LogRoot, k.linksDir)
+	podLogs, err := nodefs.NewRemover(l.LogRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Executor = executor.New(client, files, execOpts, log)
+	links, err := nodefs.NewRemover(k.linksDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Executor = executor.New(client, executor.Node{PodLogs: podLogs, Links: links, KubeletRoot: k.root}, execOpts, log)
 	state := podstate.New(0)
 	var nri *plugin.Plugin
 	opts.Synchronized = func() bool { return nri.Synchronized() }

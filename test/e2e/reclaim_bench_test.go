@@ -76,10 +76,11 @@ func BenchmarkReclaim100LeakedSandboxes(b *testing.B) {
 		}
 		defer client.Close()
 		counting := &inFlight{Client: client}
-		files, err := nodefs.NewRemover(node.LogRoot)
+		podLogs, err := nodefs.NewRemover(node.LogRoot)
 		if err != nil {
 			b.Fatal(err)
 		}
+		files := executor.Node{PodLogs: podLogs, Links: podLogs, KubeletRoot: kubeletRoot}
 		log := logrus.New()
 		log.SetOutput(io.Discard)
 		opts := housekeeping.Options{Period: time.Hour, KubeletRoot: kubeletRoot,
