@@ -237,6 +237,14 @@ func TestPluginFollowsARealNRIRuntimeAndReconnects(t *testing.T) {
 	if ph := podPhase(t, state, "u0"); ph != podstate.PhaseRunning {
 		t.Fatalf("synchronized pod phase = %s, want Running", ph)
 	}
+	// The runtime adds the plugin to its event fan-out just after the
+	// Synchronize handler returns: probe until events arrive.
+	probe := kubeletPod("probe", "s-probe")
+	waitFor(t, "the runtime delivers events", 5*time.Second, func() bool {
+		_ = rt.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: probe})
+		_, ok := state.Pod("probe")
+		return ok
+	})
 
 	pod := kubeletPod("u1", "s1")
 	c := ctr(pod, "c1", api.ContainerState_CONTAINER_CREATED)
