@@ -28,15 +28,22 @@ func (l *Loop) logPlan(r PassResult) {
 			"affected": podList(t.AffectedPods),
 		}).Error(t.ReasonMessage)
 	}
+	// Orphans the plan leaves alone are said once, when first found.
 	seen := make(map[string]bool)
 	for _, k := range r.Plan.Kept {
-		if !strings.HasPrefix(k.Object, "live pod ") {
+		var rule, what string
+		switch {
+		case strings.HasPrefix(k.Object, "live pod "):
+			rule, what = gc.RuleOrphanStop, "orphaned live pod: "
+		case strings.HasPrefix(k.Object, "pod dir ") && strings.HasPrefix(k.Reason, "orphaned pod dir"):
+			rule, what = gc.RuleOrphanedPodDir, k.Object+": "
+		default:
 			continue
 		}
-		seen[k.Pod.UID] = true
-		if !l.reported[k.Pod.UID] {
-			l.log.WithFields(podFields(k.Pod)).WithField(logging.FieldRule, gc.RuleOrphanStop).
-				Warn("orphaned live pod: " + k.Reason)
+		key := rule + "/" + k.Pod.UID
+		seen[key] = true
+		if !l.reported[key] {
+			l.log.WithFields(podFields(k.Pod)).WithField(logging.FieldRule, rule).Warn(what + k.Reason)
 		}
 	}
 	l.reported = seen

@@ -1,0 +1,274 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/housekeeping"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/test/e2e/lab"
+)
+
+const cgroupMount = "/sys/fs/cgroup"
+
+// cgroupRoot is the lab's pod cgroup root without its slash: the plugin
+// looks at the running lab pods' cgroups too, and must leave them alone.
+func cgroupRoot() string { return strings.TrimPrefix(node.CgroupRoot, "/") }
+
+// hierarchies are this machine's cgroup mounts (v1 controllers and cgroup2).
+func hierarchies(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	entries, err := os.ReadDir(cgroupMount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(cgroupMount, e.Name())
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			continue // cpu -> cpu,cpuacct aliases
+		}
+		if _, err := os.Stat(filepath.Join(p, "cgroup.procs")); err == nil {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no cgroup hierarchies under " + cgroupMount)
+	}
+	return out
+}
+
+// fakeOrphanCgroup makes the cgroup of a pod kubelet no longer has, with a
+// live process in its container cgroup in every hierarchy, the way a leaked
+// pod cgroup looks. It returns the process and the pod cgroup dirs.
+func fakeOrphanCgroup(t *testing.T, uid string) (*exec.Cmd, []string) {
+	t.Helper()
+	proc := exec.Command("sleep", "600")
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = proc.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = proc.Process.Kill(); <-exited })
+	rel := filepath.Join(cgroupRoot(), "besteffort", "pod"+uid)
+	var paths []string
+	for _, h := range hierarchies(t) {
+		ctr := mkdirCgroup(t, h, filepath.Join(rel, "0123456789abcdef"))
+		paths = append(paths, filepath.Join(h, rel))
+		if err := os.WriteFile(filepath.Join(ctr, "cgroup.procs"), []byte(strconv.Itoa(proc.Process.Pid)), 0); err != nil {
+			t.Fatalf("moving %d into %s: %v", proc.Process.Pid, ctr, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, p := range paths {
+			_ = syscall.Rmdir(filepath.Join(p, "0123456789abcdef"))
+			_ = syscall.Rmdir(p)
+		}
+	})
+	return proc, paths
+}
+
+// mkdirCgroup makes h/rel level by level; a new cpuset cgroup gets its
+// parent's CPUs and memory nodes, or no process could join it.
+func mkdirCgroup(t *testing.T, h, rel string) string {
+	t.Helper()
+	p := h
+	for _, c := range strings.Split(rel, "/") {
+		parent := p
+		p = filepath.Join(p, c)
+		if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			cur, err := os.ReadFile(filepath.Join(p, f))
+			if err != nil || strings.TrimSpace(string(cur)) != "" {
+				continue
+			}
+			val, _ := os.ReadFile(filepath.Join(parent, f))
+			_ = os.WriteFile(filepath.Join(p, f), []byte(strings.TrimSpace(string(val))), 0)
+		}
+	}
+	return p
+}
+
+func withCgroups(o *housekeeping.Options, _ *executor.Options) {
+	o.Cgroups = &podcgroups.Options{Mountpoint: cgroupMount, Root: cgroupRoot(), Driver: "cgroupfs"}
+}
+
+func alive(cmd *exec.Cmd) bool {
+	return syscall.Kill(cmd.Process.Pid, 0) == nil && !zombie(cmd.Process.Pid)
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	return strings.HasPrefix(s[strings.LastIndexByte(s, ')')+2:], "Z")
+}
+
+// TestOrphanPodCgroupIsKilledAndRemoved: a pod cgroup whose pod is gone and
+// has no sandbox, with a live process, on the real v1 controllers and the
+// cgroup2 mount → process killed, cgroups removed; a running lab pod's
+// cgroups untouched.
+func TestOrphanPodCgroupIsKilledAndRemoved(t *testing.T) {
+	cleanupPods(t, node)
+	k := newKubelet(t, node)
+	live := newPod(t, "cgroup-owner")
+	k.admit(t, live)
+	runPod(t, node, live, 1)
+	livePaths := podCgroupPaths(t, live)
+	if len(livePaths) == 0 {
+		t.Fatal("the running lab pod has no pod cgroup to protect")
+	}
+	uid := lab.NewUID()
+	proc, paths := fakeOrphanCgroup(t, uid)
+	h := startHousekeeper(t, node, k, withCgroups)
+	took := waitFor(t, "the orphan's process is killed and its cgroups are removed", testGrace+testPeriod+5*time.Second, func() bool {
+		if alive(proc) {
+			return false
+		}
+		for _, p := range paths {
+			if exists(p) {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("orphan pod cgroup (%d hierarchies) destroyed %v after the plugin started (grace %v, period %v)", len(paths), took.Round(time.Millisecond), testGrace, testPeriod)
+	for _, p := range livePaths {
+		if !exists(p) {
+			t.Errorf("the running pod's cgroup %s was removed", p)
+		}
+	}
+	if !strings.Contains(h.logs.String(), "action=remove-pod-cgroup") || !strings.Contains(h.logs.String(), "pod_uid="+uid) {
+		t.Error("the destroy is not logged with its pod")
+	}
+}
+
+// podCgroupPaths finds a lab pod's cgroup dirs.
+func podCgroupPaths(t *testing.T, p lab.Pod) []string {
+	var out []string
+	for _, h := range hierarchies(t) {
+		dir := filepath.Join(h, node.PodCgroupParent(p))
+		if exists(dir) {
+			out = append(out, dir)
+		}
+	}
+	return out
+}
+
+// TestOrphanPodCgroupWithVolumesLeftOnlyLosesCPU: the pod dir of a pod with
+// no sandbox still has a volume dir (kubelet could not clean it): its cgroup
+// gets the minimum CPU, kubelet's ReduceCPULimits, and is not destroyed.
+func TestOrphanPodCgroupWithVolumesLeftOnlyLosesCPU(t *testing.T) {
+	cleanupPods(t, node)
+	k := newKubelet(t, node)
+	uid := lab.NewUID()
+	if err := os.MkdirAll(filepath.Join(k.root, "pods", uid, "volumes", "kubernetes.io~empty-dir", "cache"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	proc, paths := fakeOrphanCgroup(t, uid)
+	startHousekeeper(t, node, k, withCgroups)
+	var shares string
+	for _, p := range paths {
+		if _, err := os.Stat(filepath.Join(p, "cpu.shares")); err == nil {
+			shares = filepath.Join(p, "cpu.shares")
+		}
+	}
+	if shares == "" {
+		t.Fatal("no cpu.shares in any hierarchy")
+	}
+	// The pod dir must first be an orphan for leak_grace, then the cgroup
+	// action waits its own grace.
+	waitFor(t, "cpu.shares drops to 2", 2*testGrace+2*testPeriod+5*time.Second, func() bool {
+		b, _ := os.ReadFile(shares)
+		return strings.TrimSpace(string(b)) == "2"
+	})
+	time.Sleep(2 * testPeriod)
+	if !alive(proc) {
+		t.Fatal("the process of a pod whose volumes remain was killed")
+	}
+	for _, p := range paths {
+		if !exists(p) {
+			t.Fatalf("cgroup %s was removed", p)
+		}
+	}
+}
+
+// TestOrphanedPodDirsAreRemovedWithKubeletsRules: with
+// pod_dirs.remove_orphaned = true a clean orphan goes; one with a mount
+// point inside stays, untouched; a symlink escaping the root is removed as a
+// link, its target survives; the dir of a pod with a sandbox is never touched.
+func TestOrphanedPodDirsAreRemovedWithKubeletsRules(t *testing.T) {
+	cleanupPods(t, node)
+	k := newKubelet(t, node)
+	outside := t.TempDir()
+	precious := filepath.Join(outside, "precious")
+	if err := os.WriteFile(precious, []byte("keep me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	podDir := func(uid string) string { return filepath.Join(k.root, "pods", uid) }
+	mkdir := func(p string) {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clean, mounted, escaping := lab.NewUID(), lab.NewUID(), lab.NewUID()
+	mkdir(filepath.Join(podDir(clean), "volumes", "kubernetes.io~empty-dir", "cache"))
+	mkdir(filepath.Join(podDir(clean), "containers", "app"))
+	if err := os.WriteFile(filepath.Join(podDir(clean), "etc-hosts"), []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mountPoint := filepath.Join(podDir(mounted), "volumes", "kubernetes.io~empty-dir", "data")
+	mkdir(mountPoint)
+	if err := unix.Mount(outside, mountPoint, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mountPoint, unix.MNT_DETACH) })
+	mkdir(filepath.Join(podDir(escaping), "plugins"))
+	if err := os.Symlink(outside, filepath.Join(podDir(escaping), "plugins", "escape")); err != nil {
+		t.Fatal(err)
+	}
+	live := newPod(t, "has-a-sandbox")
+	k.admit(t, live)
+	sb, err := node.RunPod(t.Context(), live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = node.StopPod(t.Context(), sb) // a NotReady sandbox is still a sandbox
+
+	h := startHousekeeper(t, node, k, func(o *housekeeping.Options, _ *executor.Options) {
+		o.Policy.RemoveOrphanedPodDirs = true
+	})
+	waitFor(t, "the clean orphan and the escaping one are removed", testGrace+testPeriod+5*time.Second, func() bool {
+		return !exists(podDir(clean)) && !exists(podDir(escaping))
+	})
+	time.Sleep(2 * testPeriod)
+	if !exists(mountPoint) || !exists(filepath.Join(mountPoint, "precious")) {
+		t.Fatal("the pod dir with a mount point inside was touched")
+	}
+	if b, err := os.ReadFile(precious); err != nil || string(b) != "keep me" {
+		t.Fatal("the symlink's target outside the root was touched")
+	}
+	if !exists(k.podDir(live)) {
+		t.Fatal("the dir of a pod with a sandbox was removed")
+	}
+	if !strings.Contains(h.logs.String(), "orphaned pod dir that kubelet could not remove") || !strings.Contains(h.logs.String(), "pod_uid="+mounted) {
+		t.Error("the refusal is not explained in the log")
+	}
+}
