@@ -26,7 +26,7 @@ test: lint unit fuzz e2e
 
 lint:
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./test/...
+	$(GO) vet -tags e2e ./test/... ./podcgroups/
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
@@ -42,7 +42,7 @@ lab-install:
 	$(LAB) install
 
 e2e: lab-install
-	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/... ./podcgroups/
 
 demo: lab-install build
 	demo/run.sh
