@@ -14,27 +14,31 @@ import (
 // orphaned kubelet pod dirs and orphaned pod cgroups. Both only ever concern
 // pods with no sandbox and no container in the listing.
 func (p *planner) nodeRules() {
-	listed := p.listedUIDs()
-	orphanDirs := p.orphanedPodDirRules(listed)
-	p.podCgroupRules(listed, orphanDirs)
+	if p.in.PodCgroups == nil && len(p.in.PodDirs) == 0 {
+		return
+	}
+	orphanDirs := p.orphanedPodDirRules()
+	p.podCgroupRules(orphanDirs)
 }
 
-// listedUIDs are the pods with any sandbox or container in the listing,
-// managed or not: their cgroups and pod dirs are never touched.
-func (p *planner) listedUIDs() map[string]struct{} {
-	uids := make(map[string]struct{}, len(p.sandboxesByUID)+len(p.unmanagedByUID))
-	for uid := range p.sandboxesByUID {
-		uids[uid] = struct{}{}
+// listed reports whether a pod has any sandbox or container in the listing,
+// managed or not: its cgroups and pod dirs are never touched. Sandboxes
+// answer nearly every question; the containers' pod UIDs are only collected
+// (once) for a UID no sandbox claims.
+func (p *planner) listed(uid string) bool {
+	if len(p.sandboxesByUID[uid]) > 0 || len(p.unmanagedByUID[uid]) > 0 {
+		return true
 	}
-	for uid := range p.unmanagedByUID {
-		uids[uid] = struct{}{}
-	}
-	for i := range p.in.Containers {
-		if uid := p.in.Containers[i].Labels[podstate.LabelPodUID]; uid != "" {
-			uids[uid] = struct{}{}
+	if p.containerUIDs == nil {
+		p.containerUIDs = make(map[string]struct{})
+		for i := range p.in.Containers {
+			if u := p.in.Containers[i].Labels[podstate.LabelPodUID]; u != "" {
+				p.containerUIDs[u] = struct{}{}
+			}
 		}
 	}
-	return uids
+	_, ok := p.containerUIDs[uid]
+	return ok
 }
 
 // orphanedPodDirRules: a kubelet pod dir whose pod has had no sandbox and
@@ -42,12 +46,12 @@ func (p *planner) listedUIDs() map[string]struct{} {
 // orphan, kubelet's "orphaned pod". It is reported with what keeps kubelet
 // from removing it, and removed with pod_dirs.remove_orphaned = true when
 // nothing does. It returns the orphaned dirs by UID.
-func (p *planner) orphanedPodDirRules(listed map[string]struct{}) map[string]nodefs.PodDir {
+func (p *planner) orphanedPodDirRules() map[string]nodefs.PodDir {
 	orphans := make(map[string]nodefs.PodDir)
 	dirs := append([]nodefs.PodDir(nil), p.in.PodDirs...)
 	sort.Slice(dirs, func(i, j int) bool { return dirs[i].UID < dirs[j].UID })
 	for _, d := range dirs {
-		if _, ok := listed[d.UID]; ok || p.in.Oracle.Disabled || !p.in.Oracle.PodDirs.Present(d.UID) {
+		if p.listed(d.UID) || p.in.Oracle.Disabled || !p.in.Oracle.PodDirs.Present(d.UID) {
 			continue
 		}
 		pod := PodRef{UID: d.UID}
@@ -78,7 +82,7 @@ func (p *planner) orphanedPodDirRules(listed map[string]struct{}) map[string]nod
 // with no sandbox or container in the listing and whose pod is gone has its
 // processes killed and is removed; while the pod's volume dirs remain (an
 // orphaned pod dir) its CPU is only reduced to the minimum.
-func (p *planner) podCgroupRules(listed map[string]struct{}, orphanDirs map[string]nodefs.PodDir) {
+func (p *planner) podCgroupRules(orphanDirs map[string]nodefs.PodDir) {
 	l := p.in.PodCgroups
 	if l == nil {
 		return
@@ -93,7 +97,7 @@ func (p *planner) podCgroupRules(listed map[string]struct{}, orphanDirs map[stri
 	}
 	sort.Strings(uids)
 	for _, uid := range uids {
-		if _, ok := listed[uid]; ok {
+		if p.listed(uid) {
 			continue
 		}
 		cg := l.Pods[uid]

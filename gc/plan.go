@@ -62,8 +62,8 @@ type planner struct {
 	// unmanagedByUID has the sandboxes without kubelet labels that still
 	// claim a UID: a pod's log dir stays while any sandbox claims it.
 	unmanagedByUID map[string][]*cri.Sandbox
-	// refs lists, per sandbox ID, every container referencing it: managed or
-	// not, in any state (kubelet's "active" test).
+	// refs lists, per sandbox ID that is not Ready, every container
+	// referencing it: managed or not, in any state (kubelet's "active" test).
 	refs map[string][]*cri.Container
 	// containerByID indexes every listed container; built on first use.
 	containerByID map[string]*cri.Container
@@ -76,7 +76,10 @@ type planner struct {
 	candidates []Action
 	kept       []Kept
 	clocks     map[string]time.Time // grace clocks of this plan, by key
-	leaks      map[string]int
+	// containerUIDs are the pod UIDs of all listed containers; built on
+	// first use (see listed).
+	containerUIDs map[string]struct{}
+	leaks         map[string]int
 }
 
 func newPlanner(in Input) *planner {
@@ -84,7 +87,7 @@ func newPlanner(in Input) *planner {
 		in:             in,
 		sandboxesByUID: make(map[string][]*sandboxInfo, len(in.Sandboxes)),
 		unmanagedByUID: make(map[string][]*cri.Sandbox),
-		refs:           make(map[string][]*cri.Container, len(in.Sandboxes)),
+		refs:           make(map[string][]*cri.Container),
 		removal:        make(map[string]string),
 		orphanStop:     make(map[string]string),
 		leaks:          make(map[string]int),
@@ -114,10 +117,19 @@ func newPlanner(in Input) *planner {
 		}
 		p.sandboxesByUID[uid] = append(p.sandboxesByUID[uid], si)
 	}
+	// Only a sandbox that is not Ready can ever be removed, so only those
+	// need their referencing containers: a small map on a healthy node.
+	for _, s := range in.Sandboxes {
+		if !s.Ready {
+			p.refs[s.ID] = nil
+		}
+	}
 	containers := make([]containerInfo, 0, len(in.Containers))
 	for i := range in.Containers {
 		c := &in.Containers[i]
-		p.refs[c.SandboxID] = append(p.refs[c.SandboxID], c)
+		if refs, ok := p.refs[c.SandboxID]; ok {
+			p.refs[c.SandboxID] = append(refs, c)
+		}
 		if id, ok := podstate.KubeletPod(c.Labels); ok {
 			containers = append(containers, containerInfo{Container: c, pod: PodRef(id), gone: in.Oracle.gone(id.UID)})
 			p.containers = append(p.containers, &containers[len(containers)-1])
