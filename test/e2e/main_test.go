@@ -45,7 +45,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	var err error
-	node, err = lab.Start(ctx, lab.Options{Dir: "/tmp/nrihk-e2e", CgroupRoot: "/nrihk-e2e"})
+	// NRIHK_E2E_LAB lets two runs of this package use separate labs.
+	name := "nrihk-e2e"
+	if v := os.Getenv("NRIHK_E2E_LAB"); v != "" {
+		name = v
+	}
+	node, err = lab.Start(ctx, lab.Options{Dir: "/tmp/" + name, CgroupRoot: "/" + name})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: lab start:", err)
 		os.Exit(1)
