@@ -54,6 +54,12 @@ kubelet_root = "$KUBELET_ROOT"
 pod_logs_dir = "$LAB_LOG_ROOT"
 container_logs_dir = "$LINKS"
 
+[cgroups]
+root = "${LAB_CGROUP_ROOT#/}"
+
+[metrics]
+address = "127.0.0.1:${DEMO_METRICS_PORT:-9560}"
+
 [log]
 target = "file"
 file = "$LOG"
@@ -106,10 +112,19 @@ awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "reclaimed %.1fs after t
 cri pods
 cri ps
 say "What it did and why (its log):"
-grep -E 'msg="(removed|stopped|would)' "$LOG" | sed -e 's/^time="[^"]*" //'
+grep -E 'msg="(removed|stopped|killed|reduced|would)' "$LOG" | sed -e 's/^time="[^"]*" //'
 echo "(the batch container's /var/log/containers link now dangles; it goes after its own grace)"
 for _ in $(seq 150); do grep -q 'msg="removed container log link' "$LOG" && break; sleep 0.1; done
 grep -E 'msg="removed container log link' "$LOG" | sed -e 's/^time="[^"]*" //' || echo "log link not reclaimed yet"
+
+say "What Prometheus sees (non-zero nri_housekeeper_actions_total and leaked_objects series):"
+metrics() { # a scrape without curl: bash's /dev/tcp
+	exec 3<>"/dev/tcp/127.0.0.1/${DEMO_METRICS_PORT:-9560}"
+	printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
+	cat <&3
+	exec 3<&-
+}
+metrics | grep -E '^nri_housekeeper_(actions_total|leaked_objects|tracked_pods|nri_connected)' | grep -v ' 0$' || true
 
 [[ -n $(cri pods | grep "${WEB_SB:0:13}") ]] || { echo "the live pod was touched!" >&2; exit 1; }
 say "The live pod web is untouched. Tearing the lab down."
