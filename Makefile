@@ -50,5 +50,28 @@ demo: lab-install build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./podstate/ ./plugin/
 
+# Pre-registered NRI plugin (packaging/install/install.sh): the binary as
+# $(DESTDIR)$(PLUGIN_DIR)/$(NAME), its config as $(DESTDIR)$(CONF_DIR)/$(NAME).conf
+# (an existing config is kept, the new one written next to it as .example).
+# NAME must be NN-name. `=` not `?=` for NAME: a NAME in the environment
+# must not pick the file name; `make install NAME=...` does.
+DESTDIR ?=
+PLUGIN_DIR ?= /opt/nri/plugins
+CONF_DIR ?= /etc/nri/conf.d
+NAME = 10-nri-housekeeper
+INSTALL_VARS = DESTDIR='$(DESTDIR)' PLUGIN_DIR='$(PLUGIN_DIR)' CONF_DIR='$(CONF_DIR)' NAME='$(NAME)' BINARY='$(BIN)'
+
+.PHONY: install uninstall deb
+
+install: build
+	packaging/install/install.sh install $(INSTALL_VARS)
+
+uninstall:
+	packaging/install/install.sh uninstall $(INSTALL_VARS)
+
+# Debian package (external mode: binary, systemd unit, config) into bin/.
+deb:
+	VERSION='$(VERSION)' GO='$(GO)' packaging/deb/build.sh bin
+
 clean:
 	rm -rf bin

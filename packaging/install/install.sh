@@ -1,0 +1,268 @@
+#!/bin/sh
+# Install or remove nri-housekeeper as a pre-registered NRI plugin: containerd
+# launches every NN-name executable in its NRI plugin_path when it starts and
+# passes it the contents of plugin_config_path/NN-name.conf.
+#
+#   install.sh install   [VAR=value ...]   binary + config (an existing config is kept)
+#   install.sh uninstall [VAR=value ...]   binary; config only if unchanged
+#   install.sh config    [VAR=value ...]   print the config that install writes
+#
+# Variables, from the environment or as VAR=value arguments:
+#   DESTDIR     prepended to every installed path (staging root); default empty
+#   PLUGIN_DIR  containerd's NRI plugin_path; default /opt/nri/plugins
+#   CONF_DIR    containerd's NRI plugin_config_path; default /etc/nri/conf.d
+#   NAME        file name: two digits (the plugin index), a dash, a name;
+#               default 10-nri-housekeeper
+#   BINARY      the nri-housekeeper binary to install; default bin/nri-housekeeper
+#   FORCE       1: replace a file at PLUGIN_DIR/NAME that is not nri-housekeeper
+#
+# `make install` / `make uninstall` call this script with BINARY=bin/nri-housekeeper.
+set -eu
+LC_ALL=C
+export LC_ALL
+
+DESTDIR=${DESTDIR-}
+PLUGIN_DIR=${PLUGIN_DIR:-/opt/nri/plugins}
+CONF_DIR=${CONF_DIR:-/etc/nri/conf.d}
+NAME=${NAME:-10-nri-housekeeper}
+BINARY=${BINARY:-bin/nri-housekeeper}
+FORCE=${FORCE:-0}
+
+prog=$(basename "$0")
+
+say() { printf '%s\n' "$*"; }
+die() {
+	printf '%s: %s\n' "$prog" "$*" >&2
+	exit 1
+}
+usage() {
+	printf 'usage: %s install|uninstall|config [DESTDIR=dir] [PLUGIN_DIR=dir] [CONF_DIR=dir] [NAME=NN-name] [BINARY=file] [FORCE=1]\n' "$prog" >&2
+	exit 2
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+for arg in "$@"; do
+	case $arg in
+	DESTDIR=*) DESTDIR=${arg#*=} ;;
+	PLUGIN_DIR=*) PLUGIN_DIR=${arg#*=} ;;
+	CONF_DIR=*) CONF_DIR=${arg#*=} ;;
+	NAME=*) NAME=${arg#*=} ;;
+	BINARY=*) BINARY=${arg#*=} ;;
+	FORCE=*) FORCE=${arg#*=} ;;
+	*) usage ;;
+	esac
+done
+case $cmd in
+install | uninstall | config) ;;
+*) usage ;;
+esac
+
+# valid_name NAME: what containerd's NRI (api.ParsePluginName and
+# api.CheckPluginName) accepts for a pre-registered plugin: two decimal digits,
+# a dash, then one or more of [a-zA-Z0-9_.+-].
+valid_name() {
+	case $1 in
+	[0-9][0-9]-?*) ;;
+	*) return 1 ;;
+	esac
+	case ${1#??-} in
+	*[!a-zA-Z0-9_.+-]*) return 1 ;;
+	esac
+	return 0
+}
+
+if ! valid_name "$NAME"; then
+	die "refusing NAME=\"$NAME\": a pre-registered NRI plugin must be named NN-name:
+  two digits (its index, e.g. 10), a dash, then letters, digits or _ . + - (e.g. 10-nri-housekeeper).
+  containerd treats every executable in its NRI plugin_path ($PLUGIN_DIR) as a plugin; one with
+  any other name makes NRI plugin discovery fail, and with it containerd's CRI service does not
+  start (\"failed to set up NRI for CRI service\"): no pods on this node. Nothing was installed."
+fi
+for v in "$PLUGIN_DIR" "$CONF_DIR"; do
+	case $v in
+	/*) ;;
+	*) die "PLUGIN_DIR and CONF_DIR must be absolute paths (got \"$v\")" ;;
+	esac
+done
+
+plugin_dir=$DESTDIR$PLUGIN_DIR
+conf_dir=$DESTDIR$CONF_DIR
+bin=$plugin_dir/$NAME
+conf=$conf_dir/$NAME.conf
+
+# is_housekeeper FILE: FILE runs and says it is nri-housekeeper. Run with a
+# timeout: another plugin given these arguments might try to connect to NRI.
+is_housekeeper() {
+	if [ ! -f "$1" ] || [ ! -x "$1" ]; then
+		return 1
+	fi
+	v=$(timeout 10 "$1" version 2>/dev/null) || return 1
+	case $v in
+	nri-housekeeper\ *) return 0 ;;
+	esac
+	return 1
+}
+
+# config_text BINARY: the configuration this script installs, for the
+# documented example of BINARY (`nri-housekeeper config example`).
+config_text() {
+	cat <<EOF
+# nri-housekeeper: configuration of the pre-registered NRI plugin
+# $PLUGIN_DIR/$NAME.
+#
+# containerd launches $PLUGIN_DIR/$NAME when it starts and passes it the
+# contents of this file ($CONF_DIR/$NAME.conf). Edits take effect when
+# containerd restarts; check them first with
+#   $PLUGIN_DIR/$NAME config check $CONF_DIR/$NAME.conf
+# An invalid file does not stop containerd: the plugin fails containerd's
+# Configure call, and containerd runs without the plugin (and logs why).
+#
+# Logging: containerd discards the plugin's stdout and stderr. With
+# log.target = "auto" (below) the plugin logs to journald when its socket
+# exists (journalctl -t nri-housekeeper); on a host without journald its logs
+# are lost. To debug, or without journald, set in [log]:
+#   target = "file"
+#   file = "/var/log/nri-housekeeper.log"
+#
+# [nri] is ignored in this mode: containerd passes the connection, and the name
+# and index come from the file name ($NAME).
+#
+EOF
+	timeout 10 "$1" config example
+}
+
+# scan_plugin_dir: warn about entries that break containerd's NRI plugin
+# discovery (executables or symlinks not named NN-name) or that would run a
+# second copy of nri-housekeeper.
+scan_plugin_dir() {
+	for f in "$plugin_dir"/* "$plugin_dir"/.[!.]* "$plugin_dir"/..?*; do
+		[ -e "$f" ] || [ -L "$f" ] || continue
+		n=${f##*/}
+		if [ -L "$f" ] || { [ ! -d "$f" ] && [ -x "$f" ]; }; then
+			if ! valid_name "$n"; then
+				say "WARNING: $f is executable (or a symlink) but not named NN-name:"
+				say "  containerd's NRI plugin discovery fails on it and the CRI service does not start."
+			elif [ "$n" != "$NAME" ] && [ "${n#??-}" = "${NAME#??-}" ]; then
+				say "WARNING: $f is another copy of ${NAME#??-}; containerd would launch both."
+			fi
+		fi
+	done
+}
+
+do_install() {
+	if [ ! -f "$BINARY" ] || [ ! -x "$BINARY" ]; then
+		die "BINARY=$BINARY is not an executable file (run make build, or set BINARY)"
+	fi
+	is_housekeeper "$BINARY" || die "BINARY=$BINARY does not run as nri-housekeeper (\`$BINARY version\` failed)"
+	if [ -d "$bin" ] && [ ! -L "$bin" ]; then
+		die "$bin is a directory; not replacing it"
+	fi
+	if { [ -e "$bin" ] || [ -L "$bin" ]; } && [ "$FORCE" != 1 ] && ! is_housekeeper "$bin"; then
+		die "$bin exists and is not nri-housekeeper (another plugin?); choose another NAME, or FORCE=1 to replace it"
+	fi
+	mkdir -p "$plugin_dir" "$conf_dir"
+
+	tmp=$(mktemp -d)
+	# The binary is staged in a directory inside the plugin dir, so that the
+	# final mv is an atomic rename on the same file system. containerd skips
+	# directories when it scans the plugin dir, so it never sees the staged
+	# file, nor a half-written executable under the final name; a running
+	# plugin keeps its (replaced) executable.
+	stage=$(mktemp -d "$plugin_dir/.$NAME.install.XXXXXX")
+	trap 'rm -rf "$tmp" "$stage"' EXIT
+	trap 'exit 1' HUP INT TERM
+	cp "$BINARY" "$stage/$NAME"
+	chmod 0755 "$stage/$NAME"
+	mv -f "$stage/$NAME" "$bin"
+	rmdir "$stage"
+	say "installed $bin (0755): $("$bin" version)"
+
+	config_text "$bin" >"$tmp/conf"
+	chmod 0644 "$tmp/conf"
+	if [ -e "$conf" ] || [ -L "$conf" ]; then
+		if cmp -s "$tmp/conf" "$conf"; then
+			say "config $conf is already the shipped one"
+		else
+			cp "$tmp/conf" "$conf.example.tmp"
+			mv -f "$conf.example.tmp" "$conf.example"
+			say "kept existing config $conf (new example at $conf.example)"
+		fi
+	else
+		cp "$tmp/conf" "$conf.tmp"
+		mv -f "$conf.tmp" "$conf"
+		say "installed $conf (0644)"
+	fi
+	if ! out=$("$bin" config check "$conf" 2>&1); then
+		printf '%s\n' "$out" >&2
+		die "$conf is not a valid configuration: the plugin would refuse to register and containerd would run without it. Fix it, then check with: $bin config check $conf"
+	fi
+	say "config check: $out"
+	scan_plugin_dir
+
+	cat <<EOF
+
+Next steps:
+  * NRI must be enabled in containerd:
+      containerd config dump | grep -A4 'io.containerd.nri.v1.nri'
+    should show disable = false, plugin_path = '$PLUGIN_DIR' and
+    plugin_config_path = '$CONF_DIR'. containerd 2.x enables NRI by default;
+    containerd 1.7 does not: set disable = false under
+    [plugins."io.containerd.nri.v1.nri"] in /etc/containerd/config.toml.
+  * containerd launches pre-registered plugins only when it starts: restart it
+    (systemctl restart containerd; running containers keep running).
+  * Logs: journalctl -t nri-housekeeper (containerd discards the plugin's
+    stdout/stderr; see the header of $CONF_DIR/$NAME.conf).
+  * Run either this pre-registered plugin or the nri-housekeeper systemd
+    service / DaemonSet on a node, not both.
+EOF
+}
+
+do_uninstall() {
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	trap 'exit 1' HUP INT TERM
+	# The shipped config is rebuilt from the installed binary's example (the
+	# one it was installed with), else from BINARY's.
+	src=
+	for b in "$bin" "$BINARY"; do
+		if is_housekeeper "$b"; then
+			src=$b
+			break
+		fi
+	done
+	if [ -n "$src" ]; then
+		config_text "$src" >"$tmp/conf"
+	fi
+
+	if [ -e "$bin" ] || [ -L "$bin" ]; then
+		if [ "$FORCE" != 1 ] && ! is_housekeeper "$bin"; then
+			die "$bin is not nri-housekeeper (another plugin?); not removing it (FORCE=1 removes it)"
+		fi
+		rm -f "$bin"
+		say "removed $bin"
+		say "  (a copy containerd already launched runs until containerd restarts)"
+	else
+		say "no $bin to remove"
+	fi
+	for f in "$conf" "$conf.example"; do
+		[ -e "$f" ] || continue
+		if [ -n "$src" ] && cmp -s "$tmp/conf" "$f"; then
+			rm -f "$f"
+			say "removed $f"
+		elif [ "$f" = "$conf" ]; then
+			say "kept $f: it differs from the shipped config (your changes); remove it yourself when no longer needed"
+		else
+			say "kept $f: it differs from the shipped example"
+		fi
+	done
+}
+
+case $cmd in
+install) do_install ;;
+uninstall) do_uninstall ;;
+config)
+	is_housekeeper "$BINARY" || die "BINARY=$BINARY does not run as nri-housekeeper"
+	config_text "$BINARY"
+	;;
+esac
