@@ -15,7 +15,7 @@ LDFLAGS := -X main.version=$(VERSION)
 LAB := test/e2e/lab/lab.sh
 E2E_TIMEOUT ?= 60m
 
-.PHONY: all build test unit lint fuzz e2e lab-install demo bench clean
+.PHONY: all build test unit lint fuzz e2e e2e-tools lab-install demo bench clean
 
 all: build
 
@@ -41,7 +41,12 @@ fuzz:
 lab-install:
 	$(LAB) install
 
-e2e: lab-install
+# systemd-analyze verifies the packaged unit (systemd need not be running).
+e2e-tools:
+	@command -v systemd-analyze >/dev/null || { apt-get update >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends systemd >/dev/null; }
+
+e2e: lab-install e2e-tools
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/... ./podcgroups/
 
 demo: lab-install build
