@@ -7,6 +7,7 @@
 #   make demo    bring up the lab containerd, run the plugin, create pods and a
 #                leak, show what the plugin tracks, tear everything down
 #   make bench   the benchmarks behind the performance budgets
+#   make install / uninstall / deb / image / helm-template   packaging (see README "Install")
 SHELL := /bin/bash
 GO ?= go
 BIN := bin/nri-housekeeper
@@ -22,7 +23,7 @@ all: build
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nri-housekeeper
 
-test: lint unit fuzz e2e
+test: lint unit fuzz chart e2e
 
 lint:
 	$(GO) vet ./...
@@ -46,14 +47,36 @@ e2e-tools:
 	@command -v systemd-analyze >/dev/null || { apt-get update >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends systemd >/dev/null; }
 
-e2e: lab-install e2e-tools
-	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/... ./podcgroups/
+e2e: lab-install e2e-tools image
+	NRIHK_IMAGE_TAR=$(abspath $(IMAGE_TAR)) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/... ./podcgroups/
 
 demo: lab-install build
 	demo/run.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./podstate/ ./plugin/
+
+IMAGE_TAR ?= bin/nri-housekeeper-image.tar
+HELM_VERSION ?= v3.22.0
+CHART := packaging/helm/nri-housekeeper
+.PHONY: image chart helm-template daemonset-manifest
+
+# The container image without a container engine: static binary in an OCI image-layout
+# tarball (ctr images import, nerdctl/podman load, skopeo copy oci-archive:...).
+# PLATFORMS="linux/amd64 linux/arm64" for a multi-arch image.
+image:
+	VERSION=$(VERSION) packaging/image/build.sh $(IMAGE_TAR)
+
+# Chart tests (own Go module, so Helm stays out of go.mod): helm-template render, API schema
+# checks, DaemonSet checks, helm lint, daemonset.yaml == render.
+chart:
+	cd packaging/helm && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+helm-template:
+	$(GO) run helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) template nri-housekeeper $(CHART) --namespace kube-system
+
+daemonset-manifest:
+	cd packaging/helm && $(GO) test -count=1 -run Manifest -update .
 
 # Pre-registered NRI plugin (packaging/install/install.sh): the binary as
 # $(DESTDIR)$(PLUGIN_DIR)/$(NAME), its config as $(DESTDIR)$(CONF_DIR)/$(NAME).conf

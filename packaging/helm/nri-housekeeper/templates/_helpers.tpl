@@ -1,0 +1,128 @@
+{{/* Chart name, at most 63 characters. */}}
+{{- define "nri-housekeeper.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: the release name when it contains the chart name. */}}
+{{- define "nri-housekeeper.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "nri-housekeeper.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "nri-housekeeper.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nri-housekeeper.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "nri-housekeeper.labels" -}}
+helm.sh/chart: {{ include "nri-housekeeper.chart" . }}
+{{ include "nri-housekeeper.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: node-agent
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "nri-housekeeper.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "nri-housekeeper.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "nri-housekeeper.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Where the plugin finds its configuration in the container. */}}
+{{- define "nri-housekeeper.configDir" -}}/etc/nri-housekeeper{{- end }}
+
+{{/* Whether the kubelet pods dir is mounted read-only. */}}
+{{- define "nri-housekeeper.podsReadOnly" -}}
+{{- if dig "pod_dirs" "remove_orphaned" false .Values.config }}false{{ else }}true{{ end }}
+{{- end }}
+
+{{/*
+The configuration: .Values.config with the keys that must match the
+DaemonSet's mounts and ports set by the chart.
+*/}}
+{{- define "nri-housekeeper.config" -}}
+{{- $v := .Values -}}
+{{- $cfg := deepCopy (default dict $v.config) -}}
+{{- $set := dict
+  "nri" (dict "socket" (printf "%s/%s" (trimSuffix "/" $v.nri.socketDir) $v.nri.socketName))
+  "runtime" (dict "endpoint" (printf "unix://%s/%s" (trimSuffix "/" $v.containerd.socketDir) $v.containerd.socketName))
+  "pods" (dict "kubelet_root" $v.kubelet.rootDir)
+  "logs" (dict "pod_logs_dir" $v.kubelet.podLogsDir "container_logs_dir" $v.kubelet.containerLogsDir)
+  "cgroups" (dict "mountpoint" $v.cgroupMountpoint)
+  "metrics" (dict "address" (printf ":%d" (int $v.metrics.port)))
+  "log" (dict "target" "stderr")
+-}}
+{{- range $section, $keys := $set }}
+{{- $_ := set $cfg $section (merge $keys (default dict (get $cfg $section))) }}
+{{- end }}
+{{- include "nri-housekeeper.toml" $cfg }}
+{{- end }}
+
+{{/*
+TOML of a config map: top-level scalars, then one [section] per map, keys
+sorted. A null value leaves the key out. Helm's toToml is not used: it turns
+every YAML number into a float (4 -> 4.0), which the plugin rightly rejects
+for integer keys.
+*/}}
+{{- define "nri-housekeeper.toml" -}}
+# Rendered by the nri-housekeeper Helm chart from .Values.config.
+# Every key, its default and meaning: nri-housekeeper config example
+{{- range $k, $v := . }}
+{{- if and (not (kindIs "map" $v)) (not (kindIs "invalid" $v)) }}
+{{ $k }} = {{ include "nri-housekeeper.tomlValue" (list $k $v) }}
+{{- end }}
+{{- end }}
+{{- range $section, $keys := . }}
+{{- if kindIs "map" $keys }}
+[{{ $section }}]
+{{- range $k, $v := $keys }}
+{{- if not (kindIs "invalid" $v) }}
+{{ $k }} = {{ include "nri-housekeeper.tomlValue" (list (printf "%s.%s" $section $k) $v) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+One TOML value. The plugin's only number keys are listed here: whole numbers
+are written as integers, and a number given as a string (helm --set turns
+0.25 into "0.25") is written as a number. A number for any other key is
+written as a string (helm --set turns plugin_index=20 into 20). Booleans and
+strings are written as they are.
+*/}}
+{{- define "nri-housekeeper.tomlValue" -}}
+{{- $key := index . 0 }}{{ $v := index . 1 }}
+{{- $numberKeys := list "housekeeping.max_parallel" "containers.max_per_pod_container" "containers.max_containers" "orphans.max_per_pass" "orphans.max_fraction" }}
+{{- $isNumber := or (kindIs "float64" $v) (kindIs "int" $v) (kindIs "int64" $v) }}
+{{- if and (has $key $numberKeys) (kindIs "string" $v) (regexMatch "^-?[0-9]+(\\.[0-9]+)?$" $v) }}{{ $v }}
+{{- else if and $isNumber (has $key $numberKeys) }}
+{{- if eq (float64 $v) (float64 (int64 $v)) }}{{ int64 $v }}{{ else }}{{ $v }}{{ end }}
+{{- else if $isNumber }}{{ if eq (float64 $v) (float64 (int64 $v)) }}{{ int64 $v | toString | toJson }}{{ else }}{{ $v | toString | toJson }}{{ end }}
+{{- else if kindIs "string" $v }}{{ toJson $v }}
+{{- else if kindIs "bool" $v }}{{ $v }}
+{{- else }}{{ fail (printf "config.%s: only strings, numbers and booleans (and one level of sections) are supported, got %s" $key (kindOf $v)) }}
+{{- end }}
+{{- end }}
