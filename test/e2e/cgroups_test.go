@@ -228,7 +228,11 @@ func TestOrphanedPodDirsAreRemovedWithKubeletsRules(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clean, mounted, escaping := lab.NewUID(), lab.NewUID(), lab.NewUID()
+	clean, mounted, escaping, symlinked := lab.NewUID(), lab.NewUID(), lab.NewUID(), lab.NewUID()
+	// A pod dir that is itself a symlink escaping the root: refused, never followed.
+	if err := os.Symlink(outside, podDir(symlinked)); err != nil {
+		t.Fatal(err)
+	}
 	mkdir(filepath.Join(podDir(clean), "volumes", "kubernetes.io~empty-dir", "cache"))
 	mkdir(filepath.Join(podDir(clean), "containers", "app"))
 	if err := os.WriteFile(filepath.Join(podDir(clean), "etc-hosts"), []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
@@ -264,6 +268,9 @@ func TestOrphanedPodDirsAreRemovedWithKubeletsRules(t *testing.T) {
 	}
 	if b, err := os.ReadFile(precious); err != nil || string(b) != "keep me" {
 		t.Fatal("the symlink's target outside the root was touched")
+	}
+	if fi, err := os.Lstat(podDir(symlinked)); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatal("the pod dir that is a symlink escaping the root was touched")
 	}
 	if !exists(k.podDir(live)) {
 		t.Fatal("the dir of a pod with a sandbox was removed")
