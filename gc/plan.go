@@ -91,7 +91,7 @@ func newPlanner(in Input) *planner {
 		removal:        make(map[string]string),
 		orphanStop:     make(map[string]string),
 		leaks:          make(map[string]int),
-		clocks:         make(map[string]time.Time),
+		clocks:         make(map[string]time.Time, len(in.EligibleSince)),
 	}
 	// One allocation each for the managed objects, one oracle lookup per
 	// object: the planner is linear in the node's size.
@@ -463,7 +463,7 @@ func (p *planner) linkedContainer(l nodefs.ContainerLogLink) (c *cri.Container, 
 
 // resolve applies leak_grace, the breaker and dependencies to the candidates.
 func (p *planner) resolve() Result {
-	r := Result{Kept: p.kept, Leaks: p.leaks, EligibleSince: make(map[string]time.Time, len(p.candidates))}
+	r := Result{Kept: p.kept, Leaks: p.leaks, EligibleSince: p.clocks}
 	order := make(map[Kind]int, len(Kinds))
 	for i, k := range Kinds {
 		order[k] = i
@@ -488,9 +488,6 @@ func (p *planner) resolve() Result {
 		if left > 0 {
 			notDue[a.Key] = waiting{graceLeft: left}
 		}
-	}
-	for k, since := range p.clocks {
-		r.EligibleSince[k] = since
 	}
 	r.Breaker = p.breaker(notDue)
 	r.Deferred = make([]Deferred, 0, len(notDue))
