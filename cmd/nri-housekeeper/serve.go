@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	goruntime "runtime"
 	"strings"
 	"sync/atomic"
@@ -95,6 +96,12 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 		"period": cfg.Housekeeping.Period.String(), "runtime": cfg.Runtime.Endpoint,
 	}).Info("nri-housekeeper starting")
 
+	if cfg.Cgroups.Enabled && os.Getpid() == 1 {
+		// PID 1 means a PID namespace of our own (a pod without hostPID):
+		// the processes in pod cgroups have host PIDs we cannot signal.
+		log.Warn("running as PID 1, so not in the host PID namespace: processes in orphaned pod cgroups cannot be killed " +
+			"(run the DaemonSet with hostPID: true, or set cgroups.enabled = false)")
+	}
 	client, err := cri.Dial(cfg.Runtime.Endpoint, cfg.Runtime.RPCTimeout, cri.WithObserver(m.ObserveCRICall))
 	if err != nil {
 		log.WithError(err).Error("cannot use the CRI endpoint; check runtime.endpoint")
