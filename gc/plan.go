@@ -70,8 +70,6 @@ type planner struct {
 	// removal is the key of the candidate that removes (or first stops) a
 	// container or sandbox, by object ID.
 	removal map[string]string
-	// orphanStop is the key of the orphans.stop action of a container.
-	orphanStop map[string]string
 
 	candidates []Action
 	kept       []Kept
@@ -89,7 +87,6 @@ func newPlanner(in Input) *planner {
 		unmanagedByUID: make(map[string][]*cri.Sandbox),
 		refs:           make(map[string][]*cri.Container),
 		removal:        make(map[string]string),
-		orphanStop:     make(map[string]string),
 		leaks:          make(map[string]int),
 		clocks:         make(map[string]time.Time, len(in.EligibleSince)),
 	}
@@ -306,7 +303,6 @@ func (p *planner) orphanRules() {
 		stops := make(map[string][]string) // sandbox ID -> its container stop keys
 		for _, c := range o.containers {
 			key := "stop-container/" + c.ID
-			p.orphanStop[c.ID] = key
 			stops[c.SandboxID] = append(stops[c.SandboxID], key)
 			p.propose(Action{Kind: StopContainer, Rule: RuleOrphanStop, Pod: o.pod, Key: key,
 				SandboxID: c.SandboxID, ContainerID: c.ID, ContainerName: c.Name, Timeout: p.in.Policy.StopTimeout,

@@ -182,7 +182,7 @@ func encodeEntry(e *logrus.Entry) []byte {
 	appendField(&b, "MESSAGE", e.Message)
 	appendField(&b, "PRIORITY", strconv.Itoa(priority(e.Level)))
 	appendField(&b, "SYSLOG_IDENTIFIER", SyslogIdentifier)
-	if e.HasCaller() {
+	if e.Caller != nil {
 		appendField(&b, "CODE_FILE", e.Caller.File)
 		appendField(&b, "CODE_LINE", strconv.Itoa(e.Caller.Line))
 		appendField(&b, "CODE_FUNC", e.Caller.Function)

@@ -122,7 +122,7 @@ func main() {
 	spec := Spec{Names: names, Entrypoint: flag.Args(), Cmd: cmd, Env: env, User: *user, WorkingDir: *workdir, Labels: map[string]string{}}
 	err := func() error {
 		if *out == "" || len(names) == 0 || len(rootfs) == 0 || len(spec.Entrypoint) == 0 {
-			return errors.New("usage: mkimage -o OUT.tar -name REF [-name REF...] -rootfs OS/ARCH=DIR [-rootfs ...] [-env K=V] [-label K=V] [-user U] [-cmd ARG...] -- ENTRYPOINT...")
+			return errors.New("usage: mkimage -o OUT.tar -name REF [-name REF...] -rootfs OS/ARCH=DIR [-rootfs ...] [-env K=V] [-label K=V] [-user U] [-cmd ARG]... -- ENTRYPOINT [ARG]")
 		}
 		for _, r := range rootfs {
 			p, dir, ok := strings.Cut(r, "=")
