@@ -239,8 +239,9 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 	listing, stats := ToListing(startSeq, snap)
 	r.Listing = stats
 	if len(snap.Malformed) > 0 {
-		l.log.WithField("entries", summarize(snap.Malformed, 5)).
-			Warnf("runtime listed %d malformed entries; they are skipped and never acted on", len(snap.Malformed))
+		// Said once per distinct set, not every pass.
+		l.warnOnce(fmt.Sprintf("runtime listed %d malformed entries; they are skipped and never acted on", len(snap.Malformed)),
+			errors.New(summarize(snap.Malformed, 5)))
 	}
 	r.Reconcile = l.state.Reconcile(listing, snap.TakenAt)
 	view := l.state.View()
@@ -373,6 +374,7 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 	l.mu.Lock()
 	l.passes++
 	l.last = r
+	l.last.Snapshot = cri.Snapshot{} // the listing can be large; callers of Pass get it
 	failures := l.failures
 	if r.Err != nil {
 		l.failures++
