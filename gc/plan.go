@@ -627,3 +627,18 @@ func (r Result) Summary() string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// LeakSummary says the leaks detected in words: "1 container, 1 sandbox", or "none".
+func (r Result) LeakSummary() string {
+	var parts []string
+	for k, n := range r.Leaks {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}

@@ -412,7 +412,7 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 		"sandboxes": c.Sandboxes, "containers": c.Containers,
 		"added": r.Reconcile.Added, "updated": r.Reconcile.Updated, "removed": r.Reconcile.Removed,
 		"forgotten": r.Reconcile.Forgotten, "unmanaged": r.Listing.Unmanaged, "malformed": r.Listing.Malformed,
-		"leaks": leakSummary(r.Plan.Leaks), "due": len(r.Plan.Actions), "deferred": len(r.Plan.Deferred), "executed": len(r.Outcomes),
+		"leaks": r.Plan.LeakSummary(), "due": len(r.Plan.Actions), "deferred": len(r.Plan.Deferred), "executed": len(r.Outcomes),
 		"took": r.Duration.Round(time.Microsecond).String(),
 	})
 	changed := r.Reconcile.Added+r.Reconcile.Updated+r.Reconcile.Removed+r.Reconcile.Forgotten > 0 ||

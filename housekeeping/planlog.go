@@ -2,7 +2,6 @@ package housekeeping
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -77,18 +76,4 @@ func podList(pods []gc.PodRef) string {
 		s = append(s, fmt.Sprintf("%s/%s (%s)", p.Namespace, p.Name, p.UID))
 	}
 	return strings.Join(s, ", ")
-}
-
-func leakSummary(leaks map[string]int) string {
-	var parts []string
-	for k, n := range leaks {
-		if n > 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", k, n))
-		}
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, " ")
 }

@@ -105,7 +105,7 @@ func Text(w io.Writer, r Report) error {
 	if r.Blocked != "" {
 		p("NOT ACTING YET: %s\n", r.Blocked)
 	}
-	p("leaks detected: %s\n", leaks(r.Leaks))
+	p("leaks detected: %s\n", gc.Result{Leaks: r.Leaks}.LeakSummary())
 	if r.Breaker != nil {
 		p("BREAKER: %s\n", r.Breaker.ReasonMessage)
 	}
@@ -147,18 +147,4 @@ func shorten(s string) string {
 		}
 	}
 	return strings.Join(fields, " ")
-}
-
-func leaks(m map[string]int) string {
-	var parts []string
-	for k, n := range m {
-		if n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n, k))
-		}
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ", ")
 }
