@@ -114,10 +114,11 @@ func TestHealthzFailsAfterThreePeriodsWithoutAPass(t *testing.T) {
 	defer cancel()
 	const period = 100 * time.Millisecond
 	loop := &fakeLoop{}
+	// The staleness clock starts at the pass, not when the server is up.
+	start := time.Now()
 	loop.passNow()
 	base, _ := serve(t, ctx, New(BuildInfo{}), loop.health(period))
 
-	start := time.Now()
 	if code, body := get(t, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("fresh pass: /healthz %d %q, want 200 ok", code, body)
 	}
