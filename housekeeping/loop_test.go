@@ -133,7 +133,7 @@ func TestPassReconcilesAndLogsPhaseTransitions(t *testing.T) {
 func TestWakeIsDebouncedAndResyncIsImmediate(t *testing.T) {
 	rt := &fakeRuntime{}
 	log, _ := testLogger()
-	loop := New(podstate.New(0), rt, Options{Period: time.Hour, Debounce: 200 * time.Millisecond}, log)
+	loop := New(podstate.New(0), rt, Options{Period: time.Hour, Debounce: 600 * time.Millisecond}, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
@@ -148,7 +148,7 @@ func TestWakeIsDebouncedAndResyncIsImmediate(t *testing.T) {
 		t.Fatalf("listings = %d before the debounce ended, want 1", got)
 	}
 	waitCalls(t, rt, 2)
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond)
 	if got := rt.calls.Load(); got != 2 {
 		t.Fatalf("a burst of 20 wakes caused %d passes, want 1", got-1)
 	}
@@ -156,8 +156,8 @@ func TestWakeIsDebouncedAndResyncIsImmediate(t *testing.T) {
 	start := time.Now()
 	loop.Resync()
 	waitCalls(t, rt, 3)
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Fatalf("resync pass took %v to start, want immediate", d)
+	if d := time.Since(start); d > 300*time.Millisecond {
+		t.Fatalf("resync pass took %v to start, want immediate (the debounce is 600ms)", d)
 	}
 	cancel()
 	<-done
