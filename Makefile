@@ -38,10 +38,12 @@ lint:
 unit:
 	$(GO) test -race -count=1 ./...
 
-# Short fuzz runs; the long ones are in the issue notes (make fuzz FUZZTIME=10m).
+# Short fuzz runs of the config parser and of the planner's safety contract;
+# longer locally with make fuzz FUZZTIME=10m.
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./config/
+	$(GO) test -run '^$$' -fuzz '^FuzzPlanKeepsTheSafetyContract$$' -fuzztime $(FUZZTIME) ./gc/
 
 lab-install:
 	$(LAB) install
