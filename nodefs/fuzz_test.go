@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nri-housekeeper/nri-housekeeper/poduid"
 )
 
 // FuzzParsePodLogDirName: the parser never panics, agrees with the
@@ -38,7 +40,7 @@ func FuzzParsePodLogDirName(f *testing.F) {
 		if got.Namespace != "" || got.PodName != "" {
 			rebuilt = got.Namespace + "_" + got.PodName + "_" + got.UID
 		}
-		if rebuilt != name || got.Name != name || !validUID(got.UID) {
+		if rebuilt != name || got.Name != name || !poduid.Valid(got.UID) {
 			t.Fatalf("%q parsed as %+v, which does not rebuild it", name, got)
 		}
 	})

@@ -13,6 +13,8 @@ package nodefs
 import (
 	"fmt"
 	"strings"
+
+	"github.com/nri-housekeeper/nri-housekeeper/poduid"
 )
 
 // Name grammar. kubelet itself is lax (it takes the pod UID as the last '_'
@@ -56,7 +58,7 @@ func ParsePodLogDirName(name string) (PodLogDir, error) {
 	parts := strings.Split(name, "_")
 	switch len(parts) {
 	case 1:
-		if !validUID(name) {
+		if !poduid.Valid(name) {
 			return PodLogDir{}, fmt.Errorf("legacy pod log dir name %q is not a pod UID", name)
 		}
 		return PodLogDir{Name: name, UID: name}, nil
@@ -71,7 +73,7 @@ func ParsePodLogDirName(name string) (PodLogDir, error) {
 	if err := checkSubdomain("pod name", d.PodName); err != nil {
 		return PodLogDir{}, fmt.Errorf("pod log dir name %q: %w", name, err)
 	}
-	if !validUID(d.UID) {
+	if !poduid.Valid(d.UID) {
 		return PodLogDir{}, fmt.Errorf("pod log dir name %q: %q is not a pod UID", name, d.UID)
 	}
 	return d, nil
@@ -164,31 +166,6 @@ func isLabel(s string) bool {
 		}
 	}
 	return true
-}
-
-// validUID reports whether s is a pod UID kubelet can have produced: an API
-// server UUID (8-4-4-4-12 lowercase hex) or a static pod's md5 (32 lowercase
-// hex). Uppercase is rejected: neither source ever produces it.
-func validUID(s string) bool {
-	switch len(s) {
-	case 32:
-		return isLowerHex(s)
-	case 36:
-		for i := 0; i < len(s); i++ {
-			switch i {
-			case 8, 13, 18, 23:
-				if s[i] != '-' {
-					return false
-				}
-			default:
-				if !isLowerHexByte(s[i]) {
-					return false
-				}
-			}
-		}
-		return true
-	}
-	return false
 }
 
 func isLowerHex(s string) bool {

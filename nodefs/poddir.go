@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/poduid"
 )
 
 // Orphaned kubelet pod directories (DESIGN.md §4, "Orphaned kubelet pod
@@ -186,7 +188,7 @@ func openPods(kubeletRoot, uid string) (p podsRoot, path string, err error) {
 	}
 	dir := r.Roots()[0]
 	path = dir + "/" + uid
-	if !validUID(uid) {
+	if !poduid.Valid(uid) {
 		return podsRoot{}, path, refuse(path, "%q is not a pod UID kubelet creates (a lowercase UUID, or 32 lowercase hex digits)", uid)
 	}
 	if _, rel, err := r.target(path); err != nil {
@@ -398,6 +400,27 @@ func (in *inspector) enter(parentFd int, name, rel string, fi fileInfo) (dir *os
 	return dir, fd, false, nil
 }
 
+// descend enters the directory name (already lstat'ed as fi) and calls
+// visit for each child, stopping at the first error. A directory that is
+// gone or refused (enter returns no dir) is not descended into.
+func (in *inspector) descend(parentFd int, name, rel string, fi fileInfo, visit func(fd int, name, rel string) error) error {
+	dir, fd, _, err := in.enter(parentFd, name, rel, fi)
+	if err != nil || dir == nil {
+		return err
+	}
+	defer dir.Close()
+	names, err := in.children(dir, rel)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := visit(fd, n, rel+"/"+n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // children reads the names in dir, sorted.
 func (in *inspector) children(dir *os.File, rel string) ([]string, error) {
 	names, err := readNames(in.ctx, dir)
@@ -435,21 +458,9 @@ func (in *inspector) scanVolumes(parentFd int, name, rel string, depth int) erro
 	if depth >= volumeDirDepth && in.truncated {
 		return nil // enough leftovers listed: volume dirs are still counted
 	}
-	dir, fd, _, err := in.enter(parentFd, name, rel, fi)
-	if err != nil || dir == nil {
-		return err
-	}
-	defer dir.Close()
-	names, err := in.children(dir, rel)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		if err := in.scanVolumes(fd, n, rel+"/"+n, depth+1); err != nil {
-			return err
-		}
-	}
-	return nil
+	return in.descend(parentFd, name, rel, fi, func(fd int, n, childRel string) error {
+		return in.scanVolumes(fd, n, childRel, depth+1)
+	})
 }
 
 // scanSubpaths inspects volume-subpaths/<volume>/<container>/<index>
@@ -489,21 +500,9 @@ func (in *inspector) scanSubpaths(parentFd int, name, rel string, depth int) err
 		in.block("%s is a %s where kubelet expects a directory of volume subpaths", rel, fi.kind())
 		return nil
 	}
-	dir, fd, _, err := in.enter(parentFd, name, rel, fi)
-	if err != nil || dir == nil {
-		return err
-	}
-	defer dir.Close()
-	names, err := in.children(dir, rel)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		if err := in.scanSubpaths(fd, n, rel+"/"+n, depth+1); err != nil {
-			return err
-		}
-	}
-	return nil
+	return in.descend(parentFd, name, rel, fi, func(fd int, n, childRel string) error {
+		return in.scanSubpaths(fd, n, childRel, depth+1)
+	})
 }
 
 // scanDevices lists volumeDevices/<plugin>/<volume> as volume dirs: block

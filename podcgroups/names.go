@@ -15,6 +15,8 @@ package podcgroups
 import (
 	"fmt"
 	"strings"
+
+	"github.com/nri-housekeeper/nri-housekeeper/poduid"
 )
 
 // Driver is kubelet's cgroup driver: it decides how cgroups are named.
@@ -55,7 +57,7 @@ const (
 // "pod<uid>", and returns the pod UID.
 func ParseCgroupfsName(name string) (uid string, ok bool) {
 	uid, found := strings.CutPrefix(name, podPrefix)
-	if !found || !validUID(uid) {
+	if !found || !poduid.Valid(uid) {
 		return "", false
 	}
 	return uid, true
@@ -92,7 +94,7 @@ func parseSystemdPod(prefix, name string) (string, bool) {
 		return "", false
 	}
 	uid := strings.ReplaceAll(escaped, "_", "-")
-	if !validUID(uid) {
+	if !poduid.Valid(uid) {
 		return "", false
 	}
 	return uid, true
@@ -182,7 +184,7 @@ func podParents(driver Driver, root string) ([]podParent, error) {
 // podRel returns the path, relative to a hierarchy, where kubelet puts the
 // cgroup of pod uid of class qos: the one place Destroy and ReduceCPU accept.
 func podRel(driver Driver, root, qos, uid string) (string, error) {
-	if !validUID(uid) {
+	if !poduid.Valid(uid) {
 		return "", fmt.Errorf("%q is not a pod UID", uid)
 	}
 	parents, err := podParents(driver, root)
@@ -254,35 +256,3 @@ func systemdRootRel(root string) (string, error) {
 	}
 	return strings.Join(dirs, "/"), nil
 }
-
-// validUID reports whether s is a pod UID kubelet can have produced: an API
-// server UUID (8-4-4-4-12 lowercase hex) or a static pod's md5 (32 lowercase
-// hex). Uppercase is rejected: neither source produces it.
-func validUID(s string) bool {
-	switch len(s) {
-	case 32:
-		for i := 0; i < len(s); i++ {
-			if !isLowerHex(s[i]) {
-				return false
-			}
-		}
-		return true
-	case 36:
-		for i := 0; i < len(s); i++ {
-			switch i {
-			case 8, 13, 18, 23:
-				if s[i] != '-' {
-					return false
-				}
-			default:
-				if !isLowerHex(s[i]) {
-					return false
-				}
-			}
-		}
-		return true
-	}
-	return false
-}
-
-func isLowerHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
