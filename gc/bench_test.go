@@ -2,17 +2,22 @@ package gc
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
 // nodeInput is a node with n pods × 3 containers and a realistic mix: most
 // pods live (Ready sandbox, running containers, one dead instance kept),
 // some restarting (older dead attempts), some gone with leaked sandboxes,
 // containers and log dirs, and a few orphaned live pods.
+//
+// Every object gets its own copy of every string, as decoding a CRI
+// listing does: a planner cannot profit from strings shared by accident.
 func nodeInput(n int) Input {
 	in := Input{Now: now, Policy: policy(), LastLifeEvent: map[string]time.Time{}, EligibleSince: map[string]time.Time{}}
 	in.Policy.LeakGrace = 5 * time.Minute
@@ -22,33 +27,55 @@ func nodeInput(n int) Input {
 		s := fmt.Sprintf("%064x", i)
 		kind := i % 20
 		ready := kind < 17 // 85% live, 10% gone (leaked), 5% orphaned live
-		if kind < 17 || kind == 19 {
-			dirs.UIDs[uid] = struct{}{}
+		if kind < 17 {
+			dirs.UIDs[strings.Clone(uid)] = struct{}{}
 		}
 		if kind == 19 {
-			delete(dirs.UIDs, uid)
 			ready = true
 		}
-		in.Sandboxes = append(in.Sandboxes, sb(s, uid, ready, time.Hour))
-		in.LastLifeEvent[uid] = now.Add(-time.Hour)
+		in.Sandboxes = append(in.Sandboxes, listedSandbox(s, uid, ready, time.Hour))
+		in.LastLifeEvent[strings.Clone(uid)] = now.Add(-time.Hour)
 		for j := range 3 {
 			state := cri.ContainerRunning
 			if !ready {
 				state = cri.ContainerExited
 			}
-			in.Containers = append(in.Containers, ctr(fmt.Sprintf("%060x%04d", i, j), s, uid, fmt.Sprintf("c%d", j), state, 50*time.Minute))
+			in.Containers = append(in.Containers, listedContainer(fmt.Sprintf("%060x%04d", i, j), s, uid, fmt.Sprintf("c%d", j), state, 50*time.Minute))
 		}
 		if kind%5 == 0 { // a restarting container: two dead attempts
 			for k := range 2 {
-				in.Containers = append(in.Containers, ctr(fmt.Sprintf("%058x%02d%04d", i, k, 9), s, uid, "c0", cri.ContainerExited, time.Duration(55+k)*time.Minute))
+				in.Containers = append(in.Containers, listedContainer(fmt.Sprintf("%058x%02d%04d", i, k, 9), s, uid, "c0", cri.ContainerExited, time.Duration(55+k)*time.Minute))
 			}
 		}
 		name := "ns_pod-" + uid + "_" + uid
-		in.PodLogDirs = append(in.PodLogDirs, nodefs.PodLogDir{Path: podLogs + "/" + name, Name: name, Namespace: "ns", PodName: "pod-" + uid, UID: uid})
+		in.PodLogDirs = append(in.PodLogDirs, nodefs.PodLogDir{Path: podLogs + "/" + name, Name: name, Namespace: "ns", PodName: "pod-" + uid, UID: strings.Clone(uid)})
 	}
 	in.Oracle = Oracle{PodDirs: dirs}
 	in.EligibleSince = Plan(in).EligibleSince
 	return in
+}
+
+// listedLabels are kubelet's labels as one decoded listing entry carries them.
+func listedLabels(uid string, extra ...string) map[string]string {
+	l := map[string]string{
+		podstate.LabelPodUID:       strings.Clone(uid),
+		podstate.LabelPodNamespace: strings.Clone("ns"),
+		podstate.LabelPodName:      "pod-" + uid,
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		l[extra[i]] = strings.Clone(extra[i+1])
+	}
+	return l
+}
+
+func listedSandbox(id, uid string, ready bool, age time.Duration) cri.Sandbox {
+	return cri.Sandbox{ID: strings.Clone(id), UID: strings.Clone(uid), Name: "pod-" + uid, Namespace: strings.Clone("ns"), Ready: ready,
+		CreatedAt: now.Add(-age), Labels: listedLabels(uid, "app", "web")}
+}
+
+func listedContainer(id, sandbox, uid, name string, state cri.ContainerState, age time.Duration) cri.Container {
+	return cri.Container{ID: id, SandboxID: strings.Clone(sandbox), Name: strings.Clone(name), State: state,
+		CreatedAt: now.Add(-age), Labels: listedLabels(uid, "io.kubernetes.container.name", name)}
 }
 
 func benchmarkPlan(b *testing.B, pods int) {
@@ -64,3 +91,32 @@ func benchmarkPlan(b *testing.B, pods int) {
 func BenchmarkPlan1kPods(b *testing.B)  { benchmarkPlan(b, 1000) }
 func BenchmarkPlan10kPods(b *testing.B) { benchmarkPlan(b, 10000) }
 func BenchmarkPlan20kPods(b *testing.B) { benchmarkPlan(b, 20000) }
+
+// benchmarkReadPods is the floor under any planner: learn each listed
+// object's pod (its kubelet labels) and whether the oracle has it, with
+// no other work and no allocation. How this scales from 10k to 20k pods is
+// what the memory hierarchy of the machine allows; compare Plan's ratio
+// with it (make bench prints both).
+func benchmarkReadPods(b *testing.B, pods int) {
+	in := nodeInput(pods)
+	gone := 0
+	for b.Loop() {
+		gone = 0
+		for i := range in.Sandboxes {
+			if id, ok := podstate.KubeletPod(in.Sandboxes[i].Labels); ok && in.Oracle.gone(id.UID) {
+				gone++
+			}
+		}
+		for i := range in.Containers {
+			if id, ok := podstate.KubeletPod(in.Containers[i].Labels); ok && in.Oracle.gone(id.UID) {
+				gone++
+			}
+		}
+	}
+	if want := pods * 3 / 20 * 4; gone < want {
+		b.Fatalf("%d objects of gone pods read, want at least %d", gone, want)
+	}
+}
+
+func BenchmarkReadPods10kPods(b *testing.B) { benchmarkReadPods(b, 10000) }
+func BenchmarkReadPods20kPods(b *testing.B) { benchmarkReadPods(b, 20000) }

@@ -460,22 +460,27 @@ func (p *planner) linkedContainer(l nodefs.ContainerLogLink) (c *cri.Container, 
 // resolve applies leak_grace, the breaker and dependencies to the candidates.
 func (p *planner) resolve() Result {
 	r := Result{Kept: p.kept, Leaks: p.leaks, EligibleSince: p.clocks}
-	order := make(map[Kind]int, len(Kinds))
-	for i, k := range Kinds {
-		order[k] = i
+	// Keys are unique, so an unstable sort is deterministic. Each
+	// candidate's kind rank is looked up once, not in every comparison,
+	// and sorting small entries avoids moving the large Action values.
+	type entry struct {
+		rank int
+		a    *Action
 	}
-	// Keys are unique, so an unstable sort is deterministic; sorting
-	// pointers avoids moving the large Action values around.
-	sorted := make([]*Action, len(p.candidates))
+	entries := make([]entry, len(p.candidates))
 	for i := range p.candidates {
-		sorted[i] = &p.candidates[i]
+		entries[i] = entry{rank: slices.Index(Kinds, p.candidates[i].Kind), a: &p.candidates[i]}
 	}
-	slices.SortFunc(sorted, func(a, b *Action) int {
-		if d := order[a.Kind] - order[b.Kind]; d != 0 {
+	slices.SortFunc(entries, func(x, y entry) int {
+		if d := x.rank - y.rank; d != 0 {
 			return d
 		}
-		return strings.Compare(a.Key, b.Key)
+		return strings.Compare(x.a.Key, y.a.Key)
 	})
+	sorted := make([]*Action, len(entries))
+	for i, e := range entries {
+		sorted[i] = e.a
+	}
 	// notDue holds every candidate that is not due, with why.
 	notDue := make(map[string]waiting)
 	for _, a := range sorted {
