@@ -1,5 +1,6 @@
 # ratio.awk: medians of `go test -bench -count N` lines, and how each
-# benchmark family scales from its 10k to its 20k variant.
+# benchmark family scales per doubling of its size (NkPods -> 2NkPods;
+# 1.00x per doubling is constant time, 2.00x is linear).
 #
 #   go test -run '^$' -bench 'Plan|ReadPods' -count 5 ./gc/ | awk -f test/bench/ratio.awk
 /^Benchmark/ {
@@ -23,11 +24,12 @@ END {
 	}
 	for (i = 1; i <= names; i++) {
 		name = order[i]
-		big = name
-		if (!sub(/10k/, "20k", big) || !(big in m)) continue
-		family = name
-		sub(/10k/, "N", family)
+		if (!match(name, /[0-9]+k/)) continue
+		size = substr(name, RSTART, RLENGTH - 1)
+		big = substr(name, 1, RSTART - 1) (2 * size) "k" substr(name, RSTART + RLENGTH)
+		if (!(big in m)) continue
+		family = substr(name, 1, RSTART - 1) "N" substr(name, RSTART + RLENGTH - 1)
 		sub(/-[0-9]+$/, "", family)
-		printf "%-30s 20k/10k = %.2fx\n", family, m[big] / m[name]
+		printf "%-30s %3dk -> %3dk: %.2fx\n", family, size, 2 * size, m[big] / m[name]
 	}
 }
