@@ -101,7 +101,11 @@ type Loop struct {
 	eligible map[string]time.Time // gc.Result.EligibleSince of the last plan
 	blocked  string               // why the last pass could not act ("" = it could)
 	reported map[string]bool      // orphaned live pods already reported, by UID
-	warned   map[string]bool      // file-listing problems already logged
+	// warned has the problems (malformed entries, unreadable or unparsable
+	// files) logged by the last listed pass; warning is what this pass
+	// sees. A problem is logged once while it lasts, again if it comes
+	// back, and the sets never hold more than one pass's problems.
+	warned, warning map[string]bool
 }
 
 // PassResult says what one pass did.
@@ -130,7 +134,7 @@ func New(state *podstate.State, runtime Runtime, opts Options, log logrus.FieldL
 	return &Loop{
 		state: state, runtime: runtime, opts: opts, log: log, now: time.Now, started: time.Now(),
 		resync: make(chan struct{}, 1), wake: make(chan struct{}, 1),
-		phases: make(map[string]podstate.Phase), reported: make(map[string]bool), warned: make(map[string]bool),
+		phases: make(map[string]podstate.Phase), reported: make(map[string]bool),
 	}
 }
 
@@ -236,6 +240,8 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 		return r
 	}
 	r.Snapshot = snap
+	l.warning = make(map[string]bool)
+	defer func() { l.warned, l.warning = l.warning, nil }()
 	listing, stats := ToListing(startSeq, snap)
 	r.Listing = stats
 	if len(snap.Malformed) > 0 {
@@ -353,17 +359,23 @@ func (l *Loop) gate(now time.Time, plan gc.Result) string {
 	return strings.Join(why, "; ")
 }
 
+// firstSeen records a problem of this pass and reports whether it is new:
+// not seen by the last listed pass, nor earlier in this one.
+func (l *Loop) firstSeen(problem string) bool {
+	seen := l.warned[problem] || l.warning[problem]
+	l.warning[problem] = true
+	return !seen
+}
+
 func (l *Loop) warnOnce(what string, err error) {
-	if msg := err.Error(); !l.warned[msg] {
-		l.warned[msg] = true
+	if l.firstSeen(err.Error()) {
 		l.log.WithError(err).Warn(what)
 	}
 }
 
 func (l *Loop) noteSkipped(skipped []nodefs.Skipped) {
 	for _, s := range skipped {
-		if key := s.Path + ": " + s.Reason; !l.warned[key] {
-			l.warned[key] = true
+		if l.firstSeen(s.Path + ": " + s.Reason) {
 			l.log.WithFields(logrus.Fields{"path": s.Path, logging.FieldReason: s.Reason}).
 				Info("left alone: not a name kubelet writes")
 		}

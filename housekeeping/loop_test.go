@@ -313,3 +313,40 @@ func TestMetricsKnowEveryKindAndRule(t *testing.T) {
 		}
 	}
 }
+
+func TestFileProblemsAreLoggedOnceWhileTheyLast(t *testing.T) {
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now}, nil)
+	log, buf := testLogger()
+	podLogs := t.TempDir()
+	loop := New(podstate.New(0), rt, Options{Period: time.Hour, OracleDisabled: true,
+		Policy: gc.Policy{PodLogsDir: podLogs, ContainerLogsDir: t.TempDir()}}, log)
+	odd := filepath.Join(podLogs, "not-a-pod-log-dir")
+	const leftAlone = "left alone: not a name kubelet writes"
+	steps := []struct {
+		present bool
+		logged  bool
+	}{
+		{present: true, logged: true},   // first seen
+		{present: true, logged: false},  // still there: said already
+		{present: false, logged: false}, // gone: forgotten
+		{present: true, logged: true},   // back: said again
+	}
+	for i, step := range steps {
+		if step.present {
+			if err := os.MkdirAll(odd, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.RemoveAll(odd); err != nil {
+			t.Fatal(err)
+		}
+		buf.Reset()
+		loop.Pass(context.Background())
+		if got := strings.Count(buf.String(), leftAlone); got != map[bool]int{true: 1, false: 0}[step.logged] {
+			t.Fatalf("pass %d: %q logged %d times:\n%s", i+1, leftAlone, got, buf.String())
+		}
+		if want := map[bool]int{true: 1, false: 0}[step.present]; len(loop.warned) != want {
+			t.Fatalf("pass %d: %d problems remembered, want %d: %v", i+1, len(loop.warned), want, loop.warned)
+		}
+	}
+}
