@@ -66,7 +66,7 @@ demo: lab-install build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./podstate/ ./plugin/
 	$(GO) test -c -o bin/gc.test ./gc/
-	for round in 1 2 3 4 5; do bin/gc.test -test.run '^$$' -test.bench 'Plan|ReadPods' -test.benchmem; done | tee /dev/stderr | awk -f test/bench/ratio.awk
+	for round in 1 2 3 4 5; do bin/gc.test -test.run '^$$' -test.bench 'Plan|ReadPod' -test.benchmem; done | tee /dev/stderr | awk -f test/bench/ratio.awk
 
 IMAGE_TAR ?= bin/nri-housekeeper-image.tar
 HELM_VERSION ?= v3.22.0

@@ -130,3 +130,26 @@ func BenchmarkReadPods5kPods(b *testing.B)  { benchmarkReadPods(b, 5000) }
 func BenchmarkReadPods10kPods(b *testing.B) { benchmarkReadPods(b, 10000) }
 func BenchmarkReadPods20kPods(b *testing.B) { benchmarkReadPods(b, 20000) }
 func BenchmarkReadPods40kPods(b *testing.B) { benchmarkReadPods(b, 40000) }
+
+// benchmarkReadPodUIDs is a lower floor still: only find each listed
+// object's pod UID label (its entry in the labels map), without even
+// reading the UID's bytes.
+func benchmarkReadPodUIDs(b *testing.B, pods int) {
+	in := nodeInput(pods)
+	length := 0
+	for b.Loop() {
+		length = 0
+		for i := range in.Sandboxes {
+			length += len(in.Sandboxes[i].Labels[podstate.LabelPodUID])
+		}
+		for i := range in.Containers {
+			length += len(in.Containers[i].Labels[podstate.LabelPodUID])
+		}
+	}
+	if want := 36 * (len(in.Sandboxes) + len(in.Containers)); length != want {
+		b.Fatalf("read %d bytes of pod UIDs, want %d", length, want)
+	}
+}
+
+func BenchmarkReadPodUIDs10kPods(b *testing.B) { benchmarkReadPodUIDs(b, 10000) }
+func BenchmarkReadPodUIDs20kPods(b *testing.B) { benchmarkReadPodUIDs(b, 20000) }
