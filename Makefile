@@ -66,7 +66,9 @@ demo: lab-install build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./podstate/ ./plugin/
 	$(GO) test -c -o bin/gc.test ./gc/
-	for round in 1 2 3 4 5; do bin/gc.test -test.run '^$$' -test.bench 'Plan|ReadPod' -test.benchmem; done | tee /dev/stderr | awk -f test/bench/ratio.awk
+	for round in 1 2 3 4 5; do bin/gc.test -test.run '^$$' -test.bench 'Plan|ReadPod' -test.benchmem; done > bin/gc-bench.txt
+	cat bin/gc-bench.txt
+	awk -f test/bench/ratio.awk bin/gc-bench.txt
 
 IMAGE_TAR ?= bin/nri-housekeeper-image.tar
 HELM_VERSION ?= v3.22.0
