@@ -41,9 +41,9 @@ func (p *planner) listed(uid string) bool {
 	return ok
 }
 
-// orphanedPodDirRules: a kubelet pod dir whose pod has had no sandbox and
-// no container for leak_grace (and no life event in that time) is an
-// orphan, kubelet's "orphaned pod". It is reported with what keeps kubelet
+// orphanedPodDirRules: a kubelet pod dir whose pod this plugin saw torn
+// down, and that has had no sandbox and no container for leak_grace (and no
+// life event in that time) is an orphan, kubelet's "orphaned pod". It is reported with what keeps kubelet
 // from removing it, and removed with pod_dirs.remove_orphaned = true when
 // nothing does. It returns the orphaned dirs by UID.
 func (p *planner) orphanedPodDirRules() map[string]nodefs.PodDir {
@@ -56,6 +56,11 @@ func (p *planner) orphanedPodDirRules() map[string]nodefs.PodDir {
 		}
 		pod := PodRef{UID: d.UID}
 		object := "pod dir " + d.Path
+		if !p.in.TornDown[d.UID] {
+			p.keep(object, pod, "no sandbox or container listed, but this plugin did not see the pod torn down: "+
+				"it may be a pod kubelet has not started yet (waiting for a volume, the network or an image); its dir and cgroup are left alone")
+			continue
+		}
 		key := "pod-dir/" + d.UID
 		since, left := p.clock(key, d.UID)
 		if left > 0 {

@@ -65,6 +65,7 @@ func TestPodCgroupRules(t *testing.T) {
 	cg := reduced.Pods["u-reduced"]
 	cg.CPUReduced = true
 	reduced.Pods["u-reduced"] = cg
+	tornDown := map[string]bool{"u2": true, "u3": true, "u4": true, "u-reduced": true}
 	for _, tc := range []struct {
 		name    string
 		oracle  Oracle
@@ -85,13 +86,20 @@ func TestPodCgroupRules(t *testing.T) {
 			map[string]time.Time{"pod-dir/u-reduced": long}, nil, "CPU already at the minimum"},
 		{"orphaned pod dir without volumes: destroyed", present("u4"), cgroups("u4"), []nodefs.PodDir{podDir("u4", false)},
 			map[string]time.Time{"pod-dir/u4": long, "pod-cgroup/u4": long}, []string{"remove-pod-cgroup u4"}, ""},
+		// A pod waiting for a volume attach has a pod dir and a pod cgroup
+		// but no sandbox yet: only seeing the pod torn down tells it apart.
+		{"pod dir with volumes never seen torn down: CPU left alone", present("u6"), cgroups("u6"), []nodefs.PodDir{podDir("u6", true)},
+			map[string]time.Time{"pod-dir/u6": long, "pod-cgroup-cpu/u6": long}, nil, "did not see the pod torn down"},
+		{"pod dir without volumes never seen torn down: not destroyed", present("u7"), cgroups("u7"), []nodefs.PodDir{podDir("u7", false)},
+			map[string]time.Time{"pod-dir/u7": long, "pod-cgroup/u7": long}, nil, "did not see the pod torn down"},
 		{"cgroup listing not ready: nothing, and said", present(), &podcgroups.Listing{Err: errors.New("cannot read /sys/fs/cgroup")}, nil,
 			nil, nil, "cannot read /sys/fs/cgroup"},
 		{"oracle disabled: a pod is never gone", Oracle{Disabled: true}, cgroups("u5"), nil,
 			map[string]time.Time{"pod-cgroup/u5": long}, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := Plan(Input{Now: now, Policy: pol, Oracle: tc.oracle, PodCgroups: tc.cgroups, PodDirs: tc.dirs, EligibleSince: tc.clocks})
+			r := Plan(Input{Now: now, Policy: pol, Oracle: tc.oracle, PodCgroups: tc.cgroups, PodDirs: tc.dirs, EligibleSince: tc.clocks,
+				TornDown: tornDown})
 			var got []string
 			for _, a := range r.Actions {
 				got = append(got, string(a.Kind)+" "+a.Pod.UID)
@@ -119,24 +127,28 @@ func keptContains(r Result, s string) bool {
 func TestOrphanedPodDirsAreReportedOrRemoved(t *testing.T) {
 	long := now.Add(-time.Hour)
 	for _, tc := range []struct {
-		name   string
-		remove bool
-		dir    nodefs.PodDir
-		want   []string
-		kept   string
+		name     string
+		remove   bool
+		tornDown bool
+		dir      nodefs.PodDir
+		want     []string
+		kept     string
+		leaks    int
 	}{
-		{"reported by default", false, podDir("u1", false), nil, "reported only (pod_dirs.remove_orphaned = false)"},
-		{"removed when enabled and nothing blocks", true, podDir("u1", false), []string{"remove-pod-dir /var/lib/kubelet/pods/u1"}, ""},
-		{"a mounted volume blocks removal and is named", true, podDir("u1", true, "volume kubernetes.io~csi/pvc-1/mount is a mount point"), nil,
-			"kubelet could not remove: volume kubernetes.io~csi/pvc-1/mount is a mount point"},
-		{"a leftover vol_data.json blocks removal", true, podDir("u1", true, "leftover file volumes/kubernetes.io~csi/pvc-1/vol_data.json"), nil,
-			"leftover file"},
+		{"reported by default", false, true, podDir("u1", false), nil, "reported only (pod_dirs.remove_orphaned = false)", 1},
+		{"removed when enabled and nothing blocks", true, true, podDir("u1", false), []string{"remove-pod-dir /var/lib/kubelet/pods/u1"}, "", 1},
+		{"a mounted volume blocks removal and is named", true, true, podDir("u1", true, "volume kubernetes.io~csi/pvc-1/mount is a mount point"), nil,
+			"kubelet could not remove: volume kubernetes.io~csi/pvc-1/mount is a mount point", 1},
+		{"a leftover vol_data.json blocks removal", true, true, podDir("u1", true, "leftover file volumes/kubernetes.io~csi/pvc-1/vol_data.json"), nil,
+			"leftover file", 1},
+		{"a pod never seen torn down may not have started yet: left alone", true, false, podDir("u1", false), nil,
+			"may be a pod kubelet has not started yet", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol := policy()
 			pol.LeakGrace, pol.RemoveOrphanedPodDirs = time.Minute, tc.remove
 			r := Plan(Input{Now: now, Policy: pol, Oracle: present("u1"), PodDirs: []nodefs.PodDir{tc.dir},
-				EligibleSince: map[string]time.Time{"pod-dir/u1": long}})
+				EligibleSince: map[string]time.Time{"pod-dir/u1": long}, TornDown: map[string]bool{"u1": tc.tornDown}})
 			var got []string
 			for _, a := range r.Actions {
 				got = append(got, string(a.Kind)+" "+a.Path)
@@ -145,8 +157,8 @@ func TestOrphanedPodDirsAreReportedOrRemoved(t *testing.T) {
 			if tc.kept != "" && !keptContains(r, tc.kept) {
 				t.Errorf("nothing kept for %q: %+v", tc.kept, r.Kept)
 			}
-			if r.Leaks[LeakPodDir] != 1 {
-				t.Errorf("leaks = %v, want 1 pod-dir", r.Leaks)
+			if r.Leaks[LeakPodDir] != tc.leaks {
+				t.Errorf("leaks = %v, want %d pod-dir", r.Leaks, tc.leaks)
 			}
 		})
 	}
@@ -156,7 +168,8 @@ func TestAPodDirWithAListedSandboxIsNeverOrphaned(t *testing.T) {
 	pol := policy()
 	pol.RemoveOrphanedPodDirs = true
 	r := Plan(Input{Now: now, Policy: pol, Oracle: present("u1"), Sandboxes: []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
-		PodDirs: []nodefs.PodDir{podDir("u1", false)}, EligibleSince: map[string]time.Time{"pod-dir/u1": now.Add(-time.Hour)}})
+		PodDirs: []nodefs.PodDir{podDir("u1", false)}, EligibleSince: map[string]time.Time{"pod-dir/u1": now.Add(-time.Hour)},
+		TornDown: map[string]bool{"u1": true}})
 	if len(r.Actions) != 0 || r.Leaks[LeakPodDir] != 0 {
 		t.Fatalf("actions %v, leaks %v for the pod dir of a pod with a sandbox", due(r), r.Leaks)
 	}

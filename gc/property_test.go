@@ -17,7 +17,7 @@ import (
 // log dirs (some outside the root), log links, grace clocks and policies.
 func randomInput(seed int64, pods int) Input {
 	rng := rand.New(rand.NewSource(seed))
-	in := Input{Now: now, LastLifeEvent: map[string]time.Time{}, EligibleSince: map[string]time.Time{}}
+	in := Input{Now: now, LastLifeEvent: map[string]time.Time{}, EligibleSince: map[string]time.Time{}, TornDown: map[string]bool{}}
 	in.Policy = Policy{
 		LeakGrace:          time.Duration(rng.Intn(3)) * time.Minute,
 		MinAge:             time.Duration(rng.Intn(2)) * time.Minute,
@@ -91,6 +91,9 @@ func randomInput(seed int64, pods int) Input {
 			if i >= pods && rng.Intn(2) == 0 {
 				dirs.UIDs[uid] = struct{}{}
 			}
+			if rng.Intn(2) == 0 {
+				in.TornDown[uid] = true // seen torn down (listed pods too: the listing wins)
+			}
 		}
 		in.PodCgroups = cgs
 	}
@@ -140,9 +143,10 @@ func checkContract(t *testing.T, in Input, r Result) {
 	for _, c := range in.Containers {
 		listedUID[c.Labels["io.kubernetes.pod.uid"]] = true
 	}
-	blocked := map[string]bool{}
+	blocked, volumes := map[string]bool{}, map[string]bool{}
 	for _, d := range in.PodDirs {
 		blocked[d.UID] = len(d.Blockers) > 0
+		volumes[d.UID] = nodefs.PodVolumesExist(d)
 	}
 	for i, a := range r.Actions {
 		fail := func(format string, args ...any) {
@@ -163,6 +167,9 @@ func checkContract(t *testing.T, in Input, r Result) {
 			c, ok := containers[a.ContainerID]
 			if !ok || c.Labels == nil {
 				fail("not a listed kubelet container")
+			}
+			if a.Rule != RuleOrphanStop && in.Now.Sub(c.CreatedAt) < in.Policy.MinAge {
+				fail("evicts a container younger than containers.min_age")
 			}
 			if c.State == cri.ContainerRunning && !(a.Kind == StopContainer && in.Policy.StopOrphans && gone) {
 				fail("touches a RUNNING container (stop orphans %v, pod gone %v)", in.Policy.StopOrphans, gone)
@@ -217,6 +224,14 @@ func checkContract(t *testing.T, in Input, r Result) {
 			if a.Kind == RemovePodCgroup && in.Oracle.Disabled {
 				fail("destroys a pod cgroup with the oracle disabled")
 			}
+			// A pod dir with nothing listed may be a pod not started yet:
+			// only a gone pod, or one this plugin saw torn down, is touched.
+			if !gone && !in.TornDown[a.Pod.UID] {
+				fail("touches the cgroup or pod dir of a pod that is neither gone nor seen torn down")
+			}
+			if a.Kind == RemovePodCgroup && !gone && volumes[a.Pod.UID] {
+				fail("destroys the cgroup of a pod whose volume dirs remain")
+			}
 		case RemoveContainerLogLink:
 			if filepath.Dir(a.Path) != in.Policy.ContainerLogsDir {
 				fail("path outside container_logs_dir")
@@ -240,6 +255,9 @@ func checkContract(t *testing.T, in Input, r Result) {
 			t.Fatalf("a pass stops %d live pods: over max_per_pass %d or max_fraction %g of %d Ready",
 				n, in.Policy.MaxStopsPerPass, in.Policy.MaxStopFraction, ready)
 		}
+	}
+	if r.Breaker != nil && len(stoppedPods) > 0 {
+		t.Fatalf("the breaker tripped, yet %d live pods are stopped", len(stoppedPods))
 	}
 	if !in.Oracle.Ready() && len(r.Actions) > 0 {
 		t.Fatal("actions while the oracle is not ready")

@@ -73,6 +73,12 @@ type Input struct {
 	// PodDirs are the kubelet pod dirs of pods with no sandbox and no
 	// container listed, inspected (nodefs.InspectPodDir).
 	PodDirs []nodefs.PodDir
+	// TornDown are the pods this plugin saw torn down (every sandbox and
+	// container removed while it watched) whose pod dir is still there.
+	// Only such a pod dir can be orphaned: a pod dir with nothing listed is
+	// also what a pod kubelet has not started yet looks like (waiting for a
+	// volume, the network or an image), and its cgroup and dir are live.
+	TornDown map[string]bool
 }
 
 // Kind is what an action does.

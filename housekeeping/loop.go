@@ -106,6 +106,11 @@ type Loop struct {
 	// sees. A problem is logged once while it lasts, again if it comes
 	// back, and the sets never hold more than one pass's problems.
 	warned, warning map[string]bool
+	// tornDown are the pods this plugin saw torn down (podstate's Removed)
+	// whose kubelet pod dir is still there. podstate forgets Removed pods
+	// after its retention; this remembers them for as long as the dir
+	// lasts, since only they may have an orphaned pod dir (gc.Input.TornDown).
+	tornDown map[string]bool
 }
 
 // PassResult says what one pass did.
@@ -134,7 +139,7 @@ func New(state *podstate.State, runtime Runtime, opts Options, log logrus.FieldL
 	return &Loop{
 		state: state, runtime: runtime, opts: opts, log: log, now: time.Now, started: time.Now(),
 		resync: make(chan struct{}, 1), wake: make(chan struct{}, 1),
-		phases: make(map[string]podstate.Phase), reported: make(map[string]bool),
+		phases: make(map[string]podstate.Phase), reported: make(map[string]bool), tornDown: make(map[string]bool),
 	}
 }
 
@@ -306,7 +311,28 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		in.PodCgroups = &cgs
 	}
 	in.PodDirs = l.inspectPodDirs(ctx, in.Oracle.PodDirs, snap)
+	in.TornDown = l.noteTornDown(view, in.Oracle.PodDirs)
 	return in
+}
+
+// noteTornDown remembers the pods the view shows Removed, forgets a pod
+// that lives again or whose pod dir is gone, and returns the set.
+func (l *Loop) noteTornDown(view podstate.View, dirs nodefs.PodDirs) map[string]bool {
+	for _, p := range view.Pods {
+		if p.Phase == podstate.PhaseRemoved {
+			l.tornDown[p.UID] = true
+		} else {
+			delete(l.tornDown, p.UID)
+		}
+	}
+	if dirs.Ready {
+		for uid := range l.tornDown {
+			if !dirs.Present(uid) {
+				delete(l.tornDown, uid)
+			}
+		}
+	}
+	return l.tornDown
 }
 
 // inspectPodDirs looks into the kubelet pod dirs of pods with no sandbox and

@@ -350,3 +350,57 @@ func TestFileProblemsAreLoggedOnceWhileTheyLast(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyPodsSeenTornDownMayHaveOrphanedPodDirs: a pod dir with nothing
+// listed is also a pod kubelet has not started yet. The loop passes on the
+// pods it saw Removed, for as long as their dir lasts and even after
+// podstate forgot them; a pod that lives again, or whose dir goes, drops out.
+func TestOnlyPodsSeenTornDownMayHaveOrphanedPodDirs(t *testing.T) {
+	root := t.TempDir()
+	for _, uid := range []string{"torn", "pending"} {
+		if err := os.MkdirAll(filepath.Join(root, "pods", uid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := &fakeRuntime{}
+	log, _ := testLogger()
+	state := podstate.New(time.Nanosecond) // forgets Removed pods at once
+	loop := New(state, rt, Options{Period: time.Hour, KubeletRoot: root,
+		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	running := cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{{ID: "s1", UID: "torn", Ready: true, CreatedAt: now, Labels: kubeletLabels("torn")}}}
+	empty := func(at time.Time) cri.Snapshot { return cri.Snapshot{TakenAt: at} }
+	steps := []struct {
+		name string
+		snap cri.Snapshot
+		do   func()
+		want []string
+	}{
+		{"running: not torn down", running, nil, nil},
+		{"its sandbox removed: torn down", empty(now.Add(10 * time.Second)), nil, []string{"torn"}},
+		{"forgotten by podstate: still remembered", empty(now.Add(time.Hour)), nil, []string{"torn"}},
+		{"running again: not torn down", running, nil, nil},
+		{"removed again", empty(now.Add(2 * time.Hour)), nil, []string{"torn"}},
+		{"its pod dir gone: forgotten", empty(now.Add(3 * time.Hour)), func() {
+			if err := os.Remove(filepath.Join(root, "pods", "torn")); err != nil {
+				t.Fatal(err)
+			}
+		}, nil},
+	}
+	for _, step := range steps {
+		if step.do != nil {
+			step.do()
+		}
+		rt.set(step.snap, nil)
+		loop.Pass(context.Background())
+		var got []string
+		for uid := range loop.tornDown {
+			got = append(got, uid)
+		}
+		if strings.Join(got, ",") != strings.Join(step.want, ",") {
+			t.Fatalf("%s: torn down = %v, want %v (the pending pod is never in it)", step.name, got, step.want)
+		}
+		if _, tracked := state.Pod("torn"); strings.HasPrefix(step.name, "forgotten") && tracked {
+			t.Fatalf("%s: podstate still tracks the pod, so the step proves nothing", step.name)
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/housekeeping"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 	"github.com/nri-housekeeper/nri-housekeeper/test/e2e/lab"
 )
 
@@ -172,33 +173,80 @@ func podCgroupPaths(t *testing.T, p lab.Pod) []string {
 	return out
 }
 
-// TestOrphanPodCgroupWithVolumesLeftOnlyLosesCPU: the pod dir of a pod with
-// no sandbox still has a volume dir (kubelet could not clean it): its cgroup
-// gets the minimum CPU, kubelet's ReduceCPULimits, and is not destroyed.
+// tearDownKeepingDir runs a pod and tears it down the way kubelet does a
+// deleted pod whose volumes it could not clean: sandbox stopped and removed
+// while the plugin watches, pod dir left behind.
+func tearDownKeepingDir(t *testing.T, h *housekeeper, k *kubelet, name string) lab.Pod {
+	t.Helper()
+	p := newPod(t, name)
+	k.admit(t, p)
+	sb, err := node.RunPod(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the plugin tracks pod "+name, 10*time.Second, func() bool { _, ok := h.state.Pod(p.UID); return ok })
+	if err := node.StopPod(t.Context(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.RemovePod(t.Context(), sb); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the plugin sees pod "+name+" torn down", 10*time.Second, func() bool {
+		v, ok := h.state.Pod(p.UID)
+		return ok && v.Phase == podstate.PhaseRemoved
+	})
+	return p
+}
+
+func mkdirAll(t *testing.T, path string) {
+	t.Helper()
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cpuShares is the cpu.shares file among a pod cgroup's dirs.
+func cpuShares(t *testing.T, paths []string) string {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Stat(filepath.Join(p, "cpu.shares")); err == nil {
+			return filepath.Join(p, "cpu.shares")
+		}
+	}
+	t.Fatal("no cpu.shares in any hierarchy")
+	return ""
+}
+
+// TestOrphanPodCgroupWithVolumesLeftOnlyLosesCPU: a pod the plugin saw torn
+// down left its pod dir with a volume dir (kubelet could not clean it): its
+// cgroup gets the minimum CPU, kubelet's ReduceCPULimits, and is not
+// destroyed. A pod kubelet has not started yet (pod dir, volume dir and pod
+// cgroup, but never a sandbox: waiting for a volume attach) looks the same
+// on disk and is not touched at all.
 func TestOrphanPodCgroupWithVolumesLeftOnlyLosesCPU(t *testing.T) {
 	cleanupPods(t, node)
 	k := newKubelet(t, node)
-	uid := lab.NewUID()
-	if err := os.MkdirAll(filepath.Join(k.root, "pods", uid, "volumes", "kubernetes.io~empty-dir", "cache"), 0o755); err != nil {
+	h := startHousekeeper(t, node, k, withCgroups)
+	pending := lab.NewUID()
+	mkdirAll(t, filepath.Join(k.root, "pods", pending, "volumes", "kubernetes.io~csi", "pvc-1"))
+	pendingProc, pendingPaths := fakeOrphanCgroup(t, pending)
+	pendingShares := cpuShares(t, pendingPaths)
+	before, err := os.ReadFile(pendingShares)
+	if err != nil {
 		t.Fatal(err)
 	}
-	proc, paths := fakeOrphanCgroup(t, uid)
-	startHousekeeper(t, node, k, withCgroups)
-	var shares string
-	for _, p := range paths {
-		if _, err := os.Stat(filepath.Join(p, "cpu.shares")); err == nil {
-			shares = filepath.Join(p, "cpu.shares")
-		}
-	}
-	if shares == "" {
-		t.Fatal("no cpu.shares in any hierarchy")
-	}
+
+	torn := tearDownKeepingDir(t, h, k, "volume-left")
+	mkdirAll(t, filepath.Join(k.podDir(torn), "volumes", "kubernetes.io~empty-dir", "cache"))
+	proc, paths := fakeOrphanCgroup(t, torn.UID)
+	shares := cpuShares(t, paths)
 	// The pod dir must first be an orphan for leak_grace, then the cgroup
 	// action waits its own grace.
-	waitFor(t, "cpu.shares drops to 2", 2*testGrace+2*testPeriod+5*time.Second, func() bool {
+	took := waitFor(t, "cpu.shares drops to 2", 2*testGrace+2*testPeriod+5*time.Second, func() bool {
 		b, _ := os.ReadFile(shares)
 		return strings.TrimSpace(string(b)) == "2"
 	})
+	t.Logf("the torn-down pod's cgroup got the minimum CPU %v after its teardown", took.Round(time.Millisecond))
 	time.Sleep(2 * testPeriod)
 	if !alive(proc) {
 		t.Fatal("the process of a pod whose volumes remain was killed")
@@ -208,46 +256,43 @@ func TestOrphanPodCgroupWithVolumesLeftOnlyLosesCPU(t *testing.T) {
 			t.Fatalf("cgroup %s was removed", p)
 		}
 	}
+	if after, _ := os.ReadFile(pendingShares); string(after) != string(before) {
+		t.Fatalf("the pending pod's cpu.shares changed from %q to %q", before, after)
+	}
+	if !alive(pendingProc) {
+		t.Fatal("the pending pod's process was killed")
+	}
+	for _, p := range pendingPaths {
+		if !exists(p) {
+			t.Fatalf("the pending pod's cgroup %s was removed", p)
+		}
+	}
+	if strings.Contains(h.logs.String(), "pod_uid="+pending) {
+		t.Fatalf("an action names the pending pod:\n%s", h.logs.String())
+	}
 }
 
 // TestOrphanedPodDirsAreRemovedWithKubeletsRules: with
-// pod_dirs.remove_orphaned = true a clean orphan goes; one with a mount
-// point inside stays, untouched; a symlink escaping the root is removed as a
-// link, its target survives; the dir of a pod with a sandbox is never touched.
+// pod_dirs.remove_orphaned = true the clean dir of a pod the plugin saw torn
+// down goes; one with a mount point inside stays, untouched; a symlink
+// escaping the root is removed as a link, its target survives; the dir of a
+// pod with a sandbox, and that of a pod never seen with one (kubelet may not
+// have started it yet), are never touched.
 func TestOrphanedPodDirsAreRemovedWithKubeletsRules(t *testing.T) {
 	cleanupPods(t, node)
 	k := newKubelet(t, node)
+	h := startHousekeeper(t, node, k, func(o *housekeeping.Options, _ *executor.Options) {
+		o.Policy.RemoveOrphanedPodDirs = true
+	})
 	outside := t.TempDir()
 	precious := filepath.Join(outside, "precious")
 	if err := os.WriteFile(precious, []byte("keep me"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	podDir := func(uid string) string { return filepath.Join(k.root, "pods", uid) }
-	mkdir := func(p string) {
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	clean, mounted, escaping, symlinked := lab.NewUID(), lab.NewUID(), lab.NewUID(), lab.NewUID()
-	// A pod dir that is itself a symlink escaping the root: refused, never followed.
-	if err := os.Symlink(outside, podDir(symlinked)); err != nil {
-		t.Fatal(err)
-	}
-	mkdir(filepath.Join(podDir(clean), "volumes", "kubernetes.io~empty-dir", "cache"))
-	mkdir(filepath.Join(podDir(clean), "containers", "app"))
-	if err := os.WriteFile(filepath.Join(podDir(clean), "etc-hosts"), []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mountPoint := filepath.Join(podDir(mounted), "volumes", "kubernetes.io~empty-dir", "data")
-	mkdir(mountPoint)
-	if err := unix.Mount(outside, mountPoint, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(mountPoint, unix.MNT_DETACH) })
-	mkdir(filepath.Join(podDir(escaping), "plugins"))
-	if err := os.Symlink(outside, filepath.Join(podDir(escaping), "plugins", "escape")); err != nil {
-		t.Fatal(err)
-	}
+	pending := lab.NewUID()
+	mkdirAll(t, filepath.Join(podDir(pending), "plugins", "kubernetes.io~csi"))
+
 	live := newPod(t, "has-a-sandbox")
 	k.admit(t, live)
 	sb, err := node.RunPod(t.Context(), live)
@@ -256,12 +301,37 @@ func TestOrphanedPodDirsAreRemovedWithKubeletsRules(t *testing.T) {
 	}
 	_ = node.StopPod(t.Context(), sb) // a NotReady sandbox is still a sandbox
 
-	h := startHousekeeper(t, node, k, func(o *housekeeping.Options, _ *executor.Options) {
-		o.Policy.RemoveOrphanedPodDirs = true
-	})
-	waitFor(t, "the clean orphan and the escaping one are removed", testGrace+testPeriod+5*time.Second, func() bool {
+	clean := tearDownKeepingDir(t, h, k, "clean").UID
+	mounted := tearDownKeepingDir(t, h, k, "mounted").UID
+	escaping := tearDownKeepingDir(t, h, k, "escaping").UID
+	symlinked := tearDownKeepingDir(t, h, k, "symlinked").UID
+	// A pod dir that is itself a symlink escaping the root: refused, never followed.
+	if err := os.RemoveAll(podDir(symlinked)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, podDir(symlinked)); err != nil {
+		t.Fatal(err)
+	}
+	mkdirAll(t, filepath.Join(podDir(clean), "volumes", "kubernetes.io~empty-dir", "cache"))
+	mkdirAll(t, filepath.Join(podDir(clean), "containers", "app"))
+	if err := os.WriteFile(filepath.Join(podDir(clean), "etc-hosts"), []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mountPoint := filepath.Join(podDir(mounted), "volumes", "kubernetes.io~empty-dir", "data")
+	mkdirAll(t, mountPoint)
+	if err := unix.Mount(outside, mountPoint, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mountPoint, unix.MNT_DETACH) })
+	mkdirAll(t, filepath.Join(podDir(escaping), "plugins"))
+	if err := os.Symlink(outside, filepath.Join(podDir(escaping), "plugins", "escape")); err != nil {
+		t.Fatal(err)
+	}
+
+	took := waitFor(t, "the clean orphan and the escaping one are removed", testGrace+2*testPeriod+5*time.Second, func() bool {
 		return !exists(podDir(clean)) && !exists(podDir(escaping))
 	})
+	t.Logf("orphaned pod dirs removed %v after the last teardown", took.Round(time.Millisecond))
 	time.Sleep(2 * testPeriod)
 	if !exists(mountPoint) || !exists(filepath.Join(mountPoint, "precious")) {
 		t.Fatal("the pod dir with a mount point inside was touched")
@@ -274,6 +344,9 @@ func TestOrphanedPodDirsAreRemovedWithKubeletsRules(t *testing.T) {
 	}
 	if !exists(k.podDir(live)) {
 		t.Fatal("the dir of a pod with a sandbox was removed")
+	}
+	if !exists(filepath.Join(podDir(pending), "plugins", "kubernetes.io~csi")) {
+		t.Fatal("the dir of a pod never seen with a sandbox was touched")
 	}
 	if !strings.Contains(h.logs.String(), "orphaned pod dir that kubelet could not remove") || !strings.Contains(h.logs.String(), "pod_uid="+mounted) {
 		t.Error("the refusal is not explained in the log")
