@@ -1,6 +1,7 @@
 // Package cri is the only code that talks to containerd's CRI service. It
 // lists sandboxes and containers into plain Go values (Snapshot) so the rest
-// of the plugin never sees protobufs, and skips and counts malformed entries.
+// of the plugin never sees protobufs, and sets apart malformed entries with
+// what can still be read of them (their sandbox and pod).
 package cri
 
 import (
@@ -14,6 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
 // maxMessageSize bounds one CRI response. A node with 10,000 pods and their
@@ -118,11 +121,19 @@ type Container struct {
 	Labels    map[string]string
 }
 
-// Malformed is a listing entry that could not be read.
+// Malformed is a listing entry that could not be read. It is never acted
+// on, but what can be read of it still counts: containerd lists a container
+// whose status it could not load as UNKNOWN with no creation time, and that
+// container still holds its sandbox and its pod.
 type Malformed struct {
 	Kind   string // "sandbox" or "container"
 	ID     string // may be empty
 	Reason string
+	// SandboxID is a container's sandbox; may be empty.
+	SandboxID string
+	// PodUID is kubelet's pod UID label, or else a sandbox's metadata UID;
+	// may be empty.
+	PodUID string
 }
 
 func (m Malformed) String() string {
@@ -162,14 +173,18 @@ func (c *Client) Snapshot(ctx context.Context) (Snapshot, error) {
 	return snap, nil
 }
 
-// convert turns CRI messages into plain values, skipping what cannot be read.
+// convert turns CRI messages into plain values, setting apart what cannot be read.
 func convert(pods []*runtimeapi.PodSandbox, ctrs []*runtimeapi.Container) ([]Sandbox, []Container, []Malformed) {
 	var bad []Malformed
 	sandboxes := make([]Sandbox, 0, len(pods))
 	for _, p := range pods {
 		s, reason := convertSandbox(p)
 		if reason != "" {
-			bad = append(bad, Malformed{Kind: "sandbox", ID: p.GetId(), Reason: reason})
+			uid := p.GetLabels()[podstate.LabelPodUID]
+			if uid == "" {
+				uid = p.GetMetadata().GetUid()
+			}
+			bad = append(bad, Malformed{Kind: "sandbox", ID: p.GetId(), Reason: reason, PodUID: uid})
 			continue
 		}
 		sandboxes = append(sandboxes, s)
@@ -178,7 +193,8 @@ func convert(pods []*runtimeapi.PodSandbox, ctrs []*runtimeapi.Container) ([]San
 	for _, c := range ctrs {
 		ct, reason := convertContainer(c)
 		if reason != "" {
-			bad = append(bad, Malformed{Kind: "container", ID: c.GetId(), Reason: reason})
+			bad = append(bad, Malformed{Kind: "container", ID: c.GetId(), Reason: reason,
+				SandboxID: c.GetPodSandboxId(), PodUID: c.GetLabels()[podstate.LabelPodUID]})
 			continue
 		}
 		containers = append(containers, ct)

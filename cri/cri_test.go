@@ -26,6 +26,9 @@ func TestMalformedEntriesAreSkippedAndNamed(t *testing.T) {
 		{Id: "nosandbox", Metadata: cmeta, CreatedAt: 6},
 		{Id: "nometa", PodSandboxId: "good", CreatedAt: 6},
 		{Id: "badstate", PodSandboxId: "good", Metadata: cmeta, CreatedAt: 6, State: 9},
+		// containerd's listing of a container whose status it could not load
+		{Id: "unloaded", PodSandboxId: "good", Metadata: cmeta, State: runtimeapi.ContainerState_CONTAINER_UNKNOWN,
+			Labels: map[string]string{"io.kubernetes.pod.uid": "u"}},
 	}
 	sandboxes, containers, bad := convert(pods, ctrs)
 	if len(sandboxes) != 1 || len(containers) != 1 {
@@ -46,9 +49,17 @@ func TestMalformedEntriesAreSkippedAndNamed(t *testing.T) {
 		"sandbox <no id>: empty entry", "sandbox <no id>: no id", "sandbox nometa: no metadata",
 		"sandbox notime: no creation time", "sandbox badstate: unknown state 7",
 		"container nosandbox: no sandbox id", "container nometa: no metadata", "container badstate: unknown state 9",
+		"container unloaded: no creation time",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("malformed =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// What can be read of them still counts: their sandbox and their pod.
+	if m := bad[len(bad)-1]; m.SandboxID != "good" || m.PodUID != "u" {
+		t.Errorf("the unloaded container = %+v, want its sandbox and pod UID", m)
+	}
+	if m := bad[1]; m.PodUID != "u" {
+		t.Errorf("the sandbox without an ID = %+v, want its metadata UID", m)
 	}
 }
 

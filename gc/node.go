@@ -22,11 +22,11 @@ func (p *planner) nodeRules() {
 }
 
 // listed reports whether a pod has any sandbox or container in the listing,
-// managed or not: its cgroups and pod dirs are never touched. Sandboxes
+// managed or not, readable or not: its cgroups and pod dirs are never touched. Sandboxes
 // answer nearly every question; the containers' pod UIDs are only collected
 // (once) for a UID no sandbox claims.
 func (p *planner) listed(uid string) bool {
-	if len(p.sandboxesByUID[uid]) > 0 || len(p.unmanagedByUID[uid]) > 0 {
+	if len(p.sandboxesByUID[uid]) > 0 || len(p.unmanagedByUID[uid]) > 0 || p.unreadableByUID[uid] != "" {
 		return true
 	}
 	if p.containerUIDs == nil {

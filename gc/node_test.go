@@ -32,14 +32,16 @@ func TestPodCgroupsOfListedPodsAreNeverTouched(t *testing.T) {
 		name       string
 		sandboxes  []cri.Sandbox
 		containers []cri.Container
+		unreadable []cri.Malformed
 	}{
-		{"a NotReady sandbox is listed", []cri.Sandbox{sb("s1", "u1", false, time.Hour)}, nil},
-		{"only a container is listed", nil, []cri.Container{ctr("c1", "gone-sandbox", "u1", "app", cri.ContainerExited, time.Hour)}},
-		{"an unmanaged sandbox claims the UID", []cri.Sandbox{{ID: "x", UID: "u1", CreatedAt: now}}, nil},
+		{"a NotReady sandbox is listed", []cri.Sandbox{sb("s1", "u1", false, time.Hour)}, nil, nil},
+		{"only a container is listed", nil, []cri.Container{ctr("c1", "gone-sandbox", "u1", "app", cri.ContainerExited, time.Hour)}, nil},
+		{"an unmanaged sandbox claims the UID", []cri.Sandbox{{ID: "x", UID: "u1", CreatedAt: now}}, nil, nil},
+		{"only an unreadable container is listed", nil, nil, []cri.Malformed{{Kind: "container", ID: "c1", Reason: "no creation time", SandboxID: "s1", PodUID: "u1"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Plan(Input{Now: now, Policy: policy(), Oracle: present(), Sandboxes: tc.sandboxes, Containers: tc.containers,
-				PodCgroups: cgroups("u1")})
+				Unreadable: tc.unreadable, PodCgroups: cgroups("u1"), EligibleSince: map[string]time.Time{"pod-cgroup/u1": now.Add(-time.Hour)}})
 			for _, a := range append(r.Actions, deferredActions(r)...) {
 				if a.Kind == RemovePodCgroup || a.Kind == ReducePodCgroupCPU {
 					t.Fatalf("planned %s for a pod with listed objects", a.Kind)

@@ -65,6 +65,14 @@ type planner struct {
 	// refs lists, per sandbox ID that is not Ready, every container
 	// referencing it: managed or not, in any state (kubelet's "active" test).
 	refs map[string][]*cri.Container
+	// unreadable describes, by sandbox ID and by pod UID, the listed
+	// entries that could not be read: they keep what they belong to. A
+	// container naming no sandbox holds every sandbox of its pod
+	// (unreadablePodSandboxes).
+	unreadableBySandbox    map[string]string
+	unreadableByUID        map[string]string
+	unreadablePodSandboxes map[string]string
+	unreadableByID         map[string]string
 	// containerByID indexes every listed container; built on first use.
 	containerByID map[string]*cri.Container
 	// removal is the key of the candidate that removes (or first stops) a
@@ -119,6 +127,23 @@ func newPlanner(in Input) *planner {
 	for _, s := range in.Sandboxes {
 		if !s.Ready {
 			p.refs[s.ID] = nil
+		}
+	}
+	p.unreadableBySandbox, p.unreadableByUID = map[string]string{}, map[string]string{}
+	p.unreadablePodSandboxes, p.unreadableByID = map[string]string{}, map[string]string{}
+	for _, m := range in.Unreadable {
+		what := fmt.Sprintf("%s %s that the runtime listed but that could not be read (%s)", m.Kind, short(m.ID), m.Reason)
+		if m.ID != "" {
+			p.unreadableByID[m.ID] = what
+		}
+		if m.Kind == "container" && m.SandboxID != "" {
+			p.unreadableBySandbox[m.SandboxID] = what
+		}
+		if m.PodUID != "" {
+			p.unreadableByUID[m.PodUID] = what
+			if m.Kind == "container" && m.SandboxID == "" {
+				p.unreadablePodSandboxes[m.PodUID] = what
+			}
 		}
 	}
 	containers := make([]containerInfo, 0, len(in.Containers))
@@ -337,7 +362,7 @@ func (p *planner) sandboxRules() {
 			if s.Ready {
 				continue // a live sandbox; of a gone pod, orphanRules handles it
 			}
-			deps, blocker := p.dependencies(s.ID)
+			deps, blocker := p.dependencies(s)
 			if blocker != "" {
 				p.keep(sandboxObject(*s.Sandbox), s.pod, "%s", blocker)
 				continue
@@ -353,9 +378,15 @@ func (p *planner) sandboxRules() {
 
 // dependencies returns the removal keys of the containers referencing a
 // sandbox, or why the sandbox is still in use.
-func (p *planner) dependencies(sandboxID string) ([]string, string) {
+func (p *planner) dependencies(s *sandboxInfo) ([]string, string) {
+	if what, ok := p.unreadableBySandbox[s.ID]; ok {
+		return nil, "in use: referenced by " + what
+	}
+	if what, ok := p.unreadablePodSandboxes[s.pod.UID]; ok {
+		return nil, "in use, maybe: the pod has " + what + ", which names no sandbox"
+	}
 	var deps []string
-	for _, c := range p.refs[sandboxID] {
+	for _, c := range p.refs[s.ID] {
 		key, ok := p.removal[c.ID]
 		if !ok {
 			return nil, fmt.Sprintf("in use: referenced by container %s (%s, %s)", short(c.ID), c.Name, c.State)
@@ -380,6 +411,10 @@ func (p *planner) podLogDirRules() {
 		blocked := false
 		if len(p.unmanagedByUID[d.UID]) > 0 {
 			p.keep(object, pod, "sandbox %s without kubelet labels claims the pod's UID", short(p.unmanagedByUID[d.UID][0].ID))
+			continue
+		}
+		if what, ok := p.unreadableByUID[d.UID]; ok {
+			p.keep(object, pod, "the pod has %s", what)
 			continue
 		}
 		for _, s := range p.sandboxesByUID[d.UID] {
@@ -409,6 +444,10 @@ func (p *planner) logLinkRules() {
 			continue
 		}
 		pod := PodRef{Namespace: l.Namespace, Name: l.PodName}
+		if what := p.unreadableLinked(l); what != "" {
+			p.keep("log link "+l.Path, pod, "its container is %s", what)
+			continue
+		}
 		c, listed, ambiguous := p.linkedContainer(l)
 		if ambiguous {
 			p.keep("log link "+l.Path, pod, "its truncated container ID %s matches several listed containers", l.ContainerID)
@@ -432,6 +471,20 @@ func (p *planner) logLinkRules() {
 		p.propose(Action{Kind: RemoveContainerLogLink, Rule: RuleDanglingLogLink, Pod: pod, Key: "log-link/" + l.Path,
 			Path: l.Path, ContainerID: l.ContainerID, ContainerName: l.ContainerName, Reason: why, DependsOn: deps})
 	}
+}
+
+// unreadableLinked describes the unreadable entry a link's container ID (or
+// its truncated prefix) names, or returns "".
+func (p *planner) unreadableLinked(l nodefs.ContainerLogLink) string {
+	if what, ok := p.unreadableByID[l.ContainerID]; ok || !l.Truncated {
+		return what
+	}
+	for id, what := range p.unreadableByID {
+		if strings.HasPrefix(id, l.ContainerID) {
+			return what
+		}
+	}
+	return ""
 }
 
 // linkedContainer finds a link's container. kubelet truncates link names to

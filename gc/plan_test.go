@@ -451,3 +451,53 @@ func TestPlanIsDeterministic(t *testing.T) {
 		t.Fatal("the same input gave two plans")
 	}
 }
+
+// TestUnreadableEntriesHoldWhatTheyBelongTo: containerd lists a container
+// whose status it could not load as UNKNOWN with no creation time. The
+// planner never acts on such an entry, and it still holds its sandbox (or
+// every sandbox of its pod, when it names none), its pod's log dir, cgroup
+// and dir, and its log link.
+func TestUnreadableEntriesHoldWhatTheyBelongTo(t *testing.T) {
+	unloaded := func(id, sandbox, uid string) cri.Malformed {
+		return cri.Malformed{Kind: "container", ID: id, Reason: "no creation time", SandboxID: sandbox, PodUID: uid}
+	}
+	logDir := nodefs.PodLogDir{Path: podLogs + "/ns_pod-u1_u1", Name: "ns_pod-u1_u1", Namespace: "ns", PodName: "pod-u1", UID: "u1"}
+	link := nodefs.ContainerLogLink{Path: ctrLogs + "/pod-u1_ns_app-cx.log", ContainerID: "cx", PodName: "pod-u1", Namespace: "ns", ContainerName: "app", Dangling: true}
+	for _, tc := range []struct {
+		name       string
+		oracle     Oracle
+		sandboxes  []cri.Sandbox
+		unreadable []cri.Malformed
+		want       []string
+		keptWhy    map[string]string
+	}{
+		{"an old sandbox of a live pod referenced by an unreadable container stays", present("u1"),
+			[]cri.Sandbox{sb("old", "u1", false, 2*time.Hour), sb("new", "u1", true, time.Hour)},
+			[]cri.Malformed{unloaded("cx", "old", "u1")}, nil,
+			map[string]string{"sandbox old": "referenced by container cx that the runtime listed but that could not be read (no creation time)"}},
+		{"a gone pod's sandbox, log dir and link stay while an unreadable container holds them", present(),
+			[]cri.Sandbox{sb("s1", "u1", false, time.Hour)},
+			[]cri.Malformed{unloaded("cx", "s1", "u1")}, nil,
+			map[string]string{"sandbox s1": "referenced by container cx", "pod log dir " + logDir.Path: "the pod has container cx",
+				"log link " + link.Path: "its container is container cx"}},
+		{"an unreadable container naming no sandbox holds every sandbox of its pod", present(),
+			[]cri.Sandbox{sb("a", "u1", false, 2*time.Hour), sb("b", "u1", false, time.Hour)},
+			[]cri.Malformed{unloaded("cx", "", "u1")}, nil,
+			map[string]string{"sandbox a": "which names no sandbox", "sandbox b": "which names no sandbox"}},
+		{"an unreadable entry of another pod holds nothing here", present(),
+			[]cri.Sandbox{sb("s1", "u1", false, time.Hour)},
+			[]cri.Malformed{unloaded("cy", "elsewhere", "u2")},
+			[]string{"remove-sandbox s1", "remove-pod-log-dir " + logDir.Path, "remove-log-link " + link.Path}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Plan(Input{Now: now, Policy: policy(), Oracle: tc.oracle, Sandboxes: tc.sandboxes, Unreadable: tc.unreadable,
+				PodLogDirs: []nodefs.PodLogDir{logDir}, ContainerLogLinks: []nodefs.ContainerLogLink{link}})
+			same(t, "due", due(r), tc.want)
+			for object, why := range tc.keptWhy {
+				if got := keptReason(r, object); !strings.Contains(got, why) {
+					t.Errorf("%s kept for %q, want %q", object, got, why)
+				}
+			}
+		})
+	}
+}

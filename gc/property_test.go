@@ -62,6 +62,14 @@ func randomInput(seed int64, pods int) Input {
 			if rng.Intn(15) == 0 {
 				c.Labels = nil
 			}
+			if rng.Intn(12) == 0 { // listed, but unreadable (containerd's UNKNOWN with no creation time)
+				m := cri.Malformed{Kind: "container", ID: c.ID, Reason: "no creation time", SandboxID: c.SandboxID, PodUID: uid}
+				if rng.Intn(4) == 0 {
+					m.SandboxID = ""
+				}
+				in.Unreadable = append(in.Unreadable, m)
+				continue
+			}
 			in.Containers = append(in.Containers, c)
 			if rng.Intn(3) == 0 {
 				in.ContainerLogLinks = append(in.ContainerLogLinks, nodefs.ContainerLogLink{
@@ -143,6 +151,16 @@ func checkContract(t *testing.T, in Input, r Result) {
 	for _, c := range in.Containers {
 		listedUID[c.Labels["io.kubernetes.pod.uid"]] = true
 	}
+	// Unreadable entries are listed too: they hold their sandbox (or, naming
+	// none, every sandbox of their pod), their pod and their log link.
+	heldSandbox, heldPodSandboxes, unreadableID, unreadableUID := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, m := range in.Unreadable {
+		listedUID[m.PodUID] = true
+		unreadableUID[m.PodUID] = true
+		heldSandbox[m.SandboxID] = true
+		heldPodSandboxes[m.PodUID] = heldPodSandboxes[m.PodUID] || m.SandboxID == ""
+		unreadableID[m.ID] = true
+	}
 	blocked, volumes := map[string]bool{}, map[string]bool{}
 	for _, d := range in.PodDirs {
 		blocked[d.UID] = len(d.Blockers) > 0
@@ -188,6 +206,9 @@ func checkContract(t *testing.T, in Input, r Result) {
 			if s.Ready && !(a.Kind == StopSandbox && in.Policy.StopOrphans && gone) {
 				fail("touches a Ready sandbox")
 			}
+			if a.Kind == RemoveSandbox && (heldSandbox[s.ID] || heldPodSandboxes[a.Pod.UID]) {
+				fail("still held by a listed container that could not be read")
+			}
 			if a.Kind == RemoveSandbox {
 				for _, c := range in.Containers {
 					if c.SandboxID == s.ID {
@@ -206,6 +227,9 @@ func checkContract(t *testing.T, in Input, r Result) {
 			}
 			if !gone {
 				fail("log dir of a pod that is not gone")
+			}
+			if unreadableUID[a.Pod.UID] {
+				fail("log dir of a pod with a listed entry that could not be read")
 			}
 			for _, s := range in.Sandboxes {
 				if s.UID == a.Pod.UID {
@@ -235,6 +259,9 @@ func checkContract(t *testing.T, in Input, r Result) {
 		case RemoveContainerLogLink:
 			if filepath.Dir(a.Path) != in.Policy.ContainerLogsDir {
 				fail("path outside container_logs_dir")
+			}
+			if unreadableID[a.ContainerID] {
+				fail("link of a listed container that could not be read")
 			}
 			if c, ok := containers[a.ContainerID]; ok && c.State != cri.ContainerExited {
 				if _, removing := due["container/"+c.ID]; !removing {

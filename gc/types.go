@@ -58,6 +58,11 @@ type Input struct {
 	// Sandboxes and Containers are one fresh, complete CRI listing.
 	Sandboxes  []cri.Sandbox
 	Containers []cri.Container
+	// Unreadable are the listing's entries that could not be read
+	// (cri.Snapshot.Malformed). They are never acted on, but a container
+	// still holds the sandbox it names (or, naming none, every sandbox of
+	// its pod), and any of them holds its pod's log dir, cgroup and dir.
+	Unreadable []cri.Malformed
 	Oracle     Oracle
 	// LastLifeEvent is the last RunPodSandbox/StartContainer per pod UID
 	// (from podstate): a life event restarts the grace of the pod's actions.

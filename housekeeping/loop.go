@@ -251,7 +251,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 	r.Listing = stats
 	if len(snap.Malformed) > 0 {
 		// Said once per distinct set, not every pass.
-		l.warnOnce(fmt.Sprintf("runtime listed %d malformed entries; they are skipped and never acted on", len(snap.Malformed)),
+		l.warnOnce(fmt.Sprintf("runtime listed %d malformed entries; they are never acted on, and keep the sandboxes and pods they name", len(snap.Malformed)),
 			errors.New(summarize(snap.Malformed, 5)))
 	}
 	r.Reconcile = l.state.Reconcile(listing, snap.TakenAt)
@@ -277,7 +277,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 // the log files, the pods' last life events and the grace clocks.
 func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.View) gc.Input {
 	in := gc.Input{
-		Now: snap.TakenAt, Policy: l.opts.Policy, Sandboxes: snap.Sandboxes, Containers: snap.Containers,
+		Now: snap.TakenAt, Policy: l.opts.Policy, Sandboxes: snap.Sandboxes, Containers: snap.Containers, Unreadable: snap.Malformed,
 		Oracle:        gc.Oracle{Disabled: l.opts.OracleDisabled},
 		LastLifeEvent: make(map[string]time.Time, len(view.Pods)),
 		EligibleSince: l.eligible,
@@ -348,6 +348,9 @@ func (l *Loop) inspectPodDirs(ctx context.Context, dirs nodefs.PodDirs, snap cri
 	}
 	for _, c := range snap.Containers {
 		listed[c.Labels[podstate.LabelPodUID]] = struct{}{}
+	}
+	for _, m := range snap.Malformed {
+		listed[m.PodUID] = struct{}{}
 	}
 	var out []nodefs.PodDir
 	for uid := range dirs.UIDs {

@@ -404,3 +404,35 @@ func TestOnlyPodsSeenTornDownMayHaveOrphanedPodDirs(t *testing.T) {
 		}
 	}
 }
+
+// TestUnreadableListingEntriesReachThePlan: a container the runtime lists
+// but that cannot be read still holds its sandbox, and the pass says why.
+func TestUnreadableListingEntriesReachThePlan(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "pods"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now,
+		Sandboxes: []cri.Sandbox{{ID: "s1", UID: "u1", Ready: false, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels("u1")}},
+		Malformed: []cri.Malformed{{Kind: "container", ID: "c1", Reason: "no creation time", SandboxID: "s1", PodUID: "u1"}},
+	}, nil)
+	exec := &fakeExecutor{}
+	log, buf := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: root, Executor: exec,
+		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	loop.started = now
+	r := loop.Pass(context.Background())
+	if r.Blocked != "" || len(r.Plan.Actions) != 0 {
+		t.Fatalf("blocked %q, actions %v: the sandbox of an unreadable container was planned", r.Blocked, r.Plan.Actions)
+	}
+	if !strings.Contains(buf.String(), "keep the sandboxes and pods they name") {
+		t.Fatalf("the malformed entry is not explained:\n%s", buf.String())
+	}
+	for _, k := range r.Plan.Kept {
+		if k.Object == "sandbox s1" && strings.Contains(k.Reason, "container c1 that the runtime listed but that could not be read") {
+			return
+		}
+	}
+	t.Fatalf("sandbox s1 not kept for its unreadable container: %+v", r.Plan.Kept)
+}
