@@ -383,6 +383,67 @@ func TestLivePodLosesOnlyItsOldSandboxAttempt(t *testing.T) {
 	}
 }
 
+// TestAContainerContainerdCannotReadHoldsItsSandbox: containerd lists a
+// container whose status file it could not load as UNKNOWN with no creation
+// time. The plugin never acts on it, and its old sandbox attempt, which it
+// still references, is not removed (RemovePodSandbox would remove the
+// container with it). Without it, the old attempt goes
+// (TestLivePodLosesOnlyItsOldSandboxAttempt).
+func TestAContainerContainerdCannotReadHoldsItsSandbox(t *testing.T) {
+	cleanupPods(t, node)
+	k := newKubelet(t, node)
+	ctx := context.Background()
+	p := newPod(t, "unreadable")
+	k.admit(t, p)
+	oldSb, oldCtrs := runPod(t, node, p, 1)
+	if err := node.StopContainer(ctx, oldCtrs[0], 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.StopPod(ctx, oldSb); err != nil {
+		t.Fatal(err)
+	}
+	p.Attempt = 1
+	newSb, err := node.RunPod(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.RunContainer(ctx, p, newSb, "app0", 1); err != nil { // the restarted container
+		t.Fatal(err)
+	}
+	statuses, err := filepath.Glob(filepath.Join(node.Dir, "root", "*", "containers", oldCtrs[0], "status"))
+	if err != nil || len(statuses) != 1 {
+		t.Fatalf("the old container's status file: %v, %v", statuses, err)
+	}
+	if err := node.KillContainerd(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(statuses[0], []byte("not a status"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.RestartContainerd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := node.Runtime().ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{Id: oldCtrs[0]}})
+	if err != nil || len(listed.Containers) != 1 {
+		t.Fatalf("containerd does not list the container it cannot read: %v, %v", listed, err)
+	}
+	if c := listed.Containers[0]; c.State != runtimeapi.ContainerState_CONTAINER_UNKNOWN || c.CreatedAt != 0 {
+		t.Fatalf("containerd lists it as %s created at %d, want UNKNOWN with no creation time", c.State, c.CreatedAt)
+	}
+
+	h := startHousekeeper(t, node, k, nil)
+	waitFor(t, "the unreadable entry is logged", testGrace+5*time.Second, func() bool {
+		return strings.Contains(h.logs.String(), "keep the sandboxes and pods they name") && strings.Contains(h.logs.String(), oldCtrs[0])
+	})
+	time.Sleep(testGrace + 3*testPeriod)
+	if !runtimeHas(t, node, oldSb) || !runtimeHas(t, node, oldCtrs[0]) {
+		t.Fatal("the sandbox of a container containerd cannot read was removed, and the container with it")
+	}
+	if !sandboxReady(t, node, newSb) {
+		t.Fatal("the Ready sandbox was touched")
+	}
+}
+
 func TestLivePodKeepsMaxPerPodContainerDeadInstances(t *testing.T) {
 	cleanupPods(t, node)
 	k := newKubelet(t, node)
