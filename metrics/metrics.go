@@ -8,7 +8,7 @@
 //
 // Metrics (all prefixed nri_housekeeper_, base units):
 //
-//	tracked_pods{phase,orphan}                    gauge     pods tracked, by phase and whether kubelet's pod is gone
+//	tracked_pods{phase,orphan}                    gauge     pods tracked, by phase and whether learned from the runtime, not NRI
 //	leaked_objects{kind}                          gauge     leaked objects detected by the last plan
 //	actions_total{kind,rule,result}               counter   housekeeping actions, by outcome
 //	pass_duration_seconds                         histogram duration of housekeeping passes
@@ -131,7 +131,7 @@ func New(build BuildInfo) *Metrics {
 
 		trackedPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: nameTrackedPods,
-			Help: "Pods tracked by nri-housekeeper, by phase (Running, Terminating, Terminated, Removed) and orphan (true when kubelet's pod dir is gone).",
+			Help: "Pods tracked by nri-housekeeper, by phase (Running, Terminating, Terminated, Removed) and orphan (true when the pod was learned from a runtime listing, not from a RunPodSandbox event: it predates the plugin or its events were missed).",
 		}, []string{labelPhase, labelOrphan}),
 		leakedObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: nameLeakedObjects,
