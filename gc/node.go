@@ -22,9 +22,9 @@ func (p *planner) nodeRules() {
 }
 
 // listed reports whether a pod has any sandbox or container in the listing,
-// managed or not, readable or not: its cgroups and pod dirs are never touched. Sandboxes
-// answer nearly every question; the containers' pod UIDs are only collected
-// (once) for a UID no sandbox claims.
+// managed or not, readable or not: its cgroups and pod dirs are never
+// touched. Sandboxes answer nearly every question; the containers' pod UIDs
+// are only collected (once) for a UID no sandbox claims.
 func (p *planner) listed(uid string) bool {
 	if len(p.sandboxesByUID[uid]) > 0 || len(p.unmanagedByUID[uid]) > 0 || p.unreadableByUID[uid] != "" {
 		return true
@@ -43,9 +43,10 @@ func (p *planner) listed(uid string) bool {
 
 // orphanedPodDirRules: a kubelet pod dir whose pod this plugin saw torn
 // down, and that has had no sandbox and no container for leak_grace (and no
-// life event in that time) is an orphan, kubelet's "orphaned pod". It is reported with what keeps kubelet
-// from removing it, and removed with pod_dirs.remove_orphaned = true when
-// nothing does. It returns the orphaned dirs by UID.
+// life event in that time) is an orphan, kubelet's "orphaned pod". It is
+// reported with what keeps kubelet from removing it, and removed with
+// pod_dirs.remove_orphaned = true when nothing does. It returns the
+// orphaned dirs by UID.
 func (p *planner) orphanedPodDirRules() map[string]nodefs.PodDir {
 	orphans := make(map[string]nodefs.PodDir)
 	dirs := append([]nodefs.PodDir(nil), p.in.PodDirs...)

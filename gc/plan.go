@@ -476,15 +476,11 @@ func (p *planner) logLinkRules() {
 // unreadableLinked describes the unreadable entry a link's container ID (or
 // its truncated prefix) names, or returns "".
 func (p *planner) unreadableLinked(l nodefs.ContainerLogLink) string {
-	if what, ok := p.unreadableByID[l.ContainerID]; ok || !l.Truncated {
-		return what
+	what, _, ambiguous := byLinkedID(p.unreadableByID, l)
+	if ambiguous {
+		return "one of several entries the runtime listed but that could not be read, by its truncated ID " + l.ContainerID
 	}
-	for id, what := range p.unreadableByID {
-		if strings.HasPrefix(id, l.ContainerID) {
-			return what
-		}
-	}
-	return ""
+	return what
 }
 
 // linkedContainer finds a link's container. kubelet truncates link names to
@@ -496,18 +492,25 @@ func (p *planner) linkedContainer(l nodefs.ContainerLogLink) (c *cri.Container, 
 			p.containerByID[p.in.Containers[i].ID] = &p.in.Containers[i]
 		}
 	}
-	if c, ok := p.containerByID[l.ContainerID]; ok || !l.Truncated {
-		return c, ok, false
+	return byLinkedID(p.containerByID, l)
+}
+
+// byLinkedID looks a link's container ID up in m: exactly, or as the prefix
+// a truncated link name keeps, which is ambiguous when it matches several.
+func byLinkedID[V any](m map[string]V, l nodefs.ContainerLogLink) (v V, found, ambiguous bool) {
+	if v, ok := m[l.ContainerID]; ok || !l.Truncated {
+		return v, ok, false
 	}
-	for id, candidate := range p.containerByID {
+	for id, candidate := range m {
 		if strings.HasPrefix(id, l.ContainerID) {
-			if listed {
-				return nil, false, true
+			if found {
+				var zero V
+				return zero, false, true
 			}
-			c, listed = candidate, true
+			v, found = candidate, true
 		}
 	}
-	return c, listed, false
+	return v, found, false
 }
 
 // resolve applies leak_grace, the breaker and dependencies to the candidates.

@@ -501,3 +501,26 @@ func TestUnreadableEntriesHoldWhatTheyBelongTo(t *testing.T) {
 		})
 	}
 }
+
+func TestATruncatedLinkToUnreadableContainersStays(t *testing.T) {
+	link := nodefs.ContainerLogLink{Path: ctrLogs + "/pod_ns_app-abc.log", ContainerID: "abc", Truncated: true, Dangling: true}
+	for _, tc := range []struct {
+		name string
+		ids  []string
+	}{
+		{"one matches the prefix", []string{"abc123"}},
+		{"several match the prefix", []string{"abc123", "abc456"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var unreadable []cri.Malformed
+			for _, id := range tc.ids {
+				unreadable = append(unreadable, cri.Malformed{Kind: "container", ID: id, Reason: "no creation time"})
+			}
+			r := Plan(Input{Now: now, Policy: policy(), Oracle: present(), Unreadable: unreadable, ContainerLogLinks: []nodefs.ContainerLogLink{link}})
+			same(t, "due", due(r), nil)
+			if got := keptReason(r, "log link "+link.Path); !strings.Contains(got, "could not be read") {
+				t.Fatalf("link kept for %q", got)
+			}
+		})
+	}
+}

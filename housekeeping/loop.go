@@ -286,6 +286,12 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		if !p.LastLifeEvent.IsZero() {
 			in.LastLifeEvent[p.UID] = p.LastLifeEvent
 		}
+		// Remember the pods seen Removed; forget one that lives again.
+		if p.Phase == podstate.PhaseRemoved {
+			l.tornDown[p.UID] = true
+		} else {
+			delete(l.tornDown, p.UID)
+		}
 	}
 	if !l.opts.OracleDisabled {
 		in.Oracle.PodDirs = nodefs.ListPodDirs(ctx, l.opts.KubeletRoot)
@@ -311,28 +317,16 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		in.PodCgroups = &cgs
 	}
 	in.PodDirs = l.inspectPodDirs(ctx, in.Oracle.PodDirs, snap)
-	in.TornDown = l.noteTornDown(view, in.Oracle.PodDirs)
-	return in
-}
-
-// noteTornDown remembers the pods the view shows Removed, forgets a pod
-// that lives again or whose pod dir is gone, and returns the set.
-func (l *Loop) noteTornDown(view podstate.View, dirs nodefs.PodDirs) map[string]bool {
-	for _, p := range view.Pods {
-		if p.Phase == podstate.PhaseRemoved {
-			l.tornDown[p.UID] = true
-		} else {
-			delete(l.tornDown, p.UID)
-		}
-	}
-	if dirs.Ready {
+	// A torn-down pod whose dir is gone needs remembering no longer.
+	if in.Oracle.PodDirs.Ready {
 		for uid := range l.tornDown {
-			if !dirs.Present(uid) {
+			if !in.Oracle.PodDirs.Present(uid) {
 				delete(l.tornDown, uid)
 			}
 		}
 	}
-	return l.tornDown
+	in.TornDown = l.tornDown
+	return in
 }
 
 // inspectPodDirs looks into the kubelet pod dirs of pods with no sandbox and
