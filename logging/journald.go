@@ -29,7 +29,7 @@ import (
 )
 
 // sendTimeout bounds one send, so a stalled journald (its receive queue full) diverts
-// entries to stderr instead of blocking every goroutine that logs.
+// entries to the fallback writer instead of blocking every goroutine that logs.
 const sendTimeout = time.Second
 
 // maxFieldNameLen is journald's limit on field names; longer ones are dropped by journald.
@@ -37,17 +37,21 @@ const maxFieldNameLen = 64
 
 // journalHook is the logrus hook that sends every entry to journald.
 type journalHook struct {
-	addr   *net.UnixAddr
-	conn   *net.UnixConn
-	stderr io.Writer
-	text   *logrus.TextFormatter
+	addr *net.UnixAddr
+	conn *net.UnixConn
+	// fallback receives, as text lines, the entries journald does not take: stderr,
+	// or the fallback file when stderr is discarded (package doc, Targets). fallbackName names it
+	// in the outage and recovery notices.
+	fallback     io.Writer
+	fallbackName string
+	text         *logrus.TextFormatter
 
-	mu       sync.Mutex // serializes sends, stderr writes and the outage state below
+	mu       sync.Mutex // serializes sends, fallback writes and the outage state below
 	outage   bool       // the last send failed and the failure has been reported
-	diverted int        // entries written to stderr during the current outage
+	diverted int        // entries written to the fallback during the current outage
 }
 
-func newJournalHook(socket string, stderr io.Writer) (*journalHook, error) {
+func newJournalHook(socket string, fallback io.Writer, fallbackName string) (*journalHook, error) {
 	// An unconnected (autobound) socket, addressed on every send: after journald restarts,
 	// the next send reaches the new socket, where a connected one would stay refused.
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Net: "unixgram"})
@@ -55,10 +59,11 @@ func newJournalHook(socket string, stderr io.Writer) (*journalHook, error) {
 		return nil, fmt.Errorf("socket for journald %s: %w", socket, err)
 	}
 	return &journalHook{
-		addr:   &net.UnixAddr{Name: socket, Net: "unixgram"},
-		conn:   conn,
-		stderr: stderr,
-		text:   newTextFormatter(),
+		addr:         &net.UnixAddr{Name: socket, Net: "unixgram"},
+		conn:         conn,
+		fallback:     fallback,
+		fallbackName: fallbackName,
+		text:         newTextFormatter(),
 	}, nil
 }
 
@@ -86,7 +91,7 @@ func errnoOf(err error) error {
 func (h *journalHook) Levels() []logrus.Level { return logrus.AllLevels }
 
 // Fire implements logrus.Hook. It never returns an error: an entry journald does not
-// take is written to stderr instead.
+// take is written to the fallback writer instead.
 func (h *journalHook) Fire(e *logrus.Entry) error {
 	payload := encodeEntry(e)
 
@@ -97,24 +102,24 @@ func (h *journalHook) Fire(e *logrus.Entry) error {
 		if h.outage {
 			h.outage = false
 			n := h.notice(e.Logger, logrus.InfoLevel, nil, fmt.Sprintf(
-				"journald socket %s works again; %d entries went to stderr meanwhile", h.addr.Name, h.diverted))
+				"journald socket %s works again; %d entries went to %s meanwhile", h.addr.Name, h.diverted, h.fallbackName))
 			_ = h.send(encodeEntry(n))
-			h.writeStderr(n)
+			h.writeFallback(n)
 		}
 		return nil
 	}
 	if !h.outage {
 		h.outage = true
 		h.diverted = 0
-		h.writeStderr(h.notice(e.Logger, logrus.WarnLevel, errnoOf(err), fmt.Sprintf(
-			"sending to journald socket %s failed, logging to stderr until it recovers", h.addr.Name)))
+		h.writeFallback(h.notice(e.Logger, logrus.WarnLevel, errnoOf(err), fmt.Sprintf(
+			"sending to journald socket %s failed, logging to %s until it recovers", h.addr.Name, h.fallbackName)))
 	}
 	h.diverted++
-	h.writeStderr(e)
+	h.writeFallback(e)
 	return nil
 }
 
-// Close releases the socket. Entries logged afterwards go to stderr.
+// Close releases the socket. Entries logged afterwards go to the fallback writer.
 func (h *journalHook) Close() error { return h.conn.Close() }
 
 func (h *journalHook) notice(logger *logrus.Logger, level logrus.Level, err error, msg string) *logrus.Entry {
@@ -128,13 +133,13 @@ func (h *journalHook) notice(logger *logrus.Logger, level logrus.Level, err erro
 	return n
 }
 
-func (h *journalHook) writeStderr(e *logrus.Entry) {
+func (h *journalHook) writeFallback(e *logrus.Entry) {
 	line, err := h.text.Format(e)
 	if err != nil {
 		line = []byte(fmt.Sprintf("%s level=%s msg=%q (formatting failed: %v)\n",
 			e.Time.Format(time.RFC3339Nano), e.Level, e.Message, err))
 	}
-	_, _ = h.stderr.Write(line) // nowhere left to report a failure
+	_, _ = h.fallback.Write(line) // nowhere left to report a failure
 }
 
 // send delivers one entry: a datagram, or a sealed memfd when it is too large for one.

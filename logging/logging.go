@@ -6,7 +6,8 @@
 //   - auto: journald when its socket accepts connections, otherwise stderr. The fallback is
 //     announced once on the returned logger: at info level when the socket does not exist
 //     ("journald socket /run/systemd/journal/socket not found, logging to stderr"), at warning
-//     level when it exists but refuses (journald stopped, permissions).
+//     level when it exists but refuses (journald stopped, permissions). With stderr
+//     discarded, the fallback is a file instead; see below.
 //   - journald: structured entries sent with the systemd native journal protocol. New fails
 //     when the socket is missing or unusable.
 //   - stderr: logrus text lines with millisecond timestamps (colors only on a TTY).
@@ -15,6 +16,24 @@
 //     directory is NOT created: making directories (owner, mode, SELinux label) is the
 //     packaging's job (systemd LogsDirectory=, a hostPath of type DirectoryOrCreate), and a
 //     typo in log.file should fail loudly instead of growing a new tree.
+//
+// Stderr is discarded when Options.Stderr (os.Stderr when nil) is an *os.File on the null
+// device (a character device with the rdev of /dev/null) or on a descriptor that is closed or
+// invalid (fstat fails with EBADF). That is how containerd starts a pre-registered plugin, and
+// with target auto and no journald every executed action would be logged nowhere. The text
+// lines then go to log.file, or to DefaultFallbackFile (/var/log/nri-housekeeper.log) when
+// log.file is empty, opened as for target file (its directory is not created), and the
+// announcement, at the same level as above, names it: "journald socket
+// /run/systemd/journal/socket not found and stderr is discarded (/dev/null): logging to
+// /var/log/nri-housekeeper.log". When that file cannot be opened, the logger keeps stderr, as
+// nothing better is possible, and says so at warning level.
+//
+// When auto uses journald and stderr is discarded, the same file receives the entries journald
+// does not take (see Journald fields), and the choice is announced at info level. The file is
+// opened up front, when New runs, rather than at the first failed send: the code stays simpler
+// (no open, and no open error to report, in the middle of an outage), and a file that cannot be
+// opened is reported, at warning level, while journald still takes the warning. The cost is a
+// file that stays empty as long as journald works.
 //
 // # Why a journald client of our own
 //
@@ -35,14 +54,16 @@
 // are fmt.Sprint'ed (an error becomes its Error() text). Two logrus keys that map to the same
 // name (pod-uid and pod_uid) are both sent: journald keeps multi-valued fields.
 //
-// If a send fails or takes over a second (journald stopped, restarting, stalled), the entry is written to stderr as a text
-// line instead, and the outage is reported on stderr once, not once per entry; when a send
-// succeeds again, a recovery notice goes to both journald and stderr.
+// If a send fails or takes over a second (journald stopped, restarting, stalled), the entry is
+// written to stderr as a text line instead (to the fallback file with target auto and stderr
+// discarded, see Targets), and the outage is reported there once, not once per entry; when a
+// send succeeds again, a recovery notice goes to both journald and there.
 //
 // The package is Linux-only (memfd, SCM_RIGHTS), like the plugin.
 package logging
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +72,7 @@ import (
 	"path/filepath"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 )
 
 // SyslogIdentifier is the SYSLOG_IDENTIFIER of every journald entry:
@@ -59,6 +81,10 @@ const SyslogIdentifier = "nri-housekeeper"
 
 // DefaultJournalSocket is journald's native-protocol socket.
 const DefaultJournalSocket = "/run/systemd/journal/socket"
+
+// DefaultFallbackFile is where target auto writes when journald is not usable (or for the
+// entries journald does not take) while stderr is discarded and log.file is empty.
+const DefaultFallbackFile = "/var/log/nri-housekeeper.log"
 
 // Structured field keys used across the project. They are logrus field names in
 // stderr and file output; journald receives them upper-cased (POD_UID, ...), so
@@ -88,12 +114,19 @@ type Options struct {
 	Level string
 	// Target is auto, journald, stderr or file; "" means auto.
 	Target string
-	// File is the log file for Target "file".
+	// File is the log file for Target "file", and for Target auto when stderr is
+	// discarded ("" then means DefaultFallbackFile).
 	File string
 	// JournalSocket is journald's socket; "" means DefaultJournalSocket.
 	JournalSocket string
 	// Stderr receives stderr output and the journald fallback; nil means os.Stderr.
 	Stderr io.Writer
+
+	// For tests, which must not write to /var/log nor depend on where their own stderr
+	// goes: fallbackFile replaces DefaultFallbackFile when not "", and discarded
+	// replaces stderrDiscarded when not nil.
+	fallbackFile string
+	discarded    func(io.Writer) (as string, ok bool)
 }
 
 // New returns a logger configured by opts and a func that releases what it holds
@@ -122,21 +155,7 @@ func New(opts Options) (*logrus.Logger, func() error, error) {
 
 	switch opts.Target {
 	case TargetAuto, "":
-		probeErr := probeJournal(socket)
-		if probeErr == nil {
-			closeFn, err := useJournal(logger, socket, stderr)
-			if err == nil {
-				return logger, closeFn, nil
-			}
-			probeErr = err
-		}
-		useText(logger, stderr)
-		if errors.Is(probeErr, fs.ErrNotExist) {
-			logger.Infof("journald socket %s not found, logging to stderr", socket)
-		} else {
-			logger.WithError(probeErr).Warnf("journald socket %s not usable, logging to stderr", socket)
-		}
-		return logger, noop, nil
+		return logger, useAuto(logger, opts, socket, stderr), nil
 
 	case TargetJournald:
 		if err := probeJournal(socket); err != nil {
@@ -147,7 +166,7 @@ func New(opts Options) (*logrus.Logger, func() error, error) {
 			return nil, nil, fmt.Errorf("log.target = %q: journald socket %s %s (%v); use log.target = %q or %q",
 				TargetJournald, socket, what, err, TargetStderr, TargetFile)
 		}
-		closeFn, err := useJournal(logger, socket, stderr)
+		closeFn, err := useJournal(logger, socket, stderr, "stderr")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -161,16 +180,8 @@ func New(opts Options) (*logrus.Logger, func() error, error) {
 		if opts.File == "" {
 			return nil, nil, fmt.Errorf("log.target = %q needs log.file", TargetFile)
 		}
-		f, err := os.OpenFile(opts.File, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		f, err := openLogFile(opts.File)
 		if err != nil {
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				err = pe.Err // the message names the path already
-			}
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil, nil, fmt.Errorf("log.file %s: directory %s does not exist (it is not created): %w",
-					opts.File, filepath.Dir(opts.File), err)
-			}
 			return nil, nil, fmt.Errorf("log.file %s: %w", opts.File, err)
 		}
 		useText(logger, f)
@@ -182,6 +193,130 @@ func New(opts Options) (*logrus.Logger, func() error, error) {
 	}
 }
 
+// useAuto sets logger up for TargetAuto, as the package doc describes, and returns
+// the func that releases the journald socket and the fallback file.
+func useAuto(logger *logrus.Logger, opts Options, socket string, stderr io.Writer) func() error {
+	discarded := opts.discarded
+	if discarded == nil {
+		discarded = stderrDiscarded
+	}
+	// out is where text lines go when journald is not used, and journald's own
+	// fallback: stderr, unless nobody reads it and the fallback file opens.
+	out, outName := stderr, "stderr"
+	closeFile := func() error { return nil }
+	discardedAs, isDiscarded := discarded(stderr)
+	var path string
+	var fileErr error
+	if isDiscarded {
+		path = opts.File
+		if path == "" {
+			path = cmp.Or(opts.fallbackFile, DefaultFallbackFile)
+		}
+		var f *os.File
+		if f, fileErr = openLogFile(path); fileErr == nil {
+			out, outName, closeFile = f, path, f.Close
+		}
+	}
+
+	probeErr := probeJournal(socket)
+	if probeErr == nil {
+		closeHook, err := useJournal(logger, socket, out, outName)
+		if err == nil {
+			switch {
+			case !isDiscarded:
+				// Nothing to announce: journald failures go to stderr, as always.
+			case fileErr != nil:
+				logger.WithError(fileErr).Warnf("stderr is discarded (%s) and log file %s cannot be opened: entries journald does not take are lost",
+					discardedAs, path)
+			default:
+				logger.Infof("stderr is discarded (%s): entries journald does not take go to %s", discardedAs, path)
+			}
+			return func() error { return errors.Join(closeHook(), closeFile()) }
+		}
+		probeErr = err
+	}
+
+	useText(logger, out)
+	// A missing socket is the normal state of a host without journald (info); one
+	// that exists and refuses is worth a warning.
+	what, level := "not found", logrus.InfoLevel
+	var journalErr error // nil when the socket does not exist
+	if !errors.Is(probeErr, fs.ErrNotExist) {
+		what, level, journalErr = "not usable", logrus.WarnLevel, probeErr
+	}
+	notice := logrus.NewEntry(logger)
+	switch {
+	case !isDiscarded:
+		if journalErr != nil {
+			notice = notice.WithError(journalErr)
+		}
+		notice.Logf(level, "journald socket %s %s, logging to stderr", socket, what)
+	case fileErr == nil:
+		if journalErr != nil {
+			notice = notice.WithError(journalErr)
+		}
+		notice.Logf(level, "journald socket %s %s and stderr is discarded (%s): logging to %s", socket, what, discardedAs, path)
+	default:
+		// Probably lost too, but stderr is all there is left.
+		notice = notice.WithError(fileErr)
+		if journalErr != nil {
+			notice = notice.WithField("journald_error", journalErr)
+		}
+		notice.Warnf("journald socket %s %s and stderr is discarded (%s), but log file %s cannot be opened: logging to stderr anyway",
+			socket, what, discardedAs, path)
+	}
+	return closeFile
+}
+
+// stderrDiscarded reports whether w is an *os.File nobody reads: the null device
+// (as = "/dev/null"), or a descriptor that is closed or invalid (as = "closed").
+// Anything else, including a file whose state cannot be told, is not discarded:
+// writing to it may reach someone.
+func stderrDiscarded(w io.Writer) (as string, ok bool) {
+	f, isFile := w.(*os.File)
+	if !isFile {
+		return "", false
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return "closed", true // a nil *os.File
+	}
+	var st unix.Stat_t
+	var statErr error
+	if err := rc.Control(func(fd uintptr) { statErr = unix.Fstat(int(fd), &st) }); err != nil {
+		return "closed", true // f.Close was called
+	}
+	if errors.Is(statErr, unix.EBADF) {
+		return "closed", true
+	}
+	if statErr != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return "", false
+	}
+	// Compared with /dev/null's own rdev rather than a hard-coded 1:3.
+	var null unix.Stat_t
+	if err := unix.Stat(os.DevNull, &null); err != nil || null.Mode&unix.S_IFMT != unix.S_IFCHR || null.Rdev != st.Rdev {
+		return "", false
+	}
+	return os.DevNull, true
+}
+
+// openLogFile opens path for appending, creating the file (mode 0640 before umask)
+// but never its directory. The error does not repeat the path.
+func openLogFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err == nil {
+		return f, nil
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err // the caller's message names the path
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("directory %s does not exist (it is not created): %w", filepath.Dir(path), err)
+	}
+	return nil, err
+}
+
 // useText makes logger write text lines to w.
 func useText(logger *logrus.Logger, w io.Writer) {
 	logger.SetOutput(w)
@@ -189,9 +324,10 @@ func useText(logger *logrus.Logger, w io.Writer) {
 }
 
 // useJournal makes logger send every entry to journald through a hook; logrus'
-// own output path is disabled (discarded, not even formatted).
-func useJournal(logger *logrus.Logger, socket string, stderr io.Writer) (func() error, error) {
-	hook, err := newJournalHook(socket, stderr)
+// own output path is disabled (discarded, not even formatted). Entries journald
+// does not take are written to fallback, named fallbackName in notices.
+func useJournal(logger *logrus.Logger, socket string, fallback io.Writer, fallbackName string) (func() error, error) {
+	hook, err := newJournalHook(socket, fallback, fallbackName)
 	if err != nil {
 		return nil, err
 	}
