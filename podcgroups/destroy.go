@@ -282,40 +282,68 @@ func signalAll(left []cgroupProcs) []error {
 	return errs
 }
 
-// signal sends SIGKILL to the processes listed in cp.dir. Each PID is first
-// pinned (os.FindProcess opens a pidfd on Linux 5.3+), then the directory is
-// read again: a PID still listed after pinning is the pinned process, so a
-// PID freed and reused by an unrelated process in between is never
-// signalled. PID 0 is a process outside this PID namespace: it cannot be
-// signalled from here and is reported as left.
+// signal sends SIGKILL to the processes listed in cp.dir, and never to an
+// unrelated process that got a listed PID after the listed process exited.
+//
+// Each listed PID is first pinned with a pidfd (pidfd_open, Linux 5.3+), then
+// the directory is read again: a PID still listed after pinning is the pinned
+// process, and pidfd_send_signal reaches that process or, if it has exited
+// since, nobody. A PID whose pidfd_open says ESRCH is gone and skipped.
+//
+// Only where pidfds are not available (ENOSYS: a kernel before 5.3; EPERM or
+// EACCES: a seccomp filter or security module that denies the call) does a
+// PID fall back to kill(2). That fallback narrows the PID-reuse race, since
+// the PID is re-read right before the kill, but cannot close it: the process
+// can exit, be reaped and have its PID reused between the re-read and the
+// kill. Any other pidfd_open error (EMFILE, ...) leaves the PID unsignalled
+// for this pass and is reported. PID 0 is a process outside this PID
+// namespace: it cannot be signalled from here and is reported as left.
 func signal(cp cgroupProcs) []error {
-	var pinned []*os.Process
+	type proc struct {
+		pid int
+		fd  int // its pidfd, or -1 to signal it by PID
+	}
+	var procs []proc
+	var errs []error
+	defer func() {
+		for _, p := range procs {
+			if p.fd >= 0 {
+				unix.Close(p.fd)
+			}
+		}
+	}()
 	for _, pid := range cp.pids {
 		if pid <= 0 {
 			continue
 		}
-		p, err := os.FindProcess(pid)
-		if err != nil {
-			continue // never on Linux; the PID stays listed and is reported
+		fd, err := unix.PidfdOpen(pid, 0)
+		switch {
+		case err == nil:
+			procs = append(procs, proc{pid: pid, fd: fd})
+		case errors.Is(err, unix.ESRCH):
+			// No process has this PID any more: nothing to kill.
+		case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+			procs = append(procs, proc{pid: pid, fd: -1})
+		default:
+			errs = append(errs, fmt.Errorf("pidfd_open PID %d in cgroup %s: %w", pid, cp.dir, err))
 		}
-		pinned = append(pinned, p)
 	}
-	defer func() {
-		for _, p := range pinned {
-			p.Release()
-		}
-	}()
 	still, err := readPids(cp.dir)
 	if err != nil {
-		return []error{err}
+		return append(errs, err)
 	}
-	var errs []error
-	for _, p := range pinned {
-		if !containsInt(still, p.Pid) {
+	for _, p := range procs {
+		if !containsInt(still, p.pid) {
 			continue
 		}
-		if err := p.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			errs = append(errs, fmt.Errorf("SIGKILL PID %d in cgroup %s: %w", p.Pid, cp.dir, err))
+		var err error
+		if p.fd >= 0 {
+			err = unix.PidfdSendSignal(p.fd, unix.SIGKILL, nil, 0)
+		} else {
+			err = unix.Kill(p.pid, unix.SIGKILL)
+		}
+		if err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: it exited meanwhile
+			errs = append(errs, fmt.Errorf("SIGKILL PID %d in cgroup %s: %w", p.pid, cp.dir, err))
 		}
 	}
 	return errs

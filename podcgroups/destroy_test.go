@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // fakeHost acts on plain directories: every path is "on a cgroup file
@@ -296,4 +299,47 @@ func TestDestroyChecksSelfBeforeSystemd(t *testing.T) {
 	if !errors.As(err, &refused) || len(f.units) != 0 {
 		t.Fatalf("error %v, units stopped %q; want a refusal and no unit stopped", err, f.units)
 	}
+}
+
+// TestSignalKillsThroughAPidfdOnlyThePIDsStillListed: signal pins every
+// listed PID with a pidfd, reads cgroup.procs again and kills only the PIDs
+// still listed, so one that left the cgroup in between (and may since belong
+// to an unrelated process) is never signalled. Every pidfd is closed.
+func TestSignalKillsThroughAPidfdOnlyThePIDsStillListed(t *testing.T) {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		t.Skipf("pidfd_open is not available here (%v), so signal would fall back to kill(2)", err)
+	}
+	unix.Close(fd)
+	listed, left := startSleeper(t), startSleeper(t)
+	dir := filepath.Join(t.TempDir(), "pod", ctrID)
+	// The first listing (cp.pids) has both; the file signal reads again has
+	// only one.
+	cgroup(t, dir, listed.cmd.Process.Pid)
+	cp := cgroupProcs{dir: dir, pids: []int{left.cmd.Process.Pid, listed.cmd.Process.Pid}}
+
+	fdsBefore := openFDs(t)
+	if errs := signal(cp); len(errs) != 0 {
+		t.Fatalf("signal: %v", errs)
+	}
+	// The killed child's own pidfd (held by os.Process) may close meanwhile
+	// when it is reaped, so fewer is fine; more is a leaked pidfd.
+	if fdsAfter := openFDs(t); fdsAfter > fdsBefore {
+		t.Errorf("%d open file descriptors after signal, %d before: a pidfd was not closed", fdsAfter, fdsBefore)
+	}
+	if !listed.killedWithin(5 * time.Second) {
+		t.Errorf("listed PID %d was not killed by SIGKILL (exit: %v)", listed.cmd.Process.Pid, listed.err)
+	}
+	if left.killedWithin(300*time.Millisecond) || !left.alive() {
+		t.Errorf("PID %d, no longer listed when signal read cgroup.procs again, was signalled", left.cmd.Process.Pid)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
 }
