@@ -302,7 +302,7 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		l.warnOnce("pod log dirs are not cleaned this pass", err)
 	}
 	l.noteSkipped(skipped)
-	if in.ContainerLogLinks, skipped, err = nodefs.ListContainerLogLinks(ctx, l.opts.Policy.ContainerLogsDir); err != nil {
+	if in.ContainerLogLinks, skipped, err = nodefs.ListContainerLogLinks(ctx, l.opts.Policy.ContainerLogsDir, l.opts.Policy.PodLogsDir); err != nil {
 		l.warnOnce("container log links are not cleaned this pass", err)
 	}
 	l.noteSkipped(skipped)

@@ -1,6 +1,7 @@
 package nodefs
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -127,6 +128,46 @@ func FuzzWithin(f *testing.F) {
 		}
 		if root+"/"+strings.Join(rel, "/") != filepath.Clean(path) {
 			t.Fatalf("roots %q: %q split into %q below %q", r.Roots(), path, rel, root)
+		}
+	})
+}
+
+// FuzzLogLinkTargetsStayInsideThePodLogsDir: a link's target, joined to the
+// container logs dir when relative, is examined exactly when it is strictly
+// below the pod logs dir, checked against filepath.Rel; every other target
+// is skipped as outside, whatever it contains.
+func FuzzLogLinkTargetsStayInsideThePodLogsDir(f *testing.F) {
+	base := f.TempDir()
+	dir, pods := filepath.Join(base, "containers"), filepath.Join(base, "pods")
+	for _, d := range []string{dir, pods} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			f.Fatal(err)
+		}
+	}
+	targets, err := openLogTargets(pods)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(targets.close)
+	for _, s := range []string{
+		"", ".", "..", "x", "../pods", "../pods/", "../pods/x", "../pods/./x/../y", "../pods/x/../../containers/y",
+		"../pods-x/y", "/", pods, pods + "/x", pods + "/../pods/x", pods + "//x", "/proc/self/root" + pods + "/x",
+		"../../../../../../../../../..", "../pods/x\x00y",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		abs := target
+		if !filepath.IsAbs(abs) {
+			abs = filepath.Join(dir, abs)
+		}
+		rel, err := filepath.Rel(pods, abs)
+		inside := err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../")
+
+		_, reason := targets.examine(dir, target)
+		outside := strings.Contains(reason, "points outside logs.pod_logs_dir")
+		if outside == inside {
+			t.Fatalf("target %q (%q relative to the pod logs dir): examine says %q", target, rel, reason)
 		}
 	})
 }

@@ -9,6 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // PodDirs is kubelet's own record of the pods on the node: the
@@ -117,21 +121,50 @@ type ContainerLogLink struct {
 	// cuts it: ContainerID (rarely ContainerName) may be cut short, so match
 	// it as a prefix, as the runtime does for short IDs.
 	Truncated bool
-	// Dangling is true when the target does not exist (stat says ENOENT),
-	// kubelet's condition for looking at the container.
+	// Dangling is true when the target does not exist, kubelet's condition
+	// for looking at the container. Unlike kubelet's stat, it is decided
+	// without following the link: the target is looked at only inside
+	// logs.pod_logs_dir, where kubelet points its links, one component at a
+	// time with lstat, and it dangles when one of them is missing (ENOENT).
+	// A link whose target cannot be judged that way is never listed.
 	Dangling bool
 }
 
 // ListContainerLogLinks lists the legacy container log links in dir
 // (logs.container_logs_dir). Only symlinks whose names parse and whose target
 // state is known are returned; every other entry is in skipped with the
-// reason. err is set when dir itself cannot be read, and then nothing is
-// returned.
-func ListContainerLogLinks(ctx context.Context, dir string) ([]ContainerLogLink, []Skipped, error) {
+// reason. err is set when dir itself cannot be read or podLogsDir
+// (logs.pod_logs_dir) cannot be opened, and then nothing is returned.
+//
+// Whether a link dangles is decided without ever following a symlink or
+// leaving podLogsDir's file system, so that a link onto a dead NFS mount
+// cannot hang the listing (kubelet's own check, a stat, would):
+//
+//   - a relative target is taken relative to dir; the target is cleaned and
+//     only examined when it is strictly below podLogsDir (cleaned). Kubelet
+//     always points its links there: any other link was made by someone
+//     else, or the configuration does not match kubelet's, and it is skipped;
+//   - a target at or below a mount point inside podLogsDir (from the mount
+//     table, read once per listing) is skipped without any system call on
+//     it: even lstat of a mount point can hang on a dead NFS server;
+//   - otherwise the target's components are lstat'ed one by one, relative to
+//     podLogsDir opened once per listing. A missing component means dangling;
+//     a symlink or non-directory on the way, a component on another file
+//     system, or any other error means the state is unknown, and the link is
+//     skipped.
+//
+// Each link costs one readlink and at most one lstat per component of its
+// target below podLogsDir; ctx is checked between links.
+func ListContainerLogLinks(ctx context.Context, dir, podLogsDir string) ([]ContainerLogLink, []Skipped, error) {
 	entries, err := readDir(ctx, dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("container logs dir %s: %w", dir, err)
 	}
+	targets, err := openLogTargets(podLogsDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer targets.close()
 	var (
 		links   []ContainerLogLink
 		skipped []Skipped
@@ -156,21 +189,121 @@ func ListContainerLogLinks(ctx context.Context, dir string) ([]ContainerLogLink,
 			skipped = append(skipped, Skipped{path, fmt.Sprintf("cannot read the link: %v", err)})
 			continue
 		}
-		// os.Stat follows the link, as kubelet's check does. Only ENOENT
-		// means dangling; any other error (ELOOP, EACCES, EIO...) leaves the
-		// state unknown, so the link is not offered for removal at all.
-		_, err = os.Stat(path)
-		switch {
-		case err == nil:
-		case errors.Is(err, fs.ErrNotExist):
-			l.Dangling = true
-		default:
-			skipped = append(skipped, Skipped{path, fmt.Sprintf("cannot tell whether the target exists: %v", err)})
+		dangling, reason := targets.examine(dir, l.Target)
+		if reason != "" {
+			skipped = append(skipped, Skipped{path, reason})
 			continue
 		}
+		l.Dangling = dangling
 		links = append(links, l)
 	}
 	return links, skipped, nil
+}
+
+// logTargets is the pod logs dir, open for one listing of container log
+// links: the only place their targets are looked at.
+type logTargets struct {
+	dir    string   // as configured, cleaned
+	fd     int      // open on dir
+	info   fileInfo // dir's device and mount
+	mounts []string // mount points strictly below dir, as paths below dir
+}
+
+// openLogTargets opens the pod logs dir and reads the mount points in it.
+// Errors name the dir.
+func openLogTargets(podLogsDir string) (logTargets, error) {
+	dir := filepath.Clean(podLogsDir)
+	switch {
+	case !filepath.IsAbs(dir):
+		return logTargets{}, fmt.Errorf("pod logs dir %q is not an absolute path", podLogsDir)
+	case dir == "/":
+		// Every absolute target would be "inside", and the mount table
+		// check below does not work for "/".
+		return logTargets{}, fmt.Errorf("pod logs dir %q is the whole file system", podLogsDir)
+	}
+	// Symlinks in the dir's own path are followed, as everywhere else in
+	// this package: it is trusted configuration. Nothing below it is.
+	fd, err := openRoot(dir)
+	if err != nil {
+		return logTargets{}, fmt.Errorf("pod logs dir %s, where container log links point, cannot be opened: %w", dir, err)
+	}
+	t := logTargets{dir: dir, fd: fd}
+	if t.info, err = statAt(fd, ""); err != nil {
+		t.close()
+		return logTargets{}, fmt.Errorf("stat pod logs dir %s: %w", dir, err)
+	}
+	// The kernel's name for the dir, which is what the mount table shows
+	// when the configured path goes through a symlink.
+	realDir, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		t.close()
+		return logTargets{}, fmt.Errorf("resolving pod logs dir %s through /proc/self/fd (needed to find the mount points in it): %w", dir, err)
+	}
+	if realDir == "/" {
+		t.close()
+		return logTargets{}, fmt.Errorf("pod logs dir %s resolves to /", dir)
+	}
+	mounts, err := mountPointsBelow(realDir)
+	if err != nil {
+		// Without the mount table a dead NFS mount inside the dir could
+		// hang the listing: fail closed.
+		t.close()
+		return logTargets{}, fmt.Errorf("pod logs dir %s: finding the mount points in it: %w", dir, err)
+	}
+	for _, m := range mounts {
+		t.mounts = append(t.mounts, dir+strings.TrimPrefix(m, realDir))
+	}
+	return t, nil
+}
+
+func (t logTargets) close() { unix.Close(t.fd) }
+
+// examine says whether target, as stored in a link in linkDir, dangles.
+// reason is set instead (and dangling is meaningless) when that cannot be
+// told without leaving the pod logs dir, following a symlink or entering
+// another file system.
+func (t logTargets) examine(linkDir, target string) (dangling bool, reason string) {
+	abs := target
+	if !filepath.IsAbs(abs) {
+		abs = filepath.Join(linkDir, abs)
+	}
+	abs = filepath.Clean(abs)
+	rel, ok := strings.CutPrefix(abs, t.dir+"/")
+	if !ok {
+		return false, fmt.Sprintf("target %s points outside logs.pod_logs_dir (%s): not followed", abs, t.dir)
+	}
+	for _, m := range t.mounts {
+		if abs == m || strings.HasPrefix(abs, m+"/") {
+			return false, fmt.Sprintf("target %s crosses into another file system at %s, a mount point in logs.pod_logs_dir: not examined", abs, m)
+		}
+	}
+	// One lstat per component, each relative to the dir's descriptor. The
+	// kernel follows symlinks on the way to the last component of a path,
+	// so each component is checked to be a real directory on the dir's
+	// file system before the next one is looked up through it.
+	names := strings.Split(rel, "/")
+	for i := range names {
+		sofar := strings.Join(names[:i+1], "/")
+		path := t.dir + "/" + sofar
+		fi, err := statAt(t.fd, sofar)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			return true, ""
+		case err != nil:
+			return false, fmt.Sprintf("cannot tell whether the target %s exists: lstat %s: %v", abs, path, err)
+		}
+		if r := otherMount(t.info, fi); r != "" {
+			return false, fmt.Sprintf("target %s crosses into another file system at %s: %s; not examined", abs, path, r)
+		}
+		if i < len(names)-1 && fi.mode != unix.S_IFDIR {
+			what := fmt.Sprintf("a %s, not a directory", fi.kind())
+			if fi.mode == unix.S_IFLNK {
+				what = "a symlink, which is not followed"
+			}
+			return false, fmt.Sprintf("cannot tell whether the target %s exists: %s is %s", abs, path, what)
+		}
+	}
+	return false, "" // the last component exists, whatever it is
 }
 
 // readDir reads all entries of dir, sorted by name, checking ctx between

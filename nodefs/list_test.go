@@ -214,10 +214,10 @@ func TestListContainerLogLinks(t *testing.T) {
 	writeFile(t, filepath.Join(dir, regular), "")
 	symlink(t, filepath.Join(logs, "0.log"), filepath.Join(dir, unparsable))
 	symlink(t, filepath.Join(logs, "0.log"), filepath.Join(dir, notLog))
-	symlink(t, loop, filepath.Join(dir, loop)) // points at itself: ELOOP
+	symlink(t, loop, filepath.Join(dir, loop)) // points at itself: ELOOP for a stat
 	mkdirAll(t, filepath.Join(dir, asDir))
 
-	links, skipped, err := ListContainerLogLinks(context.Background(), dir)
+	links, skipped, err := ListContainerLogLinks(context.Background(), dir, logs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestListContainerLogLinks(t *testing.T) {
 		{"a directory is skipped", asDir, "not a symlink"},
 		{"a link whose name does not parse is skipped", unparsable, "no '-'"},
 		{"a link not named *.log is skipped", notLog, `does not end with ".log"`},
-		{"a link whose target state is unknown (ELOOP) is skipped, not called dangling", loop, "cannot tell whether the target exists"},
+		{"a link pointing at itself is not followed, not called dangling", loop, "points outside logs.pod_logs_dir"},
 	} {
 		t.Run(tt.rule, func(t *testing.T) {
 			if r, ok := sk[filepath.Join(dir, tt.name)]; !ok || !strings.Contains(r, tt.reason) {
@@ -254,12 +254,368 @@ func TestListContainerLogLinks(t *testing.T) {
 	if len(skipped) != 5 {
 		t.Errorf("skipped = %+v, want 5", skipped)
 	}
+}
 
-	t.Run("a missing container logs dir is an error naming the path", func(t *testing.T) {
-		missing := filepath.Join(t.TempDir(), "nope")
-		_, _, err := ListContainerLogLinks(context.Background(), missing)
-		if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
-			t.Fatalf("err = %v", err)
+// testLinkName is a container log link name that parses.
+const testLinkName = "nginx_default_nginx-" + testCID + ".log"
+
+// testPodLogDir is a pod log dir name that parses: where testLinkName's
+// target is, below the pod logs dir.
+const testPodLogDir = "default_nginx_" + testUUID
+
+// listOneLink makes dir/testLinkName pointing to target and lists dir with
+// pods as the pod logs dir. It returns the link, or the skip reason.
+func listOneLink(t *testing.T, dir, pods, target string) (l ContainerLogLink, reason string) {
+	t.Helper()
+	symlink(t, target, filepath.Join(dir, testLinkName))
+	links, skipped, err := ListContainerLogLinks(context.Background(), dir, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case len(links) == 1 && len(skipped) == 0:
+		if links[0].Target != target {
+			t.Errorf("Target = %q, want the link's content %q", links[0].Target, target)
+		}
+		return links[0], ""
+	case len(links) == 0 && len(skipped) == 1:
+		if skipped[0].Path != filepath.Join(dir, testLinkName) {
+			t.Errorf("skipped %s, want the link", skipped[0].Path)
+		}
+		return ContainerLogLink{}, skipped[0].Reason
+	}
+	t.Fatalf("links %+v, skipped %+v: want the one link listed or skipped", links, skipped)
+	return ContainerLogLink{}, ""
+}
+
+// Whether a link dangles is decided with lstat only, and only inside the
+// pod logs dir: a dead mount elsewhere cannot hang the listing.
+func TestContainerLogLinkTargetsAreOnlyExaminedInsideThePodLogsDir(t *testing.T) {
+	const listed = ""
+	tests := []struct {
+		rule string
+		// setup lays out base, which holds containers/ (the container logs
+		// dir) and pods/ (the pod logs dir), and returns the link's target.
+		setup        func(t *testing.T, base, pods string) string
+		wantDangling bool
+		// wantReason is the skip reason, with $BASE and $PODS standing for
+		// the paths; listed means the link is listed.
+		wantReason string
+	}{
+		{
+			rule: "a target inside the pod logs dir that exists does not dangle",
+			setup: func(t *testing.T, _, pods string) string {
+				writeFile(t, filepath.Join(pods, testPodLogDir, "nginx", "0.log"), "log")
+				return filepath.Join(pods, testPodLogDir, "nginx", "0.log")
+			},
+			wantReason: listed,
+		},
+		{
+			rule: "a target missing at the last level dangles",
+			setup: func(t *testing.T, _, pods string) string {
+				mkdirAll(t, filepath.Join(pods, testPodLogDir, "nginx"))
+				return filepath.Join(pods, testPodLogDir, "nginx", "0.log")
+			},
+			wantDangling: true,
+			wantReason:   listed,
+		},
+		{
+			rule: "a target missing at an intermediate level dangles",
+			setup: func(t *testing.T, _, pods string) string {
+				return filepath.Join(pods, testPodLogDir, "nginx", "0.log")
+			},
+			wantDangling: true,
+			wantReason:   listed,
+		},
+		{
+			rule: "a relative target is taken relative to the container logs dir",
+			setup: func(t *testing.T, _, pods string) string {
+				writeFile(t, filepath.Join(pods, testPodLogDir, "nginx", "0.log"), "log")
+				return "../pods/" + testPodLogDir + "/nginx/0.log"
+			},
+			wantReason: listed,
+		},
+		{
+			rule: "a relative target missing inside the pod logs dir dangles",
+			setup: func(t *testing.T, _, _ string) string {
+				return "../pods/" + testPodLogDir + "/nginx/0.log"
+			},
+			wantDangling: true,
+			wantReason:   listed,
+		},
+		{
+			rule: "a last component that exists does not dangle whatever it is, even a symlink to nowhere",
+			setup: func(t *testing.T, base, pods string) string {
+				symlink(t, filepath.Join(base, "nowhere"), filepath.Join(pods, testPodLogDir, "nginx", "0.log"))
+				return filepath.Join(pods, testPodLogDir, "nginx", "0.log")
+			},
+			wantReason: listed,
+		},
+		{
+			rule: "a target outside the pod logs dir is not followed, even under a directory that does not exist",
+			setup: func(t *testing.T, _, _ string) string {
+				return "/nrihk-nonexistent-mount/" + testPodLogDir + "/nginx/0.log"
+			},
+			wantReason: "target /nrihk-nonexistent-mount/" + testPodLogDir + "/nginx/0.log points outside logs.pod_logs_dir ($PODS): not followed",
+		},
+		{
+			rule: "a target under /proc is not followed, even one that leads back into the pod logs dir",
+			setup: func(t *testing.T, _, pods string) string {
+				writeFile(t, filepath.Join(pods, testPodLogDir, "nginx", "0.log"), "log")
+				return "/proc/self/root" + pods + "/" + testPodLogDir + "/nginx/0.log"
+			},
+			wantReason: "target /proc/self/root$PODS/" + testPodLogDir + "/nginx/0.log points outside logs.pod_logs_dir ($PODS): not followed",
+		},
+		{
+			rule: "a target that climbs out of the pod logs dir with .. is outside it",
+			setup: func(t *testing.T, base, pods string) string {
+				writeFile(t, filepath.Join(base, "outside", "0.log"), "log")
+				return pods + "/" + testPodLogDir + "/../../outside/0.log"
+			},
+			wantReason: "target $BASE/outside/0.log points outside logs.pod_logs_dir ($PODS): not followed",
+		},
+		{
+			rule: "a relative target that resolves outside the pod logs dir is not followed",
+			setup: func(t *testing.T, _, _ string) string {
+				return "../outside/0.log"
+			},
+			wantReason: "target $BASE/outside/0.log points outside logs.pod_logs_dir ($PODS): not followed",
+		},
+		{
+			rule: "the pod logs dir itself is not strictly below it",
+			setup: func(t *testing.T, _, pods string) string {
+				return pods + "/"
+			},
+			wantReason: "target $PODS points outside logs.pod_logs_dir ($PODS): not followed",
+		},
+		{
+			rule: "a sibling whose name starts with the pod logs dir's is outside it",
+			setup: func(t *testing.T, _, pods string) string {
+				return pods + "-old/" + testPodLogDir + "/nginx/0.log"
+			},
+			wantReason: "target $PODS-old/" + testPodLogDir + "/nginx/0.log points outside logs.pod_logs_dir ($PODS): not followed",
+		},
+		{
+			rule: "an intermediate symlink is not followed, even to an existing directory",
+			setup: func(t *testing.T, _, pods string) string {
+				writeFile(t, filepath.Join(pods, "elsewhere", "nginx", "0.log"), "log")
+				symlink(t, filepath.Join(pods, "elsewhere"), filepath.Join(pods, testPodLogDir))
+				return filepath.Join(pods, testPodLogDir, "nginx", "0.log")
+			},
+			wantReason: "cannot tell whether the target $PODS/" + testPodLogDir + "/nginx/0.log exists: $PODS/" + testPodLogDir + " is a symlink, which is not followed",
+		},
+		{
+			rule: "an intermediate symlink to nowhere does not make the target dangle",
+			setup: func(t *testing.T, _, pods string) string {
+				mkdirAll(t, filepath.Join(pods, testPodLogDir))
+				symlink(t, "/nrihk-nonexistent-mount", filepath.Join(pods, testPodLogDir, "nginx"))
+				return filepath.Join(pods, testPodLogDir, "nginx", "0.log")
+			},
+			wantReason: "cannot tell whether the target $PODS/" + testPodLogDir + "/nginx/0.log exists: $PODS/" + testPodLogDir + "/nginx is a symlink, which is not followed",
+		},
+		{
+			rule: "an intermediate non-directory leaves the state unknown",
+			setup: func(t *testing.T, _, pods string) string {
+				writeFile(t, filepath.Join(pods, testPodLogDir), "")
+				return filepath.Join(pods, testPodLogDir, "nginx", "0.log")
+			},
+			wantReason: "cannot tell whether the target $PODS/" + testPodLogDir + "/nginx/0.log exists: $PODS/" + testPodLogDir + " is a regular file, not a directory",
+		},
+		{
+			rule: "any other lstat error leaves the state unknown and is named",
+			setup: func(t *testing.T, _, pods string) string {
+				mkdirAll(t, filepath.Join(pods, testPodLogDir))
+				return filepath.Join(pods, testPodLogDir, strings.Repeat("n", 300), "0.log")
+			},
+			wantReason: "/" + strings.Repeat("n", 300) + ": file name too long",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rule, func(t *testing.T) {
+			base := t.TempDir()
+			dir, pods := filepath.Join(base, "containers"), filepath.Join(base, "pods")
+			mkdirAll(t, dir)
+			mkdirAll(t, pods)
+			target := tt.setup(t, base, pods)
+			l, reason := listOneLink(t, dir, pods, target)
+			want := strings.NewReplacer("$BASE", base, "$PODS", pods).Replace(tt.wantReason)
+			switch {
+			case tt.wantReason == listed && reason != "":
+				t.Fatalf("skipped (%s), want listed with Dangling %v", reason, tt.wantDangling)
+			case tt.wantReason == listed && l.Dangling != tt.wantDangling:
+				t.Fatalf("Dangling = %v, want %v", l.Dangling, tt.wantDangling)
+			case tt.wantReason != listed && !strings.HasSuffix(reason, want):
+				t.Fatalf("reason %q (listed %+v), want %q", reason, l, want)
+			}
+		})
+	}
+}
+
+// A mount point inside the pod logs dir is found in the mount table and
+// never stat'ed: lstat of a dead NFS mount point hangs.
+func TestContainerLogLinkTargetsNeverEnterAMountPoint(t *testing.T) {
+	setup := func(t *testing.T) (base, dir, pods string) {
+		base = t.TempDir()
+		dir, pods = filepath.Join(base, "containers"), filepath.Join(base, "pods")
+		mkdirAll(t, dir)
+		mkdirAll(t, filepath.Join(pods, testPodLogDir))
+		return base, dir, pods
+	}
+	mountReason := func(target, mnt string) string {
+		return "target " + target + " crosses into another file system at " + mnt + ", a mount point in logs.pod_logs_dir: not examined"
+	}
+	t.Run("a target below a mount point is skipped from the mount table", func(t *testing.T) {
+		_, dir, pods := setup(t)
+		mnt := filepath.Join(pods, testPodLogDir)
+		mount(t, "tmpfs", mnt, "tmpfs")
+		target := filepath.Join(mnt, "nginx", "0.log")
+		writeFile(t, target, "log")
+		if _, reason := listOneLink(t, dir, pods, target); reason != mountReason(target, mnt) {
+			t.Fatalf("reason %q, want %q", reason, mountReason(target, mnt))
 		}
 	})
+	t.Run("a target that is a mount point is skipped from the mount table", func(t *testing.T) {
+		_, dir, pods := setup(t)
+		mnt := filepath.Join(pods, testPodLogDir)
+		mount(t, "tmpfs", mnt, "tmpfs")
+		if _, reason := listOneLink(t, dir, pods, mnt); reason != mountReason(mnt, mnt) {
+			t.Fatalf("reason %q, want %q", reason, mountReason(mnt, mnt))
+		}
+	})
+	t.Run("a same-device bind mount is skipped from the mount table", func(t *testing.T) {
+		base, dir, pods := setup(t)
+		mkdirAll(t, filepath.Join(base, "elsewhere", "nginx"))
+		mnt := filepath.Join(pods, testPodLogDir)
+		mount(t, filepath.Join(base, "elsewhere"), mnt, "")
+		target := filepath.Join(mnt, "nginx", "0.log")
+		if _, reason := listOneLink(t, dir, pods, target); reason != mountReason(target, mnt) {
+			t.Fatalf("reason %q, want %q", reason, mountReason(target, mnt))
+		}
+	})
+	t.Run("a pod logs dir configured through a symlink finds the mount points in it", func(t *testing.T) {
+		base, dir, pods := setup(t)
+		mount(t, "tmpfs", filepath.Join(pods, testPodLogDir), "tmpfs")
+		configured := filepath.Join(base, "pods-link")
+		symlink(t, pods, configured)
+		target := filepath.Join(configured, testPodLogDir, "nginx", "0.log")
+		want := mountReason(target, filepath.Join(configured, testPodLogDir))
+		if _, reason := listOneLink(t, dir, configured, target); reason != want {
+			t.Fatalf("reason %q, want %q", reason, want)
+		}
+	})
+	// A mount that appears after the table was read is still caught by the
+	// lstat of the component: its device or mount differs.
+	for _, tc := range []struct{ rule, fstype string }{
+		{"a mount missing from the table is told apart by its device", "tmpfs"},
+		{"a bind mount missing from the table is told apart by its mount", ""},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			base, dir, pods := setup(t)
+			mnt := filepath.Join(pods, testPodLogDir)
+			src := "tmpfs"
+			if tc.fstype == "" {
+				src = filepath.Join(base, "elsewhere")
+				mkdirAll(t, src)
+			}
+			mount(t, src, mnt, tc.fstype)
+			targets, err := openLogTargets(pods)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer targets.close()
+			targets.mounts = nil // as if the mount came after the table was read
+			target := filepath.Join(mnt, "nginx", "0.log")
+			_, reason := targets.examine(dir, target)
+			if want := "target " + target + " crosses into another file system at " + mnt + ": "; !strings.HasPrefix(reason, want) {
+				t.Fatalf("reason %q, want it to start with %q", reason, want)
+			}
+		})
+	}
+}
+
+func TestListContainerLogLinksErrors(t *testing.T) {
+	tests := []struct {
+		rule string
+		// setup returns the container logs dir and the pod logs dir.
+		setup func(t *testing.T, base string) (dir, pods string)
+		ctx   func() context.Context
+		want  func(base string) string // what the error must name
+		is    error                    // nil: any error
+	}{
+		{
+			rule: "a missing container logs dir is an error naming it",
+			setup: func(t *testing.T, base string) (string, string) {
+				mkdirAll(t, filepath.Join(base, "pods"))
+				return filepath.Join(base, "nope"), filepath.Join(base, "pods")
+			},
+			want: func(base string) string { return filepath.Join(base, "nope") },
+			is:   fs.ErrNotExist,
+		},
+		{
+			rule: "a missing pod logs dir is an error naming it",
+			setup: func(t *testing.T, base string) (string, string) {
+				symlink(t, filepath.Join(base, "nope", testPodLogDir, "nginx", "0.log"), filepath.Join(base, "containers", testLinkName))
+				return filepath.Join(base, "containers"), filepath.Join(base, "nope")
+			},
+			want: func(base string) string { return "pod logs dir " + filepath.Join(base, "nope") },
+			is:   fs.ErrNotExist,
+		},
+		{
+			rule: "a pod logs dir that is not a directory is an error naming it",
+			setup: func(t *testing.T, base string) (string, string) {
+				mkdirAll(t, filepath.Join(base, "containers"))
+				writeFile(t, filepath.Join(base, "pods"), "")
+				return filepath.Join(base, "containers"), filepath.Join(base, "pods")
+			},
+			want: func(base string) string { return "pod logs dir " + filepath.Join(base, "pods") },
+		},
+		{
+			rule: "a relative pod logs dir is an error",
+			setup: func(t *testing.T, base string) (string, string) {
+				mkdirAll(t, filepath.Join(base, "containers"))
+				return filepath.Join(base, "containers"), "var/log/pods"
+			},
+			want: func(string) string { return `pod logs dir "var/log/pods" is not an absolute path` },
+		},
+		{
+			rule: "the whole file system as the pod logs dir is an error",
+			setup: func(t *testing.T, base string) (string, string) {
+				mkdirAll(t, filepath.Join(base, "containers"))
+				return filepath.Join(base, "containers"), "/"
+			},
+			want: func(string) string { return `pod logs dir "/" is the whole file system` },
+		},
+		{
+			rule: "a cancelled context is an error",
+			setup: func(t *testing.T, base string) (string, string) {
+				mkdirAll(t, filepath.Join(base, "pods"))
+				symlink(t, filepath.Join(base, "pods", testPodLogDir, "nginx", "0.log"), filepath.Join(base, "containers", testLinkName))
+				return filepath.Join(base, "containers"), filepath.Join(base, "pods")
+			},
+			ctx: func() context.Context {
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				return ctx
+			},
+			want: func(base string) string { return filepath.Join(base, "containers") },
+			is:   context.Canceled,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rule, func(t *testing.T) {
+			base := t.TempDir()
+			dir, pods := tt.setup(t, base)
+			ctx := context.Background()
+			if tt.ctx != nil {
+				ctx = tt.ctx()
+			}
+			links, skipped, err := ListContainerLogLinks(ctx, dir, pods)
+			if err == nil || !strings.Contains(err.Error(), tt.want(base)) || tt.is != nil && !errors.Is(err, tt.is) {
+				t.Fatalf("err = %v, want it to name %q (and be %v)", err, tt.want(base), tt.is)
+			}
+			if links != nil || skipped != nil {
+				t.Fatalf("links %+v, skipped %+v returned with an error", links, skipped)
+			}
+		})
+	}
 }

@@ -18,6 +18,23 @@ const mountInfoPath = "/proc/self/mountinfo"
 // it a same-device bind mount could go unnoticed on kernels without mount
 // IDs, so removal fails closed.
 func mountPointsOn(root, target string) ([]string, error) {
+	below, err := mountPointsBelow(root)
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	for _, m := range below {
+		if m == target || strings.HasPrefix(m, target+"/") || strings.HasPrefix(target, m+"/") {
+			found = append(found, m)
+		}
+	}
+	return found, nil
+}
+
+// mountPointsBelow returns every mount point strictly below root, in the
+// mount table's order. root is a real path (no symlinks), as the kernel
+// shows it; the root itself, or a mount above it, is not ours to judge.
+func mountPointsBelow(root string) ([]string, error) {
 	f, err := os.Open(mountInfoPath)
 	if err != nil {
 		return nil, err
@@ -31,10 +48,7 @@ func mountPointsOn(root, target string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", mountInfoPath, err)
 		}
-		if !strings.HasPrefix(m, root+"/") {
-			continue // the root itself or outside it: not ours to judge
-		}
-		if m == target || strings.HasPrefix(m, target+"/") || strings.HasPrefix(target, m+"/") {
+		if strings.HasPrefix(m, root+"/") {
 			found = append(found, m)
 		}
 	}

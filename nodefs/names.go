@@ -3,11 +3,14 @@
 // legacy container log links, and removal that cannot leave the configured
 // roots.
 //
-// Listing functions return plain data for the planner and never remove
-// anything. Removal goes through a Remover, which only deletes below its
-// roots, never follows a symbolic link, never crosses a file system or mount
-// point, and leaves alone any name that does not parse as one of kubelet's
-// formats (DESIGN.md §4, "Stricter than kubelet" rule 5).
+// Listing functions return plain data for the planner, never remove
+// anything and never follow a symlink below the configured dirs: a container
+// log link's target is only looked at inside the pod logs dir, one component
+// at a time, so that a link onto a dead mount cannot hang a pass
+// (ListContainerLogLinks). Removal goes through a Remover, which only deletes
+// below its roots, never follows a symbolic link, never crosses a file system
+// or mount point, and leaves alone any name that does not parse as one of
+// kubelet's formats (DESIGN.md §4, "Stricter than kubelet" rule 5).
 package nodefs
 
 import (
