@@ -7,11 +7,15 @@ import (
 	"time"
 )
 
-// settleTime is how long an event's claim stands against a listing that
-// disagrees. containerd sends some NRI events (a container's exit) before its
-// CRI store reflects them, so a listing right after the event may still show
-// the old state; only a disagreement that outlives this is corrected.
-const settleTime = 5 * time.Second
+// SettleTime is how long an event's claim stands against a listing that
+// disagrees. containerd sends some NRI events before its CRI store reflects
+// them (a container's exit; RunPodSandbox, sent before the sandbox is added
+// to the store), so a listing right after the event may still show the old
+// state; only a disagreement that outlives this is corrected.
+const SettleTime = 5 * time.Second
+
+// settleTime is SettleTime inside the package.
+const settleTime = SettleTime
 
 // DefaultRetention is how long Removed records and pods are kept before they
 // are forgotten. Keeping them a while makes late or duplicate events about a
@@ -25,6 +29,7 @@ type State struct {
 
 	mu         sync.Mutex
 	seq        uint64
+	syncs      uint64 // Synchronize calls: one per NRI (re)connect
 	pods       map[string]*pod
 	sandboxes  map[string]*Sandbox
 	containers map[string]*Container
@@ -61,6 +66,14 @@ func (s *State) Seq() uint64 {
 	return s.seq
 }
 
+// Syncs returns how many times NRI synchronized: it changes with every NRI
+// (re)connect, i.e. with every new NRI session.
+func (s *State) Syncs() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.syncs
+}
+
 // Apply records one lifecycle event. It returns an error only for an event
 // that cannot be recorded (missing IDs); nothing is changed then.
 func (s *State) Apply(ev Event) error {
@@ -77,15 +90,24 @@ func (s *State) Apply(ev Event) error {
 	switch ev.Kind {
 	case RunPodSandbox:
 		// A new sandbox starts Ready.
-		s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At)
+		s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At).ReportedAt = ev.At
 	case StopPodSandbox:
-		s.advanceSandbox(s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At), SandboxNotReady, ev.At)
+		sb := s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At)
+		sb.StopSeen = true
+		s.advanceSandbox(sb, SandboxNotReady, ev.At)
 	case RemovePodSandbox:
-		s.advanceSandbox(s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At), SandboxRemoved, ev.At)
+		// Evidence of a teardown, also for a record one absence from a
+		// listing marked Removed already.
+		sb := s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At)
+		sb.Removal = RemovedByEvent
+		s.advanceSandbox(sb, SandboxRemoved, ev.At)
 	default:
 		// A container event does not prove its sandbox exists (it may be a late
 		// event about a forgotten pod), so it creates no sandbox record.
 		c := s.containerFor(p, ev.SandboxID, ev.ContainerID, ev.ContainerName, SourceEvent, ev.At)
+		if ev.Kind == RemoveContainer {
+			c.Removal = RemovedByEvent
+		}
 		s.advanceContainer(c, eventContainerState[ev.Kind], ev.At)
 	}
 	s.refreshPhase(p, ev.At)
@@ -121,12 +143,15 @@ type SyncResult struct {
 
 // Synchronize records what NRI Synchronize reported after a (re)connect.
 // Absence from it means nothing: it omits exited containers and Unknown
-// sandboxes, so only a CRI listing may mark records Removed.
+// sandboxes, so only a CRI listing may mark records Removed. Presence in it
+// means the object exists: a record that one absence from a listing marked
+// Removed comes back.
 func (s *State) Synchronize(at time.Time, sandboxes []SyncedSandbox, containers []SyncedContainer) SyncResult {
 	var r SyncResult
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
+	s.syncs++
 	touched := make(map[*pod]struct{})
 	for _, in := range sandboxes {
 		if in.Pod.UID == "" || in.SandboxID == "" {
@@ -137,7 +162,15 @@ func (s *State) Synchronize(at time.Time, sandboxes []SyncedSandbox, containers 
 			r.Added++
 		}
 		p := s.podFor(in.Pod, SourceSync, at)
-		s.sandboxFor(p, in.SandboxID, SourceSync, at)
+		sb := s.sandboxFor(p, in.SandboxID, SourceSync, at)
+		sb.ReportedAt = at
+		if sb.State == SandboxRemoved && sb.Removal == RemovedByAbsence {
+			to := SandboxReady
+			if sb.StopSeen {
+				to = SandboxNotReady
+			}
+			s.setSandbox(sb, to, at, true)
+		}
 		touched[p] = struct{}{}
 	}
 	for _, in := range containers {
@@ -151,6 +184,9 @@ func (s *State) Synchronize(at time.Time, sandboxes []SyncedSandbox, containers 
 		p := s.podFor(in.Pod, SourceSync, at)
 		s.sandboxFor(p, in.SandboxID, SourceSync, at)
 		c := s.containerFor(p, in.SandboxID, in.ID, in.Name, SourceSync, at)
+		if c.State == ContainerRemoved && c.Removal == RemovedByAbsence {
+			s.setContainer(c, in.State, at, true)
+		}
 		if in.State == ContainerRunning {
 			s.advanceContainer(c, ContainerRunning, at)
 		}
@@ -224,6 +260,15 @@ func (s *State) Reconcile(l Listing, now time.Time) ReconcileResult {
 		if _, ok := seenSandboxes[id]; ok || sb.State == SandboxRemoved || sb.seq > l.StartSeq {
 			continue
 		}
+		// containerd reports RunPodSandbox over NRI before it adds the
+		// sandbox to its store: a listing taken in between lacks it.
+		if !sb.ReportedAt.IsZero() && sb.State == SandboxReady && !sb.StopSeen && now.Sub(sb.ReportedAt) < settleTime {
+			continue
+		}
+		sb.Removal = RemovedByAbsence
+		if sb.StopSeen {
+			sb.Removal = RemovedAfterStop
+		}
 		s.setSandbox(sb, SandboxRemoved, now, false)
 		r.Removed++
 		touched[s.pods[sb.PodUID]] = struct{}{}
@@ -232,6 +277,7 @@ func (s *State) Reconcile(l Listing, now time.Time) ReconcileResult {
 		if _, ok := seenContainers[id]; ok || c.State == ContainerRemoved || c.seq > l.StartSeq {
 			continue
 		}
+		c.Removal = RemovedByAbsence
 		s.setContainer(c, ContainerRemoved, now, false)
 		r.Removed++
 		touched[s.pods[c.PodUID]] = struct{}{}
@@ -247,7 +293,15 @@ func (s *State) Reconcile(l Listing, now time.Time) ReconcileResult {
 // move only corrects an event's claim, only from a listing newer than it, and
 // only once the claim has had settleTime to show up in the runtime's listing.
 func (s *State) listSandbox(sb *Sandbox, want SandboxState, startSeq uint64, now time.Time, r *ReconcileResult) {
+	if want == SandboxNotReady {
+		sb.StopSeen = true
+	}
 	switch {
+	case sb.State == SandboxRemoved && sb.Removal != RemovedByEvent && sb.seq <= startSeq:
+		// Removed because a listing lacked it; this newer listing has it.
+		s.setSandbox(sb, want, now, false)
+		r.Updated++
+		r.Corrected++
 	case want == sb.State:
 		sb.fromEvent = false
 	case want > sb.State:
@@ -262,6 +316,11 @@ func (s *State) listSandbox(sb *Sandbox, want SandboxState, startSeq uint64, now
 
 func (s *State) listContainer(c *Container, want ContainerState, startSeq uint64, now time.Time, r *ReconcileResult) {
 	switch {
+	case c.State == ContainerRemoved && c.Removal == RemovedByAbsence && c.seq <= startSeq:
+		// Removed because a listing lacked it; this newer listing has it.
+		s.setContainer(c, want, now, false)
+		r.Updated++
+		r.Corrected++
 	case want == c.State:
 		c.fromEvent = false
 	case want.rank() >= c.State.rank():
@@ -442,6 +501,43 @@ func (s *State) View() View {
 	return v
 }
 
+// NRISandboxes returns every sandbox NRI reported (RunPodSandbox,
+// Synchronize) and did not report removed, with whether NRI holds it live:
+// what a listing of the same runtime must agree with.
+func (s *State) NRISandboxes() []NRISandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []NRISandbox
+	for _, sb := range s.sandboxes {
+		if sb.ReportedAt.IsZero() || (sb.State == SandboxRemoved && sb.Removal == RemovedByEvent) {
+			continue
+		}
+		out = append(out, NRISandbox{ID: sb.ID, PodUID: sb.PodUID, ReportedAt: sb.ReportedAt,
+			Live: sb.State == SandboxReady && !sb.StopSeen})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// MarkGone records that the runtime, asked by ID, does not know these
+// sandboxes: containerd dropped their NRI stop and removal (it does for the
+// pods it had before a restart). They are Removed without evidence of a
+// teardown, as by an absence from a listing.
+func (s *State) MarkGone(ids []string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	for _, id := range ids {
+		sb, ok := s.sandboxes[id]
+		if !ok || sb.State == SandboxRemoved {
+			continue
+		}
+		sb.Removal = RemovedByAbsence
+		s.setSandbox(sb, SandboxRemoved, at, false)
+		s.refreshPhase(s.pods[sb.PodUID], at)
+	}
+}
+
 // Pod returns a copy of one pod, if known.
 func (s *State) Pod(uid string) (PodView, bool) {
 	s.mu.Lock()
@@ -461,8 +557,10 @@ func (p *pod) view() PodView {
 		Sandboxes:  make([]Sandbox, len(p.sandboxes)),
 		Containers: make([]Container, len(p.containers)),
 	}
+	pv.TornDown = pv.Phase == PhaseRemoved && len(p.sandboxes) > 0
 	for i, sb := range p.sandboxes {
 		pv.Sandboxes[i] = *sb
+		pv.TornDown = pv.TornDown && sb.Removal.Evidence()
 	}
 	for i, c := range p.containers {
 		pv.Containers[i] = *c

@@ -138,6 +138,41 @@ func (s Source) String() string {
 	return "invalid"
 }
 
+// Removal is the evidence behind a Removed record.
+type Removal uint8
+
+const (
+	// RemovedByAbsence: missing from a listing, nothing more. No evidence
+	// of a teardown (containerd lists a sandbox only after NRI's
+	// RunPodSandbox, and drops NRI events after it restarts): a later
+	// listing or Synchronize that shows the object brings the record back.
+	RemovedByAbsence Removal = iota
+	// RemovedByEvent: NRI reported the removal (RemovePodSandbox,
+	// RemoveContainer).
+	RemovedByEvent
+	// RemovedAfterStop: seen stopped (an NRI StopPodSandbox, or a listing
+	// that showed the sandbox NotReady), then missing from a later listing:
+	// a teardown seen across listings.
+	RemovedAfterStop
+)
+
+func (r Removal) String() string {
+	switch r {
+	case RemovedByAbsence:
+		return "absent from a listing"
+	case RemovedByEvent:
+		return "removed (NRI event)"
+	case RemovedAfterStop:
+		return "stopped, then absent from a listing"
+	}
+	return "invalid"
+}
+
+// Evidence reports whether the removal is evidence of a teardown: an NRI
+// removal, or a stop then a removal seen across listings. One absence never
+// is.
+func (r Removal) Evidence() bool { return r == RemovedByEvent || r == RemovedAfterStop }
+
 // Sandbox is the record of one pod sandbox.
 type Sandbox struct {
 	ID     string
@@ -151,6 +186,15 @@ type Sandbox struct {
 	FirstSeen time.Time
 	// StateSince is when State was first observed.
 	StateSince time.Time
+	// ReportedAt is when NRI last reported the sandbox (RunPodSandbox or
+	// Synchronize); zero if NRI never did (learned from a listing only).
+	ReportedAt time.Time
+	// StopSeen: an NRI StopPodSandbox arrived, or a listing showed the
+	// sandbox NotReady.
+	StopSeen bool
+	// Removal is the evidence of the removal; meaningful when State is
+	// SandboxRemoved.
+	Removal Removal
 
 	seq       uint64 // Seq of the last change, to tell stale listings apart
 	fromEvent bool   // State was last set by an event (a hint a listing may correct)
@@ -169,6 +213,9 @@ type Container struct {
 	FirstSeen time.Time
 	// StateSince is when State was first observed.
 	StateSince time.Time
+	// Removal is the evidence of the removal; meaningful when State is
+	// ContainerRemoved.
+	Removal Removal
 
 	seq       uint64
 	fromEvent bool
@@ -187,14 +234,30 @@ type PodView struct {
 	LastLifeEvent time.Time
 	// RemovedSince is when the phase became Removed (zero otherwise).
 	RemovedSince time.Time
-	Sandboxes    []Sandbox
-	Containers   []Container
+	// TornDown: the phase is Removed and every sandbox of the pod was
+	// removed with evidence of a teardown (Removal.Evidence), never by one
+	// absence from a listing.
+	TornDown   bool
+	Sandboxes  []Sandbox
+	Containers []Container
 }
 
 // View is a consistent copy of the whole state, safe to read without locks.
 type View struct {
 	Seq  uint64
 	Pods []PodView // sorted by namespace, name, UID
+}
+
+// NRISandbox is a sandbox as NRI told of it, for checking a listing against
+// what NRI says (see State.NRISandboxes).
+type NRISandbox struct {
+	ID     string
+	PodUID string
+	// ReportedAt is when NRI last reported it (RunPodSandbox, Synchronize).
+	ReportedAt time.Time
+	// Live: reported Ready, with no NRI stop or removal since and no
+	// listing that showed it NotReady: the runtime must list it.
+	Live bool
 }
 
 // Counts summarises a View.

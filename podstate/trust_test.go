@@ -1,0 +1,143 @@
+package podstate
+
+import (
+	"testing"
+	"time"
+)
+
+// Case 8 of the safety review: containerd calls NRI RunPodSandbox before it
+// adds the sandbox to its store, so a listing taken in that window lacks a
+// sandbox that is being created. One absence is no evidence of a removal:
+// the sandbox is not marked Removed, and a record that an absence did mark
+// Removed comes back when a listing shows it again.
+func TestASandboxMissingFromAListingRightAfterRunPodSandboxComesBack(t *testing.T) {
+	s := New(0)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
+	// The listing started after the event, before containerd stored the sandbox.
+	s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(100*time.Millisecond))
+	if got := sandboxState(t, s, "u", "s1"); got == SandboxRemoved {
+		t.Errorf("a listing 100ms after RunPodSandbox marked the sandbox Removed")
+	}
+	listed := Listing{Sandboxes: []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: true, CreatedAt: t0}}}
+	listed.StartSeq = s.Seq()
+	s.Reconcile(listed, t0.Add(30*time.Second))
+	if got := sandboxState(t, s, "u", "s1"); got != SandboxReady {
+		t.Fatalf("sandbox = %s after a listing showed it Ready, want Ready", got)
+	}
+	if p, _ := s.Pod("u"); p.Phase != PhaseRunning {
+		t.Fatalf("phase = %s, want Running", p.Phase)
+	}
+
+	// A listed sandbox that one listing misses (containerd restarting its
+	// CRI store, say) comes back as well.
+	s2 := New(0)
+	s2.Reconcile(Listing{StartSeq: s2.Seq(), Sandboxes: listed.Sandboxes}, t0)
+	s2.Reconcile(Listing{StartSeq: s2.Seq()}, t0.Add(time.Minute))
+	s2.Reconcile(Listing{StartSeq: s2.Seq(), Sandboxes: listed.Sandboxes}, t0.Add(2*time.Minute))
+	if got := sandboxState(t, s2, "u", "s1"); got != SandboxReady {
+		t.Fatalf("sandbox = %s after a listing showed it again, want Ready", got)
+	}
+}
+
+// "Torn down" needs evidence of a teardown: an NRI RemovePodSandbox, or a
+// stop then a removal seen across listings; never one absence.
+func TestTornDownNeedsEvidenceOfATeardown(t *testing.T) {
+	ready := func(uid, id string) ListedSandbox { return ListedSandbox{Pod: ident(uid), ID: id, Ready: true, CreatedAt: t0} }
+	stopped := func(uid, id string) ListedSandbox { return ListedSandbox{Pod: ident(uid), ID: id, CreatedAt: t0} }
+	for _, tc := range []struct {
+		name     string
+		history  func(s *State)
+		tornDown bool
+		removal  Removal
+	}{
+		{"NRI RemovePodSandbox", func(s *State) {
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), podEvent(StopPodSandbox, "u", "s1", time.Second),
+				podEvent(RemovePodSandbox, "u", "s1", 2*time.Second))
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
+		}, true, RemovedByEvent},
+		{"listed NotReady, then absent", func(s *State) {
+			s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{ready("u", "s1")}}, t0)
+			s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{stopped("u", "s1")}}, t0.Add(time.Minute))
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(2*time.Minute))
+		}, true, RemovedAfterStop},
+		{"NRI StopPodSandbox, then absent", func(s *State) {
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), podEvent(StopPodSandbox, "u", "s1", time.Second))
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
+		}, true, RemovedAfterStop},
+		{"Ready, then absent", func(s *State) {
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
+		}, false, RemovedByAbsence},
+		{"listed Ready, then absent", func(s *State) {
+			s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{ready("u", "s1")}}, t0)
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
+		}, false, RemovedByAbsence},
+		{"the runtime, asked by ID, does not know it", func(s *State) {
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
+			s.MarkGone([]string{"s1"}, t0.Add(time.Minute))
+		}, false, RemovedByAbsence},
+		{"absent, then a late NRI RemovePodSandbox", func(s *State) {
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
+			mustApply(t, s, podEvent(RemovePodSandbox, "u", "s1", 61*time.Second))
+		}, true, RemovedByEvent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(0)
+			tc.history(s)
+			p, _ := s.Pod("u")
+			if p.Phase != PhaseRemoved || p.TornDown != tc.tornDown || p.Sandboxes[0].Removal != tc.removal {
+				t.Fatalf("phase %s, torn down %v, removal %q; want Removed, %v, %q", p.Phase, p.TornDown, p.Sandboxes[0].Removal, tc.tornDown, tc.removal)
+			}
+		})
+	}
+}
+
+// NRISandboxes is what a listing of the same runtime must agree with: what
+// NRI reported and did not report removed, live while no stop was seen.
+func TestNRISandboxesAreWhatNRIReported(t *testing.T) {
+	s := New(0)
+	s.Synchronize(t0, []SyncedSandbox{{Pod: ident("a"), SandboxID: "synced"}}, nil)
+	mustApply(t, s, podEvent(RunPodSandbox, "b", "run", time.Second),
+		podEvent(RunPodSandbox, "c", "stopped", 0), podEvent(StopPodSandbox, "c", "stopped", time.Second),
+		podEvent(RunPodSandbox, "d", "removed", 0), podEvent(RemovePodSandbox, "d", "removed", time.Second))
+	s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{
+		{Pod: ident("a"), ID: "synced", Ready: false, CreatedAt: t0}, // Synchronize does not say NotReady; the listing does
+		{Pod: ident("b"), ID: "run", Ready: true, CreatedAt: t0}, {Pod: ident("c"), ID: "stopped", CreatedAt: t0},
+		{Pod: ident("e"), ID: "listed-only", Ready: true, CreatedAt: t0},
+	}}, t0.Add(time.Minute))
+	got := map[string]bool{}
+	for _, n := range s.NRISandboxes() {
+		got[n.ID] = n.Live
+	}
+	want := map[string]bool{"synced": false, "run": true, "stopped": false}
+	if len(got) != len(want) {
+		t.Fatalf("NRI sandboxes = %v, want %v", got, want)
+	}
+	for id, live := range want {
+		if l, ok := got[id]; !ok || l != live {
+			t.Fatalf("NRI sandboxes = %v, want %v", got, want)
+		}
+	}
+	if n := s.Syncs(); n != 1 {
+		t.Fatalf("Syncs = %d, want 1", n)
+	}
+}
+
+// A record one absence marked Removed comes back when Synchronize reports
+// it: containerd still has it.
+func TestSynchronizeBringsBackWhatOneAbsenceRemoved(t *testing.T) {
+	s := New(0)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
+	s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
+	s.Synchronize(t0.Add(2*time.Minute), []SyncedSandbox{{Pod: ident("u"), SandboxID: "s1"}}, nil)
+	if got := sandboxState(t, s, "u", "s1"); got != SandboxReady {
+		t.Fatalf("sandbox = %s, want Ready", got)
+	}
+	// An NRI removal is not undone by Synchronize's view.
+	mustApply(t, s, podEvent(RemovePodSandbox, "u", "s1", 3*time.Minute))
+	s.Synchronize(t0.Add(4*time.Minute), []SyncedSandbox{{Pod: ident("u"), SandboxID: "s1"}}, nil)
+	if got := sandboxState(t, s, "u", "s1"); got != SandboxRemoved {
+		t.Fatalf("sandbox = %s after an NRI removal, want Removed", got)
+	}
+}
