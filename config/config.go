@@ -77,18 +77,24 @@ type Config struct {
 	Pods         Pods         // [pods]
 	Containers   Containers   // [containers]
 	Orphans      Orphans      // [orphans]
+	Budget       Budget       // [budget]
 	Logs         Logs         // [logs]
 	Cgroups      Cgroups      // [cgroups]
 	PodDirs      PodDirs      // [pod_dirs]
 	Metrics      Metrics      // [metrics]
 	Log          Log          // [log]
+
+	// Notices are not a key: Parse sets them, one per deprecated key the text
+	// uses, as "SOURCE:LINE: MSG" in line order. nil when there are none (and
+	// for Default).
+	Notices []string
 }
 
 // Housekeeping is the [housekeeping] section: the housekeeping loop.
 type Housekeeping struct {
 	Period          time.Duration // period; > 0
 	StartupDelay    time.Duration // startup_delay; >= 0 (0: no extra delay)
-	LeakGrace       time.Duration // leak_grace; >= 0 (0: act as soon as eligible)
+	LeakGrace       time.Duration // leak_grace; >= Period (when Period > 0)
 	SlowPassWarning time.Duration // slow_pass_warning; >= 0 (0: never warn)
 	MaxParallel     int           // max_parallel; >= 1
 }
@@ -120,12 +126,35 @@ type Containers struct {
 	MaxContainers      int           // max_containers; >= -1 (-1: no node-wide cap)
 }
 
-// Orphans is the [orphans] section: live pods whose pod is gone.
+// Orphans is the [orphans] section: live pods whose pod is gone. Orphan
+// stops are limited by Budget.
+//
+// The keys orphans.max_per_pass and orphans.max_fraction (the limits of the
+// old breaker, for orphan stops only) are deprecated aliases of
+// budget.max_per_pass and budget.max_fraction: Parse still accepts them, sets
+// the Budget field with them and records a notice (Config.Notices).
 type Orphans struct {
 	Action      string        // action; OrphansActionReport or OrphansActionStop
 	StopTimeout time.Duration // stop_timeout; >= 0 (0: kill at once)
-	MaxPerPass  int           // max_per_pass; >= 0
-	MaxFraction float64       // max_fraction; in [0, 1]
+}
+
+// Budget is the [budget] section: the blast-radius budget. It limits every
+// destructive step that can hurt a live workload or user data: orphan stops,
+// stops of UNKNOWN containers, kills of pod cgroups with processes in them,
+// CPU reductions, pod dir removals and pod log dir removals. Each of these
+// classes is counted on its own, with the same limits. A pass may take
+//
+//	max(MinPerPass, min(MaxPerPass, floor(MaxFraction × Ready sandboxes)))
+//
+// steps of one class, capped by what is left of MaxPerHour for that class. A
+// pass with more steps of a class due than that takes none of that class: the
+// class is paused for that pass (an error is logged, it is counted and report
+// shows it). MinPerPass = MaxPerPass = 0 disables every budgeted step.
+type Budget struct {
+	MaxPerPass  int     // max_per_pass; >= 0: steps of one class a pass may take at most
+	MaxFraction float64 // max_fraction; in [0, 1]: and at most this fraction of the Ready sandboxes (rounded down)
+	MinPerPass  int     // min_per_pass; in [0, MaxPerPass]: but always this many (the floor)
+	MaxPerHour  int     // max_per_hour; >= 0: steps of one class in any hour
 }
 
 // Logs is the [logs] section: kubelet's container log locations.
@@ -193,8 +222,12 @@ func Default() Config {
 		Orphans: Orphans{
 			Action:      OrphansActionReport,
 			StopTimeout: time.Second,
+		},
+		Budget: Budget{
 			MaxPerPass:  3,
 			MaxFraction: 0.1,
+			MinPerPass:  1,
+			MaxPerHour:  20,
 		},
 		Logs: Logs{
 			PodLogsDir:       "/var/log/pods",
@@ -234,7 +267,8 @@ func Example() string {
 // every problem. Keys the text omits keep their Default value.
 //
 // A runtime.endpoint given as a bare absolute path is normalised to
-// "unix://<path>".
+// "unix://<path>". A deprecated key (see aliases) sets its current key and
+// adds a notice to Config.Notices; a text may not set both.
 //
 // On failure the error joins one *Error per problem (see Problems). A text
 // that is not valid TOML (a syntax error, a key or table defined twice) stops
@@ -242,7 +276,7 @@ func Example() string {
 // keys, wrong types, invalid values) are reported together.
 func Parse(data []byte, source string) (Config, error) {
 	c := Default()
-	d := decoder{problems{source: source}}
+	d := decoder{problems: problems{source: source}}
 	if len(data) > MaxSize {
 		d.addAt(0, "", "config text is larger than %d bytes", MaxSize)
 		return Config{}, d.err()
@@ -254,6 +288,7 @@ func Parse(data []byte, source string) (Config, error) {
 	if len(c.Runtime.Endpoint) > 0 && c.Runtime.Endpoint[0] == '/' {
 		c.Runtime.Endpoint = UnixScheme + c.Runtime.Endpoint
 	}
+	d.keepOldMeaning(&c)
 	validate(&d.problems, c)
 	if err := d.err(); err != nil {
 		return Config{}, err

@@ -34,11 +34,11 @@ var badConfigs = []struct {
 
 	// Wrong types.
 	{"wrong_type_string_for_int", "[housekeeping]\nmax_parallel = \"4\"\n", "housekeeping.max_parallel", 2, `expected an integer, got string "4"`},
-	{"wrong_type_float_for_int", "[orphans]\nmax_per_pass = 1.5\n", "orphans.max_per_pass", 2, "expected an integer, got float 1.5"},
+	{"wrong_type_float_for_int", "[budget]\nmax_per_pass = 1.5\n", "budget.max_per_pass", 2, "expected an integer, got float 1.5"},
 	{"wrong_type_int_for_duration", "[housekeeping]\nperiod = 30\n", "housekeeping.period", 2, `expected a duration string such as "30s" or "5m", got integer 30`},
 	{"wrong_type_string_for_bool", "dry_run = \"yes\"\n", "dry_run", 1, `expected a boolean (true or false), got string "yes"`},
 	{"wrong_type_int_for_string", "[nri]\nplugin_index = 10\n", "nri.plugin_index", 2, "expected a string, got integer 10"},
-	{"wrong_type_string_for_float", "[orphans]\nmax_fraction = \"10%\"\n", "orphans.max_fraction", 2, `expected a number, got string "10%"`},
+	{"wrong_type_string_for_float", "[budget]\nmax_fraction = \"10%\"\n", "budget.max_fraction", 2, `expected a number, got string "10%"`},
 	{"wrong_type_array_for_string", "[log]\nlevel = [\"info\"]\n", "log.level", 2, "expected a string, got an array"},
 	{"wrong_type_date_for_duration", "[containers]\nmin_age = 1979-05-27\n", "containers.min_age", 2, "got a date/time"},
 	{"wrong_type_scalar_for_section", "housekeeping = 5\n", "housekeeping", 1, "expected a table (a [housekeeping] section), got integer 5"},
@@ -57,14 +57,40 @@ var badConfigs = []struct {
 	{"negative_duration_period", "[housekeeping]\nperiod = \"-30s\"\n", "housekeeping.period", 2, "must be positive"},
 	{"zero_duration_rpc_timeout", "[runtime]\nrpc_timeout = \"0\"\n", "runtime.rpc_timeout", 2, "must be positive"},
 
+	// leak_grace is at least the period (unless one of them is invalid itself).
+	{"leak_grace_shorter_than_period", "[housekeeping]\nperiod = \"1m\"\nleak_grace = \"59s\"\n", "housekeeping.leak_grace", 3, `must be at least housekeeping.period (1m0s), got "59s": an object would be acted on the first time a pass sees it`},
+	{"leak_grace_zero", "[housekeeping]\nleak_grace = \"0s\"\n", "housekeeping.leak_grace", 2, "use 'nri-housekeeper once --leak-grace 0s'"},
+	{"leak_grace_default_shorter_than_period", "[housekeeping]\nperiod = \"10m\"\n", "housekeeping.leak_grace", 0, `must be at least housekeeping.period (10m0s), got "5m0s"`},
+	{"leak_grace_not_compared_with_zero_period", "[housekeeping]\nperiod = \"0s\"\nleak_grace = \"0s\"\n", "housekeeping.period", 2, "must be positive"},
+	{"leak_grace_negative_not_compared_with_period", "[housekeeping]\nleak_grace = \"-1s\"\n", "housekeeping.leak_grace", 2, "must not be negative"},
+
 	// Counts.
 	{"max_parallel_below_1", "[housekeeping]\nmax_parallel = 0\n", "housekeeping.max_parallel", 2, "must be at least 1, got 0"},
 	{"max_per_pod_container_negative", "[containers]\nmax_per_pod_container = -1\n", "containers.max_per_pod_container", 2, "must be at least 0, got -1"},
 	{"max_containers_below_minus_1", "[containers]\nmax_containers = -2\n", "containers.max_containers", 2, "must be at least -1, got -2"},
-	{"max_per_pass_negative", "[orphans]\nmax_per_pass = -3\n", "orphans.max_per_pass", 2, "must be at least 0, got -3"},
-	{"max_fraction_above_1", "[orphans]\nmax_fraction = 1.5\n", "orphans.max_fraction", 2, "must be between 0 and 1, got 1.5"},
-	{"max_fraction_negative", "[orphans]\nmax_fraction = -0.1\n", "orphans.max_fraction", 2, "must be between 0 and 1, got -0.1"},
-	{"max_fraction_nan", "[orphans]\nmax_fraction = nan\n", "orphans.max_fraction", 2, "must be between 0 and 1, got NaN"},
+	{"max_per_pass_negative", "[budget]\nmax_per_pass = -3\n", "budget.max_per_pass", 2, "must be at least 0, got -3"},
+	{"max_fraction_above_1", "[budget]\nmax_fraction = 1.5\n", "budget.max_fraction", 2, "must be between 0 and 1, got 1.5"},
+	{"max_fraction_negative", "[budget]\nmax_fraction = -0.1\n", "budget.max_fraction", 2, "must be between 0 and 1, got -0.1"},
+	{"max_fraction_nan", "[budget]\nmax_fraction = nan\n", "budget.max_fraction", 2, "must be between 0 and 1, got NaN"},
+	{"min_per_pass_negative", "[budget]\nmin_per_pass = -1\n", "budget.min_per_pass", 2, "must be at least 0, got -1"},
+	{"max_per_hour_negative", "[budget]\nmax_per_hour = -20\n", "budget.max_per_hour", 2, "must be at least 0, got -20"},
+
+	// min_per_pass is at most max_per_pass (unless one of them is invalid itself).
+	{"min_per_pass_above_max_per_pass", "[budget]\nmax_per_pass = 2\nmin_per_pass = 3\n", "budget.min_per_pass", 3, "must be at most budget.max_per_pass (2), got 3: the floor"},
+	{"min_per_pass_default_above_max_per_pass", "[budget]\nmax_per_pass = 0\n", "budget.min_per_pass", 0, "must be at most budget.max_per_pass (0), got 1"},
+	{"min_per_pass_not_compared_with_negative_max_per_pass", "[budget]\nmax_per_pass = -1\n", "budget.max_per_pass", 2, "must be at least 0, got -1"},
+
+	// Deprecated aliases: validated as their budget key, reported as the key the text used.
+	{"alias_max_per_pass_wrong_type", "[orphans]\nmax_per_pass = 1.5\n", "orphans.max_per_pass", 2, "expected an integer, got float 1.5"},
+	{"alias_max_per_pass_negative", "[orphans]\nmax_per_pass = -3\n", "orphans.max_per_pass", 2, "must be at least 0, got -3"},
+	{"alias_max_fraction_wrong_type", "[orphans]\nmax_fraction = \"10%\"\n", "orphans.max_fraction", 2, `expected a number, got string "10%"`},
+	{"alias_max_fraction_above_1", "[orphans]\nmax_fraction = 1.5\n", "orphans.max_fraction", 2, "must be between 0 and 1, got 1.5"},
+	{"alias_max_per_pass_below_min_per_pass", "[budget]\nmin_per_pass = 2\n\n[orphans]\nmax_per_pass = 1\n", "budget.min_per_pass", 2, "must be at most orphans.max_per_pass (1), got 2"},
+	{"alias_and_current_key_both_set", "[budget]\nmax_per_pass = 3\n[orphans]\nmax_per_pass = 3\n", "orphans.max_per_pass", 4,
+		"orphans.max_per_pass is a deprecated alias of budget.max_per_pass; set only budget.max_per_pass"},
+	{"alias_and_current_key_both_set_dotted", "orphans.max_fraction = 0.2\nbudget.max_fraction = 0.2\n", "orphans.max_fraction", 1,
+		"orphans.max_fraction is a deprecated alias of budget.max_fraction; set only budget.max_fraction"},
+	{"alias_in_wrong_section", "[budget]\norphans = 1\n", "budget.orphans", 2, "unknown key"},
 
 	// Enumerations.
 	{"unknown_enum_pods_source", "[pods]\nsource = \"kubelet\"\n", "pods.source", 2, `invalid value "kubelet" (expected one of "kubelet-dir", "none")`},
@@ -141,7 +167,7 @@ func TestParseRejectsBadConfigs(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Parse accepted %q: %+v", tc.text, c)
 			}
-			if c != (Config{}) {
+			if !reflect.DeepEqual(c, Config{}) {
 				t.Errorf("Parse returned a non-zero Config with an error: %+v", c)
 			}
 			ps := Problems(err)
@@ -189,7 +215,7 @@ func TestTextLargerThanMaxSizeIsRejected(t *testing.T) {
 		t.Fatalf("got  %v\nwant %s", err, want)
 	}
 	c, err := Parse([]byte(text[:MaxSize]), "big.conf")
-	if err != nil || c != Default() {
+	if err != nil || !reflect.DeepEqual(c, Default()) {
 		t.Fatalf("a text of MaxSize bytes: %+v, %v", c, err)
 	}
 
@@ -208,7 +234,7 @@ func TestEmptyTextYieldsDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Parse(%q): %v", text, err)
 		}
-		if c != Default() {
+		if !reflect.DeepEqual(c, Default()) {
 			t.Errorf("Parse(%q) = %+v, want Default()", text, c)
 		}
 	}
@@ -236,7 +262,10 @@ func TestExampleParsesToDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c != Default() {
+	if c.Notices != nil {
+		t.Errorf("example.toml uses deprecated keys: %q", c.Notices)
+	}
+	if !reflect.DeepEqual(c, Default()) {
 		t.Errorf("example.toml = %+v\nDefault() = %+v", c, Default())
 	}
 }
@@ -269,8 +298,12 @@ func TestSchemaCoversEveryField(t *testing.T) {
 			bound[f.ptr] = true
 		}
 	}
+	notKeys := map[string]bool{".Notices": true} // set by Parse, not by a key
 	var walk func(v reflect.Value, name string)
 	walk = func(v reflect.Value, name string) {
+		if notKeys[name] {
+			return
+		}
 		if v.Kind() == reflect.Struct {
 			for i := range v.NumField() {
 				walk(v.Field(i), name+"."+v.Type().Field(i).Name)
@@ -317,8 +350,12 @@ max_containers = 100
 [orphans]
 action = "stop"
 stop_timeout = "30s"
+
+[budget]
 max_per_pass = 0
 max_fraction = 1 # an integer is accepted for a float
+min_per_pass = 0
+max_per_hour = 100
 
 [logs]
 pod_logs_dir = "/data/log/pods"
@@ -355,7 +392,8 @@ var fullConfigWant = Config{
 	Runtime:    Runtime{Endpoint: "unix:///var/run/containerd/containerd.sock", Namespace: "k8s-test", RPCTimeout: 2500 * time.Millisecond},
 	Pods:       Pods{Source: PodsSourceNone, KubeletRoot: "/data/kubelet"},
 	Containers: Containers{MinAge: time.Hour, MaxPerPodContainer: 0, MaxContainers: 100},
-	Orphans:    Orphans{Action: OrphansActionStop, StopTimeout: 30 * time.Second, MaxPerPass: 0, MaxFraction: 1},
+	Orphans:    Orphans{Action: OrphansActionStop, StopTimeout: 30 * time.Second},
+	Budget:     Budget{MaxPerPass: 0, MaxFraction: 1, MinPerPass: 0, MaxPerHour: 100},
 	Logs:       Logs{PodLogsDir: "/data/log/pods", ContainerLogsDir: "/data/log/containers"},
 	Cgroups:    Cgroups{Enabled: false, Driver: DriverSystemd, Mountpoint: "/mnt/cgroup", Root: "custom/kubepods"},
 	PodDirs:    PodDirs{RemoveOrphaned: true},
@@ -369,6 +407,9 @@ func TestEveryKeyCanBeSet(t *testing.T) {
 	want, def := reflect.ValueOf(fullConfigWant), reflect.ValueOf(Default())
 	for i := range want.NumField() {
 		w, d := want.Field(i), def.Field(i)
+		if want.Type().Field(i).Name == "Notices" { // not a key
+			continue
+		}
 		if w.Kind() != reflect.Struct {
 			if w.Equal(d) {
 				t.Errorf("fullConfig leaves %s at its default", want.Type().Field(i).Name)
@@ -386,7 +427,7 @@ func TestEveryKeyCanBeSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c != fullConfigWant {
+	if !reflect.DeepEqual(c, fullConfigWant) {
 		t.Errorf("got  %+v\nwant %+v", c, fullConfigWant)
 	}
 }
@@ -410,7 +451,7 @@ level = "debug"
 	want.NRI.PluginIndex = "20"
 	want.NRI.PluginName = "hk"
 	want.Log.Level = LevelDebug
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got  %+v\nwant %+v", c, want)
 	}
 }
@@ -494,6 +535,63 @@ target = "file"
 	}
 }
 
+func TestDeprecatedOrphansKeysSetTheBudgetWithANotice(t *testing.T) {
+	const why = " (the budget now limits every class of destructive step, not only orphan stops)"
+	for _, tc := range []struct {
+		name    string
+		text    string
+		want    Budget
+		notices []string
+	}{
+		{"no deprecated key", "[budget]\nmax_per_pass = 5\n",
+			Budget{MaxPerPass: 5, MaxFraction: 0.1, MinPerPass: 1, MaxPerHour: 20}, nil},
+		{"orphans.max_per_pass", "[orphans]\naction = \"stop\"\nmax_per_pass = 5\n",
+			Budget{MaxPerPass: 5, MaxFraction: 0.1, MinPerPass: 1, MaxPerHour: 20},
+			[]string{testSource + ":3: orphans.max_per_pass is deprecated: use budget.max_per_pass" + why}},
+		{"orphans.max_fraction", "orphans.max_fraction = 0.5\n",
+			Budget{MaxPerPass: 3, MaxFraction: 0.5, MinPerPass: 1, MaxPerHour: 20},
+			[]string{testSource + ":1: orphans.max_fraction is deprecated: use budget.max_fraction" + why}},
+		{"both, in line order, with the other budget keys", "[orphans]\nmax_fraction = 1\nmax_per_pass = 0\n\n[budget]\nmin_per_pass = 0\nmax_per_hour = 2\n",
+			Budget{MaxPerPass: 0, MaxFraction: 1, MinPerPass: 0, MaxPerHour: 2},
+			[]string{
+				testSource + ":2: orphans.max_fraction is deprecated: use budget.max_fraction" + why,
+				testSource + ":3: orphans.max_per_pass is deprecated: use budget.max_per_pass" + why,
+			}},
+		{"an inline table", "orphans = { max_per_pass = 4 }\n",
+			Budget{MaxPerPass: 4, MaxFraction: 0.1, MinPerPass: 1, MaxPerHour: 20},
+			[]string{testSource + ":1: orphans.max_per_pass is deprecated: use budget.max_per_pass" + why}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.text), testSource)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Budget != tc.want {
+				t.Errorf("budget = %+v, want %+v", c.Budget, tc.want)
+			}
+			if !reflect.DeepEqual(c.Notices, tc.notices) {
+				t.Errorf("notices = %q\nwant %q", c.Notices, tc.notices)
+			}
+		})
+	}
+}
+
+func TestAliasesMapOldKeysOutsideTheSchemaToKeysInIt(t *testing.T) {
+	var c Config
+	secs := schema(&c)
+	keys := map[string]bool{}
+	for _, sec := range secs {
+		for _, f := range sec.fields {
+			keys[sec.key(f.name)] = true
+		}
+	}
+	for _, a := range aliases() {
+		if keys[a.old] || !keys[a.current] {
+			t.Errorf("alias %s -> %s: the old key must not be in the schema, the current one must", a.old, a.current)
+		}
+	}
+}
+
 func TestValidateReportsWithoutSourceOrLine(t *testing.T) {
 	c := Default()
 	c.Housekeeping.Period = 0
@@ -514,14 +612,16 @@ func TestValidateReportsWithoutSourceOrLine(t *testing.T) {
 func TestValidateAcceptsBoundaryValues(t *testing.T) {
 	c := Default()
 	c.Housekeeping.StartupDelay = 0
-	c.Housekeeping.LeakGrace = 0
+	c.Housekeeping.LeakGrace = c.Housekeeping.Period
 	c.Housekeeping.SlowPassWarning = 0
 	c.Housekeeping.MaxParallel = 1
 	c.Containers.MaxPerPodContainer = 0
 	c.Containers.MaxContainers = -1
 	c.Orphans.StopTimeout = 0
-	c.Orphans.MaxPerPass = 0
-	c.Orphans.MaxFraction = 0
+	c.Budget.MaxPerPass = 0
+	c.Budget.MaxFraction = 0
+	c.Budget.MinPerPass = 0
+	c.Budget.MaxPerHour = 0
 	c.Metrics.Address = ""
 	c.Log.Level = LevelWarn
 	c.Log.File = "/var/log/x.log" // a file without target "file" is allowed
@@ -529,7 +629,9 @@ func TestValidateAcceptsBoundaryValues(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	c.Orphans.MaxFraction = 1
+	c.Budget.MaxFraction = 1
+	c.Budget.MinPerPass = 3 // = MaxPerPass
+	c.Budget.MaxPerPass = 3
 	c.Metrics.Address = "[::1]:0"
 	c.NRI.PluginIndex = "99"
 	if err := c.Validate(); err != nil {
@@ -571,12 +673,15 @@ func TestLoadUsesPathAsSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := Load(path)
-	if err != nil || c != fullConfigWant {
+	if err != nil || !reflect.DeepEqual(c, fullConfigWant) {
 		t.Fatalf("Load = %+v, %v", c, err)
 	}
 }
 
 func FuzzParse(f *testing.F) {
+	// The keys whose default value can fail a rule that compares it with
+	// another key.
+	canFailAsDefault := map[string]bool{"log.file": true, "housekeeping.leak_grace": true, "budget.min_per_pass": true}
 	f.Add([]byte(Example()))
 	f.Add([]byte(fullConfig))
 	for _, tc := range badConfigs {
@@ -599,10 +704,12 @@ func FuzzParse(f *testing.F) {
 			if p.Source != "fuzz" || p.Msg == "" || p.Line < 0 || p.Line > lines {
 				t.Fatalf("bad problem %+v in %d lines", p, lines)
 			}
-			// Only a default value can lack a line; the one default that can
-			// fail is log.file (when log.target is "file"). A text too large
-			// is the one problem about no key.
-			if p.Line == 0 && p.Key != "log.file" && !(p.Key == "" && len(data) > MaxSize) {
+			// Only a default value can lack a line; the defaults that can
+			// fail are those checked against another key: log.file (when
+			// log.target is "file"), housekeeping.leak_grace (against the
+			// period) and budget.min_per_pass (against max_per_pass). A text
+			// too large is the one problem about no key.
+			if p.Line == 0 && !canFailAsDefault[p.Key] && !(p.Key == "" && len(data) > MaxSize) {
 				t.Fatalf("problem without line: %+v", p)
 			}
 		}

@@ -62,8 +62,12 @@ func schema(c *Config) []section {
 		{"orphans", []field{
 			{"action", &c.Orphans.Action},
 			{"stop_timeout", &c.Orphans.StopTimeout},
-			{"max_per_pass", &c.Orphans.MaxPerPass},
-			{"max_fraction", &c.Orphans.MaxFraction},
+		}},
+		{"budget", []field{
+			{"max_per_pass", &c.Budget.MaxPerPass},
+			{"max_fraction", &c.Budget.MaxFraction},
+			{"min_per_pass", &c.Budget.MinPerPass},
+			{"max_per_hour", &c.Budget.MaxPerHour},
 		}},
 		{"logs", []field{
 			{"pod_logs_dir", &c.Logs.PodLogsDir},
@@ -87,6 +91,47 @@ func schema(c *Config) []section {
 			{"file", &c.Log.File},
 		}},
 	}
+}
+
+// alias is a deprecated key that a text may still use instead of its
+// current key.
+type alias struct {
+	old, current string // full dotted keys
+	why          string // why the key changed, for the notice
+}
+
+// aliases lists the deprecated keys. The value of an old key is decoded into
+// the field of its current key and validated as that key, but its problems
+// name the old key; a text may set only one of the two; and every use of an
+// old key adds a notice to Config.Notices.
+func aliases() []alias {
+	const budget = "the budget now limits every class of destructive step, not only orphan stops"
+	return []alias{
+		{"orphans.max_per_pass", "budget.max_per_pass", budget},
+		{"orphans.max_fraction", "budget.max_fraction", budget},
+	}
+}
+
+// aliasOf returns the alias whose old key is key.
+func aliasOf(key string) (alias, bool) {
+	for _, a := range aliases() {
+		if a.old == key {
+			return a, true
+		}
+	}
+	return alias{}, false
+}
+
+// fieldOf returns the field of the full dotted key of secs.
+func fieldOf(secs []section, key string) field {
+	for _, s := range secs {
+		for _, f := range s.fields {
+			if s.key(f.name) == key {
+				return f
+			}
+		}
+	}
+	panic("config: no schema field for " + key)
 }
 
 func (s section) field(name string) (field, bool) {
@@ -113,9 +158,11 @@ func (s section) names() string {
 	return strings.Join(names, ", ")
 }
 
-// decoder decodes one text into a Config, collecting its problems.
+// decoder decodes one text into a Config, collecting its problems and the
+// notices of the deprecated keys it uses.
 type decoder struct {
 	problems
+	notices []*Error // formatted like problems, without a key
 }
 
 // decode decodes data into c. It returns false if data is not valid TOML; the
@@ -160,12 +207,56 @@ func (d *decoder) decode(data []byte, c *Config) bool {
 		for k, v := range table {
 			if f, ok := sec.field(k); ok {
 				d.set(sec.key(k), f, v)
+			} else if a, ok := aliasOf(sec.key(k)); ok {
+				d.setAlias(secs, a, v)
 			} else {
 				d.unknown(secs, sec, k, v)
 			}
 		}
 	}
+	slices.SortStableFunc(d.notices, func(a, b *Error) int { return a.Line - b.Line })
+	for _, n := range d.notices {
+		c.Notices = append(c.Notices, n.Error())
+	}
 	return true
+}
+
+// setAlias stores v, the value of the deprecated key a.old, in the field of
+// a.current and records a notice. From then on the problems of a.current
+// name a.old (see problems.name).
+func (d *decoder) setAlias(secs []section, a alias, v any) {
+	if _, both := d.lines[a.current]; both {
+		d.add(a.old, "%s is a deprecated alias of %s; set only %s", a.old, a.current, a.current)
+		return
+	}
+	d.set(a.old, fieldOf(secs, a.current), v)
+	if d.aliased == nil {
+		d.aliased = map[string]string{}
+	}
+	d.aliased[a.current] = a.old
+	d.notices = append(d.notices, &Error{
+		Source: d.source,
+		Line:   d.lines[a.old],
+		Msg:    fmt.Sprintf("%s is deprecated: use %s (%s)", a.old, a.current, a.why),
+	})
+}
+
+// keepOldMeaning keeps a text written for the old breaker loading: an
+// orphans.max_per_pass below budget.min_per_pass (its default 1, the text
+// not setting it) would fail validation, so the floor follows it down and a
+// notice says what that now means. orphans.max_per_pass = 0 meant "stop no
+// orphan"; as budget.max_per_pass = 0 with min_per_pass = 0 it takes no
+// budgeted step of any class, which is the safe side of the old meaning.
+func (d *decoder) keepOldMeaning(c *Config) {
+	old, aliased := d.aliased["budget.max_per_pass"]
+	if _, set := d.lines["budget.min_per_pass"]; !aliased || set || c.Budget.MaxPerPass < 0 || c.Budget.MinPerPass <= c.Budget.MaxPerPass {
+		return
+	}
+	c.Budget.MinPerPass = c.Budget.MaxPerPass
+	c.Notices = append(c.Notices, (&Error{Source: d.source, Line: d.lines[old],
+		Msg: fmt.Sprintf("%s = %d is below budget.min_per_pass's default: budget.min_per_pass is set to %d too, so a pass takes at most %d step(s) of every budgeted class "+
+			"(orphan stops, UNKNOWN container stops, cgroup kills and CPU reductions, pod dir and pod log dir removals); "+
+			"to only never stop orphans, set orphans.action = \"report\"", old, c.Budget.MaxPerPass, c.Budget.MaxPerPass, c.Budget.MaxPerPass)}).Error())
 }
 
 // unknown records name, found in section in, as an unknown key or section,

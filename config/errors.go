@@ -76,14 +76,26 @@ func Problems(err error) []*Error {
 
 // problems collects the problems of one text.
 type problems struct {
-	source string
-	lines  map[string]int // dotted key -> line; nil outside Parse
-	list   []*Error
+	source  string
+	lines   map[string]int    // dotted key -> line; nil outside Parse
+	aliased map[string]string // current key -> the deprecated key the text set it with; nil if none
+	list    []*Error
 }
 
 // add records a problem of key, taking its line from the text (0 if absent).
+// A key the text set with a deprecated alias is reported as that alias.
 func (p *problems) add(key, format string, args ...any) {
+	key = p.name(key)
 	p.addAt(p.lines[key], key, format, args...)
+}
+
+// name returns key as the text spelled it: the deprecated alias the text set
+// it with, if any, else key itself.
+func (p *problems) name(key string) string {
+	if old, ok := p.aliased[key]; ok {
+		return old
+	}
+	return key
 }
 
 func (p *problems) addAt(line int, key, format string, args ...any) {

@@ -13,16 +13,25 @@ import (
 // validate records every semantic problem of c.
 //
 // Durations: period and rpc_timeout must be positive (a zero period would
-// spin, a zero timeout would fail every call). The others may be zero:
-// startup_delay 0 = no delay beyond the sources being ready, leak_grace 0 =
-// act as soon as an object is eligible, slow_pass_warning 0 = never warn,
-// min_age 0 = no minimum age, stop_timeout 0 = kill at once. None may be
-// negative.
+// spin, a zero timeout would fail every call). leak_grace must be at least
+// the period: shorter, an object would be acted on the first time a pass
+// sees it (a one-off pass overrides it with once --leak-grace, which is not
+// validated here). The others may be zero: startup_delay 0 = no delay beyond
+// the sources being ready, slow_pass_warning 0 = never warn, min_age 0 = no
+// minimum age, stop_timeout 0 = kill at once. None may be negative.
+//
+// A rule between two keys is checked only when each key is valid on its own,
+// so that a key gets one problem.
 func validate(p *problems, c Config) {
 	h := c.Housekeeping
 	positive(p, "housekeeping.period", h.Period)
 	nonNegative(p, "housekeeping.startup_delay", h.StartupDelay)
 	nonNegative(p, "housekeeping.leak_grace", h.LeakGrace)
+	if h.Period > 0 && h.LeakGrace >= 0 && h.LeakGrace < h.Period {
+		p.add("housekeeping.leak_grace", "must be at least housekeeping.period (%s), got %q: an object would be acted on the first time a pass sees it, "+
+			"before kubelet had a chance (a new pod's cgroup exists before its pod dir); for a one-off pass on purpose use 'nri-housekeeper once --leak-grace 0s'",
+			h.Period, h.LeakGrace.String())
+	}
 	nonNegative(p, "housekeeping.slow_pass_warning", h.SlowPassWarning)
 	atLeast(p, "housekeeping.max_parallel", h.MaxParallel, 1)
 
@@ -55,10 +64,18 @@ func validate(p *problems, c Config) {
 	o := c.Orphans
 	oneOf(p, "orphans.action", o.Action, OrphansActionReport, OrphansActionStop)
 	nonNegative(p, "orphans.stop_timeout", o.StopTimeout)
-	atLeast(p, "orphans.max_per_pass", o.MaxPerPass, 0)
-	if !(o.MaxFraction >= 0 && o.MaxFraction <= 1) { // also rejects NaN
-		p.add("orphans.max_fraction", "must be between 0 and 1, got %s", strconv.FormatFloat(o.MaxFraction, 'g', -1, 64))
+
+	b := c.Budget
+	atLeast(p, "budget.max_per_pass", b.MaxPerPass, 0)
+	if !(b.MaxFraction >= 0 && b.MaxFraction <= 1) { // also rejects NaN
+		p.add("budget.max_fraction", "must be between 0 and 1, got %s", strconv.FormatFloat(b.MaxFraction, 'g', -1, 64))
 	}
+	atLeast(p, "budget.min_per_pass", b.MinPerPass, 0)
+	if b.MinPerPass >= 0 && b.MaxPerPass >= 0 && b.MinPerPass > b.MaxPerPass {
+		p.add("budget.min_per_pass", "must be at most %s (%d), got %d: the floor of what a pass may do of one class cannot exceed its cap "+
+			"(setting both to 0 disables every budgeted step)", p.name("budget.max_per_pass"), b.MaxPerPass, b.MinPerPass)
+	}
+	atLeast(p, "budget.max_per_hour", b.MaxPerHour, 0)
 
 	absPath(p, "logs.pod_logs_dir", c.Logs.PodLogsDir)
 	absPath(p, "logs.container_logs_dir", c.Logs.ContainerLogsDir)

@@ -37,6 +37,12 @@ func (f *fakeRuntime) RemovePodSandbox(context.Context, *runtimeapi.RemovePodSan
 
 func serve(t *testing.T, rt *fakeRuntime) string {
 	t.Helper()
+	return serveRuntime(t, rt)
+}
+
+// serveRuntime serves any runtime service on a unix socket.
+func serveRuntime(t *testing.T, rt runtimeapi.RuntimeServiceServer) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "cri.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {

@@ -309,3 +309,55 @@ func ignoreNotFound(err error) error {
 	}
 	return err
 }
+
+// SandboxExists asks the runtime for one sandbox by ID: false when it does
+// not know it (NotFound).
+func (c *Client) SandboxExists(ctx context.Context, id string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
+	defer cancel()
+	_, err := c.runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+	switch {
+	case status.Code(err) == codes.NotFound:
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("CRI PodSandboxStatus %s on %s: %w", id, c.endpoint, err)
+	}
+	return true, nil
+}
+
+// PodObjects are the sandboxes and containers the runtime lists for one pod
+// UID, in any state, readable or not.
+type PodObjects struct {
+	Sandboxes  []string // IDs
+	Containers []string // IDs
+}
+
+// Empty reports whether the runtime lists nothing of the pod.
+func (o PodObjects) Empty() bool { return len(o.Sandboxes) == 0 && len(o.Containers) == 0 }
+
+// ListPod lists the sandboxes and containers labelled with a pod UID
+// (kubelet's io.kubernetes.pod.uid): a listing filtered by the runtime,
+// cheap enough to take right before a step that cannot be undone.
+func (c *Client) ListPod(ctx context.Context, uid string) (PodObjects, error) {
+	selector := map[string]string{podstate.LabelPodUID: uid}
+	sctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
+	pods, err := c.runtime.ListPodSandbox(sctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{LabelSelector: selector}})
+	cancel()
+	if err != nil {
+		return PodObjects{}, fmt.Errorf("CRI ListPodSandbox for pod %s on %s: %w", uid, c.endpoint, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
+	ctrs, err := c.runtime.ListContainers(cctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: selector}})
+	cancel()
+	if err != nil {
+		return PodObjects{}, fmt.Errorf("CRI ListContainers for pod %s on %s: %w", uid, c.endpoint, err)
+	}
+	var o PodObjects
+	for _, p := range pods.GetItems() {
+		o.Sandboxes = append(o.Sandboxes, p.GetId())
+	}
+	for _, ct := range ctrs.GetContainers() {
+		o.Containers = append(o.Containers, ct.GetId())
+	}
+	return o, nil
+}

@@ -76,7 +76,18 @@ const (
 	Would   Result = "would"   // dry run: nothing done
 	Backoff Result = "backoff" // not tried: a previous attempt failed and Outcome.RetryAt is still ahead
 	Skipped Result = "skipped" // not tried: a dependency did not succeed, or the context ended
+	Aborted Result = "aborted" // not tried: checked again right before it, what the plan saw no longer holds
 )
+
+// Recheck checks, right before a step that cannot be undone, that what the
+// plan saw still holds; an error says what changed, and the step is not
+// taken (Aborted). nil means no check (tests).
+type Recheck func(ctx context.Context, a gc.Action) error
+
+// Rechecked lists the kinds checked again right before they run: the node
+// steps, which run after every CRI call of the pass and rest on the pod
+// being gone or orphaned.
+var Rechecked = []gc.Kind{gc.RemovePodLogDir, gc.RemovePodCgroup, gc.ReducePodCgroupCPU, gc.RemovePodDir}
 
 // Outcome is what became of one action, and how long it took.
 type Outcome struct {
@@ -142,9 +153,10 @@ func randomJitter(d time.Duration) time.Duration {
 // order. Actions run kind by kind in gc.Kinds order, each kind as one wave of
 // concurrent calls (at most Options.MaxParallel in flight) that ends before
 // the next begins; an action runs only if every key in its DependsOn
-// succeeded in an earlier wave of this call. now is the pass's clock for
-// backoff.
-func (e *Executor) Execute(ctx context.Context, actions []gc.Action, now time.Time) []Outcome {
+// succeeded in an earlier wave of this call, and one of a Rechecked kind
+// only if recheck, called right before it, finds nothing changed. now is the
+// pass's clock for backoff.
+func (e *Executor) Execute(ctx context.Context, actions []gc.Action, now time.Time, recheck Recheck) []Outcome {
 	out := make([]Outcome, len(actions))
 	// done is the result of every key settled so far in this call.
 	done := make(map[string]Result, len(actions))
@@ -171,7 +183,7 @@ func (e *Executor) Execute(ctx context.Context, actions []gc.Action, now time.Ti
 	// One semaphore for the whole call: at most MaxParallel calls at once.
 	sem := make(chan struct{}, e.opts.MaxParallel)
 	for _, kind := range gc.Kinds {
-		e.runWave(ctx, sem, actions, waves[kind], now, out, done, settle)
+		e.runWave(ctx, sem, actions, waves[kind], now, recheck, out, done, settle)
 	}
 	return out
 }
@@ -179,7 +191,7 @@ func (e *Executor) Execute(ctx context.Context, actions []gc.Action, now time.Ti
 // runWave runs the actions of one kind (indexes into actions) and settles
 // each of them before returning.
 func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.Action, wave []int, now time.Time,
-	out []Outcome, done map[string]Result, settle func(int, Outcome)) {
+	recheck Recheck, out []Outcome, done map[string]Result, settle func(int, Outcome)) {
 	var wg sync.WaitGroup
 	var started []int
 	notStarted := 0
@@ -193,7 +205,7 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.
 		if e.opts.DryRun {
 			// Nothing runs, so nothing fails: every dependency counts as
 			// satisfied and the report shows the whole plan.
-			e.entry(a).Info(verbsOf(a.Kind).would)
+			e.entry(a).Info(verbsOf(a).would)
 			settle(i, Outcome{Action: a, Result: Would})
 			continue
 		}
@@ -205,13 +217,13 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.
 			} else {
 				err = fmt.Errorf("%s: dependency %s did not succeed (%s)", a.Key, dep, res)
 			}
-			e.entry(a).WithField(fieldDepends, dep).Debugf("skipped: %s: dependency did not succeed", verbsOf(a.Kind).do)
+			e.entry(a).WithField(fieldDepends, dep).Debugf("skipped: %s: dependency did not succeed", verbsOf(a).do)
 			settle(i, Outcome{Action: a, Result: Skipped, Err: err})
 			continue
 		}
 		if b := e.backoffs[a.Key]; b != nil && now.Before(b.retryAt) {
 			e.entry(a).WithFields(logrus.Fields{fieldAttempts: b.failures, fieldRetryAt: b.retryAt.Format(time.RFC3339)}).
-				Debugf("backing off: %s", verbsOf(a.Kind).do)
+				Debugf("backing off: %s", verbsOf(a).do)
 			err := fmt.Errorf("%s: backing off after %d failure(s): %w", a.Key, b.failures, b.lastErr)
 			settle(i, Outcome{Action: a, Result: Backoff, Err: err, RetryAt: b.retryAt})
 			continue
@@ -239,9 +251,15 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.
 		wg.Go(func() {
 			defer func() { <-sem }()
 			start := time.Now()
-			err := e.do(ctx, a)
 			// Each goroutine writes only its own slot; settling (maps, logs)
 			// happens below, after Wait.
+			if recheck != nil && slices.Contains(Rechecked, a.Kind) {
+				if err := recheck(ctx, a); err != nil {
+					out[i] = Outcome{Action: a, Result: Aborted, Err: err, Took: time.Since(start)}
+					return
+				}
+			}
+			err := e.do(ctx, a)
 			out[i] = Outcome{Action: a, Err: err, Took: time.Since(start)}
 		})
 	}
@@ -251,17 +269,24 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.
 	// need no lock.
 	for _, i := range started {
 		o := out[i]
+		if o.Result == Aborted {
+			// Not a failure: nothing was tried, and the next plan decides
+			// again from a fresh listing.
+			e.entry(o.Action).WithError(o.Err).Warnf("not done: checked again right before it: %s", verbsOf(o.Action).do)
+			settle(i, o)
+			continue
+		}
 		if o.Err == nil {
 			o.Result = Success
 			delete(e.backoffs, o.Action.Key)
-			e.entry(o.Action).WithField(fieldTook, o.Took).Info(verbsOf(o.Action.Kind).done)
+			e.entry(o.Action).WithField(fieldTook, o.Took).Info(verbsOf(o.Action).done)
 		} else {
 			o.Result = Error
 			b := e.fail(o.Action.Key, o.Err, now)
 			o.RetryAt = b.retryAt
 			e.entry(o.Action).WithError(o.Err).WithFields(logrus.Fields{
 				fieldTook: o.Took, fieldAttempts: b.failures, fieldRetryAt: b.retryAt.Format(time.RFC3339),
-			}).Warnf("failed to %s", verbsOf(o.Action.Kind).do)
+			}).Warnf("failed to %s", verbsOf(o.Action).do)
 		}
 		settle(i, o)
 	}
@@ -322,6 +347,13 @@ func (e *Executor) do(ctx context.Context, a gc.Action) error {
 			return fmt.Errorf("stop container %s: %w", a.ContainerID, err)
 		}
 	case gc.RemoveContainer:
+		// kubelet's container GC kills an UNKNOWN container, then removes
+		// it; a failed stop leaves it for the next pass.
+		if a.StopFirst {
+			if err := e.rt.StopContainer(ctx, a.ContainerID, a.Timeout); err != nil {
+				return fmt.Errorf("stop container %s before removing it: %w", a.ContainerID, err)
+			}
+		}
 		if err := e.rt.RemoveContainer(ctx, a.ContainerID); err != nil {
 			return fmt.Errorf("remove container %s: %w", a.ContainerID, err)
 		}
@@ -359,7 +391,7 @@ func (e *Executor) do(ctx context.Context, a gc.Action) error {
 			do = e.files.ReducePodCgroupCPU
 		}
 		if err := do(ctx, *a.Cgroup); err != nil {
-			return fmt.Errorf("%s pod cgroup %s: %w", verbsOf(a.Kind).do, a.Path, err)
+			return fmt.Errorf("%s pod cgroup %s: %w", verbsOf(a).do, a.Path, err)
 		}
 	default:
 		return fmt.Errorf("%s: unknown action kind %q", a.Key, a.Kind)
@@ -374,8 +406,16 @@ type verbs struct {
 	do    string // "remove container" (in "failed to …", "backing off: …")
 }
 
-// verbsOf returns the words for kind.
-func verbsOf(kind gc.Kind) verbs {
+// verbsOf returns the words for an action: a RemoveContainer that stops
+// first says so.
+func verbsOf(a gc.Action) verbs {
+	if a.Kind == gc.RemoveContainer && a.StopFirst {
+		return verbs{"stopped and removed container", "would stop and remove container", "stop and remove container"}
+	}
+	return kindVerbs(a.Kind)
+}
+
+func kindVerbs(kind gc.Kind) verbs {
 	switch kind {
 	case gc.StopContainer:
 		return verbs{"stopped container", "would stop container", "stop container"}

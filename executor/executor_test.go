@@ -199,7 +199,7 @@ func TestWavesRunKindByKindInGCKindsOrder(t *testing.T) {
 	}
 	f := newFake()
 	f.delay = 2 * time.Millisecond
-	out := newTest(f, Options{MaxParallel: 3}).Execute(context.Background(), actions, t0)
+	out := newTest(f, Options{MaxParallel: 3}).Execute(context.Background(), actions, t0, nil)
 
 	if len(out) != len(actions) {
 		t.Fatalf("got %d outcomes, want %d", len(out), len(actions))
@@ -321,7 +321,7 @@ func TestDependencyNotSucceededSkipsDependent(t *testing.T) {
 			for _, key := range tt.backoff {
 				e.fail(key, errFake, t0)
 			}
-			out := e.Execute(context.Background(), tt.actions, t0)
+			out := e.Execute(context.Background(), tt.actions, t0, nil)
 			got := results(out)
 			for key, want := range tt.want {
 				if got[key] != want {
@@ -353,7 +353,7 @@ func TestRemoveSandboxStopFailureNeverRemovesNorBlocks(t *testing.T) {
 		rmLogDir("/p/a", "sandbox/sb-a"), rmLogDir("/p/b", "sandbox/sb-b"),
 		rmLink("/l/x"),
 	}
-	out := e.Execute(context.Background(), actions, t0)
+	out := e.Execute(context.Background(), actions, t0, nil)
 	got := results(out)
 	want := map[string]Result{
 		"sandbox/sb-a": Error, "sandbox/sb-b": Success,
@@ -381,12 +381,12 @@ func TestRemoveSandboxStopFailureNeverRemovesNorBlocks(t *testing.T) {
 	// Before RetryAt: no call at all. At RetryAt, once Stop works: stopped
 	// and removed.
 	before := len(f.called())
-	out = e.Execute(context.Background(), actions[:1], t0.Add(9*time.Second))
+	out = e.Execute(context.Background(), actions[:1], t0.Add(9*time.Second), nil)
 	if out[0].Result != Backoff || len(f.called()) != before {
 		t.Errorf("before RetryAt: got %q and calls %v, want backoff and no call", out[0].Result, f.called()[before:])
 	}
 	f.setFail("StopPodSandbox sb-a", nil)
-	out = e.Execute(context.Background(), actions[:1], t0.Add(10*time.Second))
+	out = e.Execute(context.Background(), actions[:1], t0.Add(10*time.Second), nil)
 	if out[0].Result != Success || !f.has("RemovePodSandbox sb-a") {
 		t.Errorf("at RetryAt: got %q %v, want stopped and removed", out[0].Result, out[0].Err)
 	}
@@ -394,7 +394,7 @@ func TestRemoveSandboxStopFailureNeverRemovesNorBlocks(t *testing.T) {
 
 func TestRemoveSandboxRemoveFailureIsAnError(t *testing.T) {
 	f := newFake("RemovePodSandbox sb-a")
-	out := newTest(f, Options{}).Execute(context.Background(), []gc.Action{rmSb("sb-a")}, t0)
+	out := newTest(f, Options{}).Execute(context.Background(), []gc.Action{rmSb("sb-a")}, t0, nil)
 	if out[0].Result != Error || !errors.Is(out[0].Err, errFake) || !strings.Contains(out[0].Err.Error(), "remove sandbox sb-a") {
 		t.Errorf("got %q %v, want an error naming the sandbox", out[0].Result, out[0].Err)
 	}
@@ -420,7 +420,7 @@ func TestMaxParallelHonoured(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake()
 			f.delay = 20 * time.Millisecond
-			out := newTest(f, Options{MaxParallel: tt.maxParallel}).Execute(context.Background(), tt.actions, t0)
+			out := newTest(f, Options{MaxParallel: tt.maxParallel}).Execute(context.Background(), tt.actions, t0, nil)
 			for _, o := range out {
 				if o.Result != Success {
 					t.Errorf("%s: %q %v", o.Action.Key, o.Result, o.Err)
@@ -448,7 +448,7 @@ func TestBackoffDoublesUpToCap(t *testing.T) {
 	now := t0
 	for i, want := range []time.Duration{1, 2, 4, 5, 5, 5} {
 		want *= time.Second
-		out := e.Execute(context.Background(), actions, now)
+		out := e.Execute(context.Background(), actions, now, nil)
 		if out[0].Result != Error {
 			t.Fatalf("failure %d: got %q, want error", i+1, out[0].Result)
 		}
@@ -457,7 +457,7 @@ func TestBackoffDoublesUpToCap(t *testing.T) {
 		}
 		// Just before RetryAt: backing off, no call.
 		calls := len(f.called())
-		out = e.Execute(context.Background(), actions, out[0].RetryAt.Add(-time.Nanosecond))
+		out = e.Execute(context.Background(), actions, out[0].RetryAt.Add(-time.Nanosecond), nil)
 		if out[0].Result != Backoff || len(f.called()) != calls {
 			t.Errorf("failure %d: before RetryAt got %q with %d new calls, want backoff and none", i+1, out[0].Result, len(f.called())-calls)
 		}
@@ -490,7 +490,7 @@ func TestBackoffJitterWithinTwentyPercent(t *testing.T) {
 	for failure, base := range []time.Duration{DefaultBackoffMin, 2 * DefaultBackoffMin} {
 		now := t0.Add(time.Duration(failure) * time.Hour) // past every RetryAt
 		jittered := 0
-		for _, o := range e.Execute(context.Background(), actions, now) {
+		for _, o := range e.Execute(context.Background(), actions, now, nil) {
 			d := o.RetryAt.Sub(now)
 			if d < base || d > base+base/5 {
 				t.Errorf("failure %d of %s: delay %v outside [%v, %v]", failure+1, o.Action.Key, d, base, base+base/5)
@@ -509,14 +509,14 @@ func TestBackoffClearedOnSuccess(t *testing.T) {
 	f := newFake("RemoveContainer c1")
 	e := newTest(f, Options{BackoffMin: time.Second, BackoffMax: time.Hour})
 	actions := []gc.Action{rmCtr("c1")}
-	out := e.Execute(context.Background(), actions, t0)
-	out = e.Execute(context.Background(), actions, out[0].RetryAt)
+	out := e.Execute(context.Background(), actions, t0, nil)
+	out = e.Execute(context.Background(), actions, out[0].RetryAt, nil)
 	if d := out[0].RetryAt.Sub(t0.Add(time.Second)); d != 2*time.Second {
 		t.Fatalf("second failure delay %v, want 2s", d)
 	}
 	f.setFail("RemoveContainer c1", nil)
 	now := out[0].RetryAt
-	if out = e.Execute(context.Background(), actions, now); out[0].Result != Success {
+	if out = e.Execute(context.Background(), actions, now, nil); out[0].Result != Success {
 		t.Fatalf("got %q, want success", out[0].Result)
 	}
 	if len(e.backoffs) != 0 {
@@ -524,7 +524,7 @@ func TestBackoffClearedOnSuccess(t *testing.T) {
 	}
 	// The next failure starts from BackoffMin again.
 	f.setFail("RemoveContainer c1", errFake)
-	out = e.Execute(context.Background(), actions, now)
+	out = e.Execute(context.Background(), actions, now, nil)
 	if d := out[0].RetryAt.Sub(now); d != time.Second {
 		t.Errorf("delay after success then failure %v, want 1s", d)
 	}
@@ -534,7 +534,7 @@ func TestForgetDropsKeysNoLongerProposed(t *testing.T) {
 	f := newFake("RemoveContainer a", "RemoveContainer b")
 	e := newTest(f, Options{BackoffMin: time.Minute})
 	actions := []gc.Action{rmCtr("a"), rmCtr("b")}
-	e.Execute(context.Background(), actions, t0)
+	e.Execute(context.Background(), actions, t0, nil)
 	if len(e.backoffs) != 2 {
 		t.Fatalf("backoff entries %d, want 2", len(e.backoffs))
 	}
@@ -544,7 +544,7 @@ func TestForgetDropsKeysNoLongerProposed(t *testing.T) {
 		t.Errorf("after Forget: entries %v, want only container/a", e.backoffs)
 	}
 	// a still backs off; b, proposed again, is tried at once.
-	got := results(e.Execute(context.Background(), actions, t0.Add(time.Second)))
+	got := results(e.Execute(context.Background(), actions, t0.Add(time.Second), nil))
 	if got["container/a"] != Backoff || got["container/b"] != Error {
 		t.Errorf("got %v, want a backoff and b tried (error)", got)
 	}
@@ -566,7 +566,7 @@ func TestDryRunCallsNothingAndReportsWould(t *testing.T) {
 		rmLogDir("/p/2", "sandbox/not-in-run"),
 	}
 	for range 2 { // the second pass proves no backoff was recorded
-		out := e.Execute(context.Background(), actions, t0)
+		out := e.Execute(context.Background(), actions, t0, nil)
 		for i, o := range out {
 			if o.Result != Would || o.Err != nil || o.Action.Key != actions[i].Key {
 				t.Errorf("%s: got %q %v, want would", o.Action.Key, o.Result, o.Err)
@@ -616,7 +616,7 @@ func TestCancelledContextStartsNothingMore(t *testing.T) {
 				cancel()
 			}
 			e := newTest(f, Options{MaxParallel: 1})
-			out := e.Execute(ctx, actions, t0)
+			out := e.Execute(ctx, actions, t0, nil)
 			for i, o := range out {
 				if o.Result != tt.want[i] {
 					t.Errorf("%s: got %q, want %q", o.Action.Key, o.Result, tt.want[i])
@@ -647,7 +647,7 @@ func TestEveryExecutedActionLoggedWithItsFields(t *testing.T) {
 		stopCtr("c0"), stopSb("sb0"), rmCtr("c1"), rmCtr("c-bad"), rmCtr("c-wait"),
 		rmSb("sb1"), rmLogDir("/var/log/pods/ns_web_uid-1"), rmLink("/var/log/containers/x.log"),
 	}
-	e.Execute(context.Background(), actions, t0)
+	e.Execute(context.Background(), actions, t0, nil)
 
 	type want struct {
 		level  logrus.Level
@@ -723,7 +723,7 @@ func TestEveryExecutedActionLoggedWithItsFields(t *testing.T) {
 func TestUnknownKindIsAnErrorWithoutCalls(t *testing.T) {
 	f := newFake()
 	a := gc.Action{Kind: "frobnicate", Key: "x/1"}
-	out := newTest(f, Options{}).Execute(context.Background(), []gc.Action{a, rmCtr("c1", "x/1")}, t0)
+	out := newTest(f, Options{}).Execute(context.Background(), []gc.Action{a, rmCtr("c1", "x/1")}, t0, nil)
 	if out[0].Result != Error || out[0].Err == nil || out[1].Result != Skipped {
 		t.Errorf("got %q %v / %q, want error then skipped", out[0].Result, out[0].Err, out[1].Result)
 	}
@@ -742,7 +742,7 @@ func TestNewDefaults(t *testing.T) {
 		t.Errorf("options %+v: want 10s and 5m", e.opts)
 	}
 	// A nil logger is allowed.
-	e.Execute(context.Background(), []gc.Action{rmCtr("c1")}, t0)
+	e.Execute(context.Background(), []gc.Action{rmCtr("c1")}, t0, nil)
 }
 
 func TestCancelledWhileCallsInFlightReturnsAndReleasesSlots(t *testing.T) {
@@ -761,7 +761,7 @@ func TestCancelledWhileCallsInFlightReturnsAndReleasesSlots(t *testing.T) {
 	// The executor waits for a slot while both are taken by running calls
 	// when the context ends: it must neither hang nor start more.
 	done := make(chan []Outcome)
-	go func() { done <- e.Execute(ctx, actions, t0) }()
+	go func() { done <- e.Execute(ctx, actions, t0, nil) }()
 	var out []Outcome
 	select {
 	case out = <-done:
@@ -800,7 +800,7 @@ func TestNodeActionsReachTheirCalls(t *testing.T) {
 		{Kind: gc.RemovePodCgroup, Key: "pod-cgroup/none", Pod: gc.PodRef{UID: "none"}},
 		{Kind: gc.RemovePodDir, Key: "pod-dir/u3", Pod: gc.PodRef{UID: "u3"}, Path: "/var/lib/kubelet/pods/u3"},
 	}
-	out := e.Execute(context.Background(), actions, time.Now())
+	out := e.Execute(context.Background(), actions, time.Now(), nil)
 	want := []Result{Success, Error, Success, Error, Success}
 	for i, o := range out {
 		if o.Result != want[i] {

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
@@ -29,16 +30,23 @@ func (p *planner) listed(uid string) bool {
 	if len(p.sandboxesByUID[uid]) > 0 || len(p.unmanagedByUID[uid]) > 0 || p.unreadableByUID[uid] != "" {
 		return true
 	}
-	if p.containerUIDs == nil {
-		p.containerUIDs = make(map[string]struct{})
+	return len(p.podContainers(uid)) > 0
+}
+
+// podContainers returns every listed container whose pod UID label is uid,
+// managed or not, in any state. The index is built on first use: a healthy
+// node rarely asks.
+func (p *planner) podContainers(uid string) []*cri.Container {
+	if p.containersByUID == nil {
+		p.containersByUID = make(map[string][]*cri.Container)
 		for i := range p.in.Containers {
-			if u := p.in.Containers[i].Labels[podstate.LabelPodUID]; u != "" {
-				p.containerUIDs[u] = struct{}{}
+			c := &p.in.Containers[i]
+			if u := c.Labels[podstate.LabelPodUID]; u != "" {
+				p.containersByUID[u] = append(p.containersByUID[u], c)
 			}
 		}
 	}
-	_, ok := p.containerUIDs[uid]
-	return ok
+	return p.containersByUID[uid]
 }
 
 // orphanedPodDirRules: a kubelet pod dir whose pod this plugin saw torn
@@ -60,6 +68,9 @@ func (p *planner) orphanedPodDirRules() map[string]nodefs.PodDir {
 		if !p.in.TornDown[d.UID] {
 			p.keep(object, pod, "no sandbox or container listed, but this plugin did not see the pod torn down: "+
 				"it may be a pod kubelet has not started yet (waiting for a volume, the network or an image); its dir and cgroup are left alone")
+			continue
+		}
+		if p.lifeAfterListing(pod) {
 			continue
 		}
 		key := "pod-dir/" + d.UID
@@ -113,15 +124,22 @@ func (p *planner) podCgroupRules(orphanDirs map[string]nodefs.PodDir) {
 		case p.gone(uid):
 			p.proposeCgroup(cg, RemovePodCgroup, RuleCgroupPodGone,
 				fmt.Sprintf("pod cgroup with %d process(es) of a pod that is gone from the node, with no sandbox left", cg.Procs))
-		case orphanDir && nodefs.PodVolumesExist(dir):
+		case orphanDir && (nodefs.PodVolumesExist(dir) || len(dir.Blockers) > 0):
+			// kubelet treats "cannot tell" as "volumes may be mounted": any
+			// blocker (a pod dir that cannot be inspected, a symlink where a
+			// volume dir belongs) allows a CPU reduction only.
+			why := fmt.Sprintf("its volume dirs remain (%d)", len(dir.VolumeDirs)+len(dir.MountPoints)+len(dir.Leftovers))
+			if !nodefs.PodVolumesExist(dir) {
+				why = "its pod dir may still hold volumes: " + strings.Join(dir.Blockers, "; ")
+			}
 			if cg.CPUReduced {
-				p.keep("pod cgroup "+uid, pod, "CPU already at the minimum; the pod's volume dirs remain (%d)", len(dir.VolumeDirs)+len(dir.MountPoints))
+				p.keep("pod cgroup "+uid, pod, "CPU already at the minimum; %s", why)
 				continue
 			}
 			p.proposeCgroup(cg, ReducePodCgroupCPU, RuleCgroupVolumesRemain,
-				"pod cgroup of an orphaned pod whose volume dirs remain: CPU reduced to the minimum, not destroyed (kubelet's ReduceCPULimits)")
+				"pod cgroup of an orphaned pod; "+why+": CPU reduced to the minimum, not destroyed (kubelet's ReduceCPULimits)")
 		case orphanDir:
-			p.proposeCgroup(cg, RemovePodCgroup, RuleCgroupPodGone,
+			p.proposeCgroup(cg, RemovePodCgroup, RuleCgroupOrphaned,
 				fmt.Sprintf("pod cgroup with %d process(es) of an orphaned pod (no sandbox, no container, no volume)", cg.Procs))
 		}
 	}

@@ -19,6 +19,11 @@ import (
 // the actions it depends on, and the blast-radius breaker refuses a pass that
 // would stop too many live pods.
 func Plan(in Input) Result {
+	if in.NRI != nil {
+		if c := CheckListing(*in.NRI, in.Sandboxes, in.Unreadable, in.Now); c.Untrusted != "" {
+			return Result{Untrusted: c.Untrusted, Leaks: map[string]int{}, EligibleSince: map[string]time.Time{}}
+		}
+	}
 	if !in.Oracle.Ready() {
 		why := "the pod oracle is not ready"
 		if in.Oracle.PodDirs.Err != nil {
@@ -27,13 +32,32 @@ func Plan(in Input) Result {
 		return Result{NotReady: why, Leaks: map[string]int{}, EligibleSince: map[string]time.Time{}}
 	}
 	p := newPlanner(in)
+	oracleUntrusted := p.checkOracle()
+	if oracleUntrusted != "" {
+		p.distrustOracle()
+	}
 	p.containerRules()
 	p.orphanRules()
 	p.sandboxRules()
 	p.podLogDirRules()
 	p.logLinkRules()
 	p.nodeRules()
-	return p.resolve()
+	r := p.resolve()
+	r.OracleUntrusted = oracleUntrusted
+	return r
+}
+
+// distrustOracle makes the oracle say nothing this plan: no pod is gone,
+// no pod dir is orphaned; only the keep-newest rules run (as with
+// pods.source = "none").
+func (p *planner) distrustOracle() {
+	p.in.Oracle.Disabled = true
+	for _, s := range p.sandboxes {
+		s.gone = false
+	}
+	for _, c := range p.containers {
+		c.gone = false
+	}
 }
 
 // sandboxInfo is a managed sandbox with its pod and the oracle's verdict.
@@ -82,10 +106,12 @@ type planner struct {
 	candidates []Action
 	kept       []Kept
 	clocks     map[string]time.Time // grace clocks of this plan, by key
-	// containerUIDs are the pod UIDs of all listed containers; built on
-	// first use (see listed).
-	containerUIDs map[string]struct{}
-	leaks         map[string]int
+	// containersByUID groups every listed container by its pod UID label;
+	// built on first use (see listed).
+	containersByUID map[string][]*cri.Container
+	leaks           map[string]int
+	// skipped are the pods with a life event after the listing, by UID.
+	skipped map[string]PodRef
 }
 
 func newPlanner(in Input) *planner {
@@ -162,8 +188,30 @@ func newPlanner(in Input) *planner {
 
 func (p *planner) gone(uid string) bool { return p.in.Oracle.gone(uid) }
 
+// propose adds a candidate, unless its pod had a life event (a new sandbox,
+// a container start) after the listing was taken: the listing is older than
+// what is known of that pod, so none of its actions is planned this pass.
 func (p *planner) propose(a Action) {
+	if p.lifeAfterListing(a.Pod) {
+		return
+	}
 	p.candidates = append(p.candidates, a)
+}
+
+// lifeAfterListing reports whether the pod had a life event after the
+// listing, and notes it once as skipped.
+func (p *planner) lifeAfterListing(pod PodRef) bool {
+	if pod.UID == "" || !p.in.LastLifeEvent[pod.UID].After(p.in.Now) {
+		return false
+	}
+	if _, noted := p.skipped[pod.UID]; !noted {
+		if p.skipped == nil {
+			p.skipped = make(map[string]PodRef)
+		}
+		p.skipped[pod.UID] = pod
+		p.keep("pod "+pod.UID, pod, "a life event (new sandbox or container start) arrived after the listing: none of its actions is planned this pass")
+	}
+	return true
 }
 
 func (p *planner) keep(object string, pod PodRef, format string, args ...any) {
@@ -269,20 +317,24 @@ func (p *planner) capContainers(units map[string][]*containerInfo, live []string
 	}
 }
 
-// evictContainer proposes removing a dead container; one in state UNKNOWN
-// may still have processes and is stopped first, removed on a later pass.
+// UnknownStopTimeout is the stop timeout of an UNKNOWN container: kubelet's
+// minimum grace period (minimumGracePeriodInSeconds).
+const UnknownStopTimeout = 2 * time.Second
+
+// evictContainer proposes removing a dead container. One in state UNKNOWN
+// may still have processes: as kubelet's container GC does, it is stopped
+// (with kubelet's minimum grace) and removed right after, in one step.
 func (p *planner) evictContainer(c *containerInfo, rule, reason string) {
 	a := Action{Kind: RemoveContainer, Rule: rule, Reason: reason, Pod: c.pod,
 		Key: "container/" + c.ID, SandboxID: c.SandboxID, ContainerID: c.ID, ContainerName: c.Name}
 	if c.State == cri.ContainerUnknown {
-		a.Kind = StopContainer
-		a.Key = "stop-container/" + c.ID
-		a.Reason += "; state UNKNOWN: stopped first, removed on a later pass"
+		a.StopFirst, a.Timeout = true, UnknownStopTimeout
+		a.Reason += "; state UNKNOWN: stopped first (2 s grace), then removed"
 		p.leaks[LeakUnknownCtr]++
 	} else {
-		p.removal[c.ID] = a.Key
 		p.leaks[LeakContainer]++
 	}
+	p.removal[c.ID] = a.Key
 	p.propose(a)
 }
 
@@ -426,6 +478,20 @@ func (p *planner) podLogDirRules() {
 			}
 			deps = append(deps, key)
 		}
+		// A container of the pod holds its logs too, even when its sandbox
+		// is not listed: it may be running and writing them.
+		for _, c := range p.podContainers(d.UID) {
+			if blocked {
+				break
+			}
+			key, ok := p.removal[c.ID]
+			if !ok {
+				p.keep(object, pod, "container %s (%s) of the pod is still listed (%s)", short(c.ID), c.Name, c.State)
+				blocked = true
+				break
+			}
+			deps = append(deps, key)
+		}
 		if blocked {
 			continue
 		}
@@ -537,7 +603,9 @@ func (p *planner) resolve() Result {
 	for i, e := range entries {
 		sorted[i] = e.a
 	}
-	// notDue holds every candidate that is not due, with why.
+	// notDue holds every candidate that is not due, with why: first
+	// leak_grace and what depends on it, then the budget (over what is due
+	// otherwise) and what depends on that.
 	notDue := make(map[string]waiting)
 	for _, a := range sorted {
 		since, left := p.clock(a.Key, a.Pod.UID)
@@ -546,27 +614,39 @@ func (p *planner) resolve() Result {
 			notDue[a.Key] = waiting{graceLeft: left}
 		}
 	}
-	r.Breaker = p.breaker(notDue)
+	holdDependents(sorted, notDue)
+	r.Trips = p.budget(sorted, notDue)
+	holdDependents(sorted, notDue)
 	r.Deferred = make([]Deferred, 0, len(notDue))
 	r.Actions = make([]Action, 0, len(sorted)-len(notDue))
 	for _, a := range sorted {
-		w, deferred := notDue[a.Key]
-		if !deferred {
-			for _, dep := range a.DependsOn {
-				if _, blocked := notDue[dep]; blocked {
-					w, deferred = waiting{waitsFor: dep}, true
-					notDue[a.Key] = w
-					break
-				}
-			}
-		}
-		if deferred {
-			r.Deferred = append(r.Deferred, Deferred{Action: *a, GraceLeft: w.graceLeft, WaitsFor: w.waitsFor, Breaker: w.breaker})
+		if w, deferred := notDue[a.Key]; deferred {
+			r.Deferred = append(r.Deferred, Deferred{Action: *a, GraceLeft: w.graceLeft, WaitsFor: w.waitsFor, Budget: w.budget})
 			continue
 		}
 		r.Actions = append(r.Actions, *a)
 	}
+	for _, uid := range sortedKeys(p.skipped) {
+		r.Skipped = append(r.Skipped, p.skipped[uid])
+	}
 	return r
+}
+
+// holdDependents marks not due every action that depends on one that is
+// not due. An action only depends on actions of earlier kinds, which come
+// first in sorted, so one pass in order is enough.
+func holdDependents(sorted []*Action, notDue map[string]waiting) {
+	for _, a := range sorted {
+		if _, held := notDue[a.Key]; held {
+			continue
+		}
+		for _, dep := range a.DependsOn {
+			if _, blocked := notDue[dep]; blocked {
+				notDue[a.Key] = waiting{waitsFor: dep}
+				break
+			}
+		}
+	}
 }
 
 // clock returns since when a condition (an action's, or an orphaned pod
@@ -578,7 +658,8 @@ func (p *planner) clock(key, uid string) (since time.Time, left time.Duration) {
 	if !ok || since.After(p.in.Now) {
 		since = p.in.Now
 	}
-	if life := p.in.LastLifeEvent[uid]; life.After(since) && !life.After(p.in.Now) {
+	// A life event after the listing never gets here (lifeAfterListing).
+	if life := p.in.LastLifeEvent[uid]; life.After(since) {
 		since = life
 	}
 	p.clocks[key] = since
@@ -589,46 +670,7 @@ func (p *planner) clock(key, uid string) (since time.Time, left time.Duration) {
 type waiting struct {
 	graceLeft time.Duration
 	waitsFor  string
-	breaker   bool
-}
-
-// breaker refuses every orphan stop of the pass when the due ones would stop
-// more live pods than orphans.max_per_pass or orphans.max_fraction of the
-// Ready sandboxes. It marks them not due and returns the trip.
-func (p *planner) breaker(notDue map[string]waiting) *Trip {
-	pods := make(map[string]PodRef)
-	for _, a := range p.candidates {
-		if _, held := notDue[a.Key]; a.Rule == RuleOrphanStop && !held {
-			pods[a.Pod.UID] = a.Pod
-		}
-	}
-	if len(pods) == 0 {
-		return nil
-	}
-	ready := 0
-	for _, s := range p.sandboxes {
-		if s.Ready {
-			ready++
-		}
-	}
-	pol := p.in.Policy
-	n := len(pods)
-	if n <= pol.MaxStopsPerPass && float64(n) <= pol.MaxStopFraction*float64(ready) {
-		return nil
-	}
-	t := &Trip{Pods: n, ReadySandbox: ready, MaxPerPass: pol.MaxStopsPerPass, MaxFraction: pol.MaxStopFraction}
-	for _, uid := range sortedKeys(pods) {
-		t.AffectedPods = append(t.AffectedPods, pods[uid])
-	}
-	t.ReasonMessage = fmt.Sprintf("blast-radius breaker: this pass would stop %d live pod(s) of %d Ready sandbox(es), over orphans.max_per_pass = %d or orphans.max_fraction = %g; stopping none",
-		n, ready, pol.MaxStopsPerPass, pol.MaxStopFraction)
-	for _, a := range p.candidates {
-		if _, held := notDue[a.Key]; a.Rule == RuleOrphanStop && !held {
-			notDue[a.Key] = waiting{breaker: true}
-			t.StopsRefused++
-		}
-	}
-	return t
+	budget    string // the budget class that refused it
 }
 
 // directlyIn reports whether path is a direct child of root (both clean

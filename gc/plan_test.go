@@ -41,7 +41,7 @@ func present(uids ...string) Oracle {
 }
 
 func policy() Policy {
-	return Policy{MaxPerPodContainer: 1, MaxContainers: -1, MaxStopsPerPass: 3, MaxStopFraction: 1,
+	return Policy{MaxPerPodContainer: 1, MaxContainers: -1, Budget: Budget{MaxPerPass: 3, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 1000},
 		StopTimeout: time.Second, PodLogsDir: podLogs, ContainerLogsDir: ctrLogs}
 }
 
@@ -193,17 +193,22 @@ func TestMaxContainersCapsPerUnitShareThenOldestFirst(t *testing.T) {
 	}
 }
 
-func TestUnknownContainersAreStoppedFirstAndRemovedLater(t *testing.T) {
+func TestUnknownContainersAreStoppedThenRemovedWithKubeletsMinimumGrace(t *testing.T) {
 	in := Input{Now: now, Policy: policy(), Oracle: present(),
 		Sandboxes:  []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
 		Containers: []cri.Container{ctr("c1", "s1", "u1", "app", cri.ContainerUnknown, time.Hour)}}
 	r := Plan(in)
-	same(t, "first pass", due(r), []string{"stop-container c1"})
-	if !strings.Contains(keptReason(r, "sandbox s1"), "referenced by container") {
-		t.Fatalf("sandbox of an UNKNOWN container not kept as referenced: %+v", r.Kept)
+	same(t, "due", due(r), []string{"remove-container c1", "remove-sandbox s1"})
+	a := r.Actions[0]
+	if !a.StopFirst || a.Timeout != UnknownStopTimeout || !strings.Contains(a.Reason, "state UNKNOWN: stopped first") {
+		t.Fatalf("UNKNOWN container action = %+v", a)
 	}
-	in.Containers[0].State = cri.ContainerExited
-	same(t, "next pass", due(Plan(in)), []string{"remove-container c1", "remove-sandbox s1"})
+	if class, _ := BudgetClass(a); class != ClassUnknownStop {
+		t.Fatalf("budget class = %q, want %q", class, ClassUnknownStop)
+	}
+	if r.Leaks[LeakUnknownCtr] != 1 {
+		t.Fatalf("leaks = %v", r.Leaks)
+	}
 }
 
 func TestSandboxesFollowKubeletsEvictSandboxes(t *testing.T) {
@@ -237,8 +242,8 @@ func TestSandboxesFollowKubeletsEvictSandboxes(t *testing.T) {
 		{"gone pod loses every inactive sandbox", present(),
 			[]cri.Sandbox{sb("a", "u1", false, 2*time.Hour), sb("b", "u1", false, time.Hour)}, nil,
 			[]string{"remove-sandbox a", "remove-sandbox b"}, nil},
-		{"gone pod: a Ready sandbox is never removed (orphans rule reports it)", present(),
-			[]cri.Sandbox{sb("a", "u1", false, 2*time.Hour), sb("b", "u1", true, time.Hour)}, nil,
+		{"gone pod: a Ready sandbox is never removed (orphans rule reports it)", present("u9"),
+			[]cri.Sandbox{sb("a", "u1", false, 2*time.Hour), sb("b", "u1", true, time.Hour), sb("live", "u9", true, time.Hour)}, nil,
 			[]string{"remove-sandbox a"}, map[string]string{"live pod": "reported only"}},
 		{"a sandbox without kubelet labels is never touched", present(),
 			[]cri.Sandbox{{ID: "foreign", UID: "x", Ready: false, CreatedAt: now.Add(-time.Hour)}}, nil, nil, nil},
@@ -333,9 +338,9 @@ func TestOrphanedLivePodsAreReportedOrStopped(t *testing.T) {
 	}
 }
 
-func TestBreakerStopsNoLivePodWhenAPassWouldStopTooMany(t *testing.T) {
+func TestTheBudgetStopsNoLivePodWhenAPassWouldStopTooMany(t *testing.T) {
 	var sandboxes []cri.Sandbox
-	for i := range 10 {
+	for i := range 20 {
 		sandboxes = append(sandboxes, sb(fmt.Sprintf("s%d", i), fmt.Sprintf("u%d", i), true, time.Hour))
 	}
 	for _, tc := range []struct {
@@ -343,23 +348,33 @@ func TestBreakerStopsNoLivePodWhenAPassWouldStopTooMany(t *testing.T) {
 		orphans     int // u0..u(n-1) are gone
 		maxPerPass  int
 		maxFraction float64
+		spent       int // orphan stops in the last hour
 		trips       bool
 	}{
-		{"within both limits", 2, 3, 0.5, false},
-		{"more than max_per_pass", 4, 3, 1, true},
-		{"more than max_fraction of Ready sandboxes", 3, 10, 0.2, true},
-		{"exactly at the limits", 3, 3, 0.3, false},
+		{"within both limits", 2, 3, 0.5, 0, false},
+		{"more than max_per_pass", 4, 3, 1, 0, true},
+		{"more than max_fraction of Ready sandboxes", 3, 10, 0.1, 0, true},
+		{"exactly at the limits", 3, 3, 0.15, 0, false},
+		{"the floor lets one orphan through on a small fraction", 1, 3, 0.01, 0, false},
+		{"the floor lets no more than one through", 2, 3, 0.01, 0, true},
+		{"what is left of the hour is less than the pass", 2, 3, 1, 9, true},
+		{"the hour is spent", 1, 3, 1, 10, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var live []string
-			for i := tc.orphans; i < 10; i++ {
+			for i := tc.orphans; i < 20; i++ {
 				live = append(live, fmt.Sprintf("u%d", i))
 			}
 			pol := policy()
-			pol.StopOrphans, pol.MaxStopsPerPass, pol.MaxStopFraction = true, tc.maxPerPass, tc.maxFraction
-			r := Plan(Input{Now: now, Policy: pol, Oracle: present(live...), Sandboxes: sandboxes})
-			if (r.Breaker != nil) != tc.trips {
-				t.Fatalf("breaker = %+v, want trip %v", r.Breaker, tc.trips)
+			pol.StopOrphans = true
+			pol.Budget = Budget{MaxPerPass: tc.maxPerPass, MaxFraction: tc.maxFraction, MinPerPass: 1, MaxPerHour: 10}
+			r := Plan(Input{Now: now, Policy: pol, Oracle: present(live...), Sandboxes: sandboxes,
+				BudgetSpent: map[string]int{ClassOrphanStop: tc.spent}})
+			if r.OracleUntrusted != "" {
+				t.Fatalf("oracle untrusted: %s", r.OracleUntrusted)
+			}
+			if (len(r.Trips) > 0) != tc.trips {
+				t.Fatalf("trips = %+v, want trip %v", r.Trips, tc.trips)
 			}
 			stops := 0
 			for _, a := range r.Actions {
@@ -367,8 +382,16 @@ func TestBreakerStopsNoLivePodWhenAPassWouldStopTooMany(t *testing.T) {
 					stops++
 				}
 			}
-			if tc.trips && (stops != 0 || r.Breaker.Pods != tc.orphans || len(deferred(r)) != tc.orphans) {
-				t.Fatalf("tripped breaker still stops %d; trip %+v", stops, r.Breaker)
+			if tc.trips {
+				trip := r.Trips[0]
+				if stops != 0 || trip.Class != ClassOrphanStop || trip.Due != tc.orphans || len(deferred(r)) != tc.orphans || len(trip.AffectedPods) != tc.orphans {
+					t.Fatalf("tripped budget still stops %d; trip %+v", stops, trip)
+				}
+				for _, d := range r.Deferred {
+					if d.Budget != ClassOrphanStop || !strings.Contains(d.Why(), "blast-radius budget") {
+						t.Fatalf("deferred %s: %q", d.Key, d.Why())
+					}
+				}
 			}
 			if !tc.trips && stops != tc.orphans {
 				t.Fatalf("stops = %d, want %d", stops, tc.orphans)

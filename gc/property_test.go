@@ -10,6 +10,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
 // randomInput builds a random node: pods with several sandbox attempts and
@@ -25,10 +26,19 @@ func randomInput(seed int64, pods int) Input {
 		MaxContainers:      rng.Intn(pods*2) - 1,
 		StopOrphans:        rng.Intn(2) == 0,
 		StopTimeout:        time.Second,
-		MaxStopsPerPass:    rng.Intn(5),
-		MaxStopFraction:    rng.Float64(),
 		PodLogsDir:         podLogs,
 		ContainerLogsDir:   ctrLogs,
+		OracleSettle:       time.Duration(rng.Intn(2)) * 5 * time.Minute,
+	}
+	in.Policy.Budget.MaxPerPass = rng.Intn(5)
+	in.Policy.Budget.MaxFraction = rng.Float64()
+	in.Policy.Budget.MinPerPass = rng.Intn(in.Policy.Budget.MaxPerPass + 1)
+	in.Policy.Budget.MaxPerHour = rng.Intn(12)
+	in.BudgetSpent = map[string]int{}
+	for _, class := range BudgetClasses {
+		if rng.Intn(3) == 0 {
+			in.BudgetSpent[class] = rng.Intn(12)
+		}
 	}
 	dirs := nodefs.PodDirs{Ready: rng.Intn(10) != 0, UIDs: map[string]struct{}{}}
 	in.Oracle = Oracle{Disabled: rng.Intn(10) == 0, PodDirs: dirs}
@@ -41,8 +51,11 @@ func randomInput(seed int64, pods int) Input {
 		if rng.Intn(2) == 0 {
 			dirs.UIDs[uid] = struct{}{}
 		}
-		if rng.Intn(4) == 0 {
+		switch rng.Intn(8) {
+		case 0, 1:
 			in.LastLifeEvent[uid] = now.Add(-age())
+		case 2: // arrived after the listing was taken
+			in.LastLifeEvent[uid] = now.Add(time.Duration(1+rng.Intn(5)) * time.Second)
 		}
 		var sandboxIDs []string
 		for range 1 + rng.Intn(3) {
@@ -119,6 +132,12 @@ func randomInput(seed int64, pods int) Input {
 		in.ContainerLogLinks = append(in.ContainerLogLinks, nodefs.ContainerLogLink{
 			Path: ctrLogs + "/gone_ns_x-" + next("dead") + ".log", ContainerID: next("dead"), Dangling: true})
 	}
+	// Half the time NRI reported on the node too: what it says may agree
+	// with the listing, lack some of it, hold sandboxes live that the
+	// listing lacks (recently reported or not), or be another runtime's.
+	if rng.Intn(2) == 0 {
+		in.NRI = randomNRI(rng, in.Sandboxes)
+	}
 	// Half of the candidates have been waiting a while already.
 	if rng.Intn(2) == 0 {
 		first := Plan(in)
@@ -130,6 +149,105 @@ func randomInput(seed int64, pods int) Input {
 	}
 	return in
 }
+
+// randomNRI draws what NRI reported, against the listed sandboxes.
+func randomNRI(rng *rand.Rand, listed []cri.Sandbox) *NRIView {
+	nri := &NRIView{Confirmed: rng.Intn(2) == 0}
+	reported := func() time.Time {
+		switch rng.Intn(4) {
+		case 0: // just now: containerd may not have stored it yet
+			return now.Add(-time.Duration(rng.Intn(5000)) * time.Millisecond)
+		case 1: // after the listing was taken
+			return now.Add(time.Duration(1+rng.Intn(3)) * time.Second)
+		}
+		return now.Add(-time.Duration(10+rng.Intn(600)) * time.Second)
+	}
+	otherRuntime := rng.Intn(6) == 0
+	if !otherRuntime {
+		for _, s := range listed {
+			if s.Labels == nil || rng.Intn(5) == 0 {
+				continue
+			}
+			nri.Sandboxes = append(nri.Sandboxes, podstate.NRISandbox{ID: s.ID, PodUID: s.UID, ReportedAt: reported(), Live: s.Ready && rng.Intn(3) != 0})
+		}
+	}
+	for i := range rng.Intn(3) {
+		nri.Sandboxes = append(nri.Sandboxes, podstate.NRISandbox{ID: fmt.Sprintf("unlisted%d", i), PodUID: fmt.Sprintf("uid-x%d", i),
+			ReportedAt: reported(), Live: rng.Intn(2) == 0})
+	}
+	return nri
+}
+
+// listingDisagrees restates, independently of CheckListing, when a listing
+// must not be planned from: NRI holds a sandbox live, reported long enough
+// before the listing, that the listing lacks; or no listing of this NRI
+// session has shared a sandbox with NRI yet, this one shares none, and
+// either side has any.
+func listingDisagrees(in Input) bool {
+	if in.NRI == nil {
+		return false
+	}
+	listed := map[string]bool{}
+	managed := 0
+	for _, s := range in.Sandboxes {
+		listed[s.ID] = true
+		if s.Labels != nil {
+			managed++
+		}
+	}
+	for _, m := range in.Unreadable {
+		listed[m.ID] = true
+	}
+	shared, known := false, 0
+	for _, n := range in.NRI.Sandboxes {
+		if n.ReportedAt.After(in.Now) {
+			continue
+		}
+		if listed[n.ID] {
+			shared = true
+			known++
+			continue
+		}
+		if in.Now.Sub(n.ReportedAt) < podstate.SettleTime {
+			continue
+		}
+		known++
+		if n.Live {
+			return true
+		}
+	}
+	return !in.NRI.Confirmed && !shared && (known > 0 || managed > 0)
+}
+
+// oracleDisagrees restates when the oracle calls too many Ready sandboxes'
+// pods gone to be believed.
+func oracleDisagrees(in Input) bool {
+	if in.Oracle.Disabled || !in.Oracle.PodDirs.Ready {
+		return false
+	}
+	ready, settled, gone := 0, 0, 0
+	for _, s := range in.Sandboxes {
+		if s.Labels == nil || !s.Ready {
+			continue
+		}
+		ready++
+		if in.Now.Sub(s.CreatedAt) < in.Policy.OracleSettle {
+			continue
+		}
+		settled++
+		if !in.Oracle.PodDirs.Present(s.UID) {
+			gone++
+		}
+	}
+	if ready > 0 && len(in.Oracle.PodDirs.UIDs) == 0 {
+		return true
+	}
+	return gone > 0 && (gone == settled || gone > max(2, settled/4))
+}
+
+// podGoneRules are the rules that rest on the oracle.
+var podGoneRules = map[string]bool{RuleContainerPodGone: true, RuleSandboxPodGone: true, RulePodLogDir: true, RuleOrphanStop: true,
+	RuleCgroupPodGone: true, RuleCgroupOrphaned: true, RuleCgroupVolumesRemain: true, RuleOrphanedPodDir: true}
 
 // checkContract fails on any plan that breaks DESIGN.md §4.
 func checkContract(t *testing.T, in Input, r Result) {
@@ -161,6 +279,10 @@ func checkContract(t *testing.T, in Input, r Result) {
 		heldPodSandboxes[m.PodUID] = heldPodSandboxes[m.PodUID] || m.SandboxID == ""
 		unreadableID[m.ID] = true
 	}
+	if listingDisagrees(in) && (len(r.Actions) > 0 || r.Untrusted == "") {
+		t.Fatalf("NRI and the listing disagree, yet the plan has %d action(s) (untrusted %q)", len(r.Actions), r.Untrusted)
+	}
+	oracleUntrusted := oracleDisagrees(in)
 	blocked, volumes := map[string]bool{}, map[string]bool{}
 	for _, d := range in.PodDirs {
 		blocked[d.UID] = len(d.Blockers) > 0
@@ -171,9 +293,15 @@ func checkContract(t *testing.T, in Input, r Result) {
 			t.Helper()
 			t.Fatalf("action %d %s %s: %s", i, a.Kind, a.Key, fmt.Sprintf(format, args...))
 		}
-		gone := in.Oracle.gone(a.Pod.UID)
+		gone := in.Oracle.gone(a.Pod.UID) && !oracleUntrusted
 		if in.Now.Sub(a.EligibleSince) < in.Policy.LeakGrace {
 			fail("due before leak_grace")
+		}
+		if oracleUntrusted && podGoneRules[a.Rule] {
+			fail("a pod-gone rule runs on an oracle that calls Ready sandboxes' pods gone beyond the threshold")
+		}
+		if life := in.LastLifeEvent[a.Pod.UID]; a.Pod.UID != "" && life.After(in.Now) {
+			fail("acts on a pod with a life event after the listing")
 		}
 		for _, dep := range a.DependsOn {
 			if _, ok := due[dep]; !ok {
@@ -192,8 +320,8 @@ func checkContract(t *testing.T, in Input, r Result) {
 			if c.State == cri.ContainerRunning && !(a.Kind == StopContainer && in.Policy.StopOrphans && gone) {
 				fail("touches a RUNNING container (stop orphans %v, pod gone %v)", in.Policy.StopOrphans, gone)
 			}
-			if a.Kind == RemoveContainer && c.State == cri.ContainerUnknown {
-				fail("removes an UNKNOWN container without stopping it first")
+			if a.Kind == RemoveContainer && c.State == cri.ContainerUnknown && (!a.StopFirst || a.Timeout < 2*time.Second) {
+				fail("removes an UNKNOWN container without stopping it first with kubelet's minimum grace")
 			}
 			if a.Rule == RuleOrphanStop {
 				stoppedPods[a.Pod.UID] = true
@@ -238,6 +366,13 @@ func checkContract(t *testing.T, in Input, r Result) {
 					}
 				}
 			}
+			for _, c := range in.Containers {
+				if c.Labels["io.kubernetes.pod.uid"] == a.Pod.UID {
+					if _, ok := due["container/"+c.ID]; !ok {
+						fail("container %s (%s) of the pod is left", c.ID, c.State)
+					}
+				}
+			}
 		case RemovePodCgroup, ReducePodCgroupCPU, RemovePodDir:
 			if listedUID[a.Pod.UID] {
 				fail("touches the cgroup or pod dir of a pod with a listed sandbox or container")
@@ -253,8 +388,8 @@ func checkContract(t *testing.T, in Input, r Result) {
 			if !gone && !in.TornDown[a.Pod.UID] {
 				fail("touches the cgroup or pod dir of a pod that is neither gone nor seen torn down")
 			}
-			if a.Kind == RemovePodCgroup && !gone && volumes[a.Pod.UID] {
-				fail("destroys the cgroup of a pod whose volume dirs remain")
+			if a.Kind == RemovePodCgroup && !gone && (volumes[a.Pod.UID] || blocked[a.Pod.UID]) {
+				fail("destroys the cgroup of a pod whose volume dirs remain or whose pod dir cannot be fully inspected")
 			}
 		case RemoveContainerLogLink:
 			if filepath.Dir(a.Path) != in.Policy.ContainerLogsDir {
@@ -271,23 +406,60 @@ func checkContract(t *testing.T, in Input, r Result) {
 		}
 		due[a.Key] = a
 	}
-	if n := len(stoppedPods); n > 0 {
-		ready := 0
-		for _, s := range in.Sandboxes {
-			if s.Ready && s.Labels != nil {
-				ready++
-			}
-		}
-		if n > in.Policy.MaxStopsPerPass || float64(n) > in.Policy.MaxStopFraction*float64(ready) {
-			t.Fatalf("a pass stops %d live pods: over max_per_pass %d or max_fraction %g of %d Ready",
-				n, in.Policy.MaxStopsPerPass, in.Policy.MaxStopFraction, ready)
-		}
-	}
-	if r.Breaker != nil && len(stoppedPods) > 0 {
-		t.Fatalf("the breaker tripped, yet %d live pods are stopped", len(stoppedPods))
-	}
+	checkBudget(t, in, r)
 	if !in.Oracle.Ready() && len(r.Actions) > 0 {
 		t.Fatal("actions while the oracle is not ready")
+	}
+}
+
+// checkBudget fails when a plan takes more steps of a budget class than the
+// budget allows: max(min_per_pass, min(max_per_pass, ⌊max_fraction × Ready⌋))
+// per pass, and what is left of max_per_hour.
+func checkBudget(t *testing.T, in Input, r Result) {
+	t.Helper()
+	ready := 0
+	for _, s := range in.Sandboxes {
+		if s.Ready && s.Labels != nil {
+			ready++
+		}
+	}
+	b := in.Policy.Budget
+	perPass := max(b.MinPerPass, min(b.MaxPerPass, int(b.MaxFraction*float64(ready))))
+	units := map[string]map[string]bool{}
+	for _, a := range r.Actions {
+		class := ""
+		unit := a.Key
+		switch {
+		case a.Rule == RuleOrphanStop:
+			class, unit = ClassOrphanStop, a.Pod.UID
+		case a.Kind == StopContainer || (a.Kind == RemoveContainer && a.StopFirst):
+			class = ClassUnknownStop
+		case a.Kind == RemovePodCgroup && a.Cgroup.Procs > 0:
+			class = ClassCgroupKill
+		case a.Kind == ReducePodCgroupCPU:
+			class = ClassCgroupCPU
+		case a.Kind == RemovePodDir:
+			class = ClassPodDir
+		case a.Kind == RemovePodLogDir:
+			class = ClassPodLogDir
+		default:
+			continue
+		}
+		if units[class] == nil {
+			units[class] = map[string]bool{}
+		}
+		units[class][unit] = true
+	}
+	for class, u := range units {
+		if n := len(u); n > perPass || n > b.MaxPerHour-in.BudgetSpent[class] {
+			t.Fatalf("a pass takes %d %s step(s): over the budget (%d per pass on %d Ready; %d of %d left this hour)",
+				n, class, perPass, ready, b.MaxPerHour-in.BudgetSpent[class], b.MaxPerHour)
+		}
+	}
+	for _, trip := range r.Trips {
+		if len(units[trip.Class]) > 0 {
+			t.Fatalf("class %s tripped, yet the pass takes %d of its steps", trip.Class, len(units[trip.Class]))
+		}
 	}
 }
 

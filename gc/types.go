@@ -23,8 +23,11 @@ type Policy struct {
 	MaxContainers      int           // dead containers kept on the node; < 0: no limit
 	StopOrphans        bool          // orphans.action = "stop" (else "report")
 	StopTimeout        time.Duration // orphans.stop_timeout
-	MaxStopsPerPass    int           // orphans.max_per_pass: live pods one pass may stop
-	MaxStopFraction    float64       // orphans.max_fraction of Ready sandboxes one pass may stop
+	// Budget limits every step that can hurt a live workload or user data.
+	Budget Budget
+	// OracleSettle: Ready sandboxes younger than this do not count when the
+	// oracle is checked against the runtime (0: all count).
+	OracleSettle time.Duration
 	// PodLogsDir and ContainerLogsDir are the roots file removals stay in:
 	// a listed path that is not directly inside its root is never touched.
 	PodLogsDir       string
@@ -32,6 +35,19 @@ type Policy struct {
 	// RemoveOrphanedPodDirs is pod_dirs.remove_orphaned: remove orphaned
 	// kubelet pod dirs (with kubelet's rules) instead of only reporting them.
 	RemoveOrphanedPodDirs bool
+}
+
+// Budget is the blast-radius budget ([budget]). Each class of step that can
+// hurt a live workload or user data (BudgetClasses) is counted on its own,
+// with these limits: a pass may take max(MinPerPass, min(MaxPerPass,
+// ⌊MaxFraction × Ready sandboxes⌋)) steps of a class, and no more than what
+// is left of MaxPerHour; a pass whose due steps of a class exceed that takes
+// none of them (the class trips).
+type Budget struct {
+	MaxPerPass  int
+	MaxFraction float64
+	MinPerPass  int // the floor: one orphan on a small or drained node is handled
+	MaxPerHour  int
 }
 
 // Oracle says which pods kubelet still has on the node.
@@ -78,6 +94,13 @@ type Input struct {
 	// PodDirs are the kubelet pod dirs of pods with no sandbox and no
 	// container listed, inspected (nodefs.InspectPodDir).
 	PodDirs []nodefs.PodDir
+	// NRI is what NRI reported about the node's sandboxes, taken before the
+	// listing was reconciled; nil when there is no NRI side (the report and
+	// once commands). A listing it disagrees with is not planned from.
+	NRI *NRIView
+	// BudgetSpent counts, per budget class, the steps taken in the last
+	// hour (the loop keeps them).
+	BudgetSpent map[string]int
 	// TornDown are the pods this plugin saw torn down (every sandbox and
 	// container removed while it watched) whose pod dir is still there.
 	// Only such a pod dir can be orphaned: a pod dir with nothing listed is
@@ -117,9 +140,15 @@ const (
 	RuleDanglingLogLink        = "logs.dangling-link"
 	RuleOrphanStop             = "orphans.stop"
 	RuleCgroupPodGone          = "cgroups.pod-gone"
+	RuleCgroupOrphaned         = "cgroups.orphaned-pod"
 	RuleCgroupVolumesRemain    = "cgroups.volumes-remain"
 	RuleOrphanedPodDir         = "pod-dirs.orphaned"
 )
+
+// Rules lists every rule, for metrics and tests.
+var Rules = []string{RuleContainerPodGone, RuleContainerMaxPerPod, RuleContainerMaxContainers, RuleSandboxPodGone,
+	RuleSandboxNotNewest, RulePodLogDir, RuleDanglingLogLink, RuleOrphanStop, RuleCgroupPodGone, RuleCgroupOrphaned,
+	RuleCgroupVolumesRemain, RuleOrphanedPodDir}
 
 // PodRef names the pod an object belongs to.
 type PodRef struct {
@@ -140,6 +169,9 @@ type Action struct {
 	Path          string
 	// Timeout is the StopContainer timeout.
 	Timeout time.Duration
+	// StopFirst: a RemoveContainer that stops the container first (with
+	// Timeout), as kubelet does with an UNKNOWN container: it may still run.
+	StopFirst bool
 	// Cgroup is the pod cgroup of RemovePodCgroup and ReducePodCgroupCPU.
 	Cgroup *podcgroups.PodCgroup
 	// DependsOn lists keys of actions that must succeed first.
@@ -156,16 +188,19 @@ type Kept struct {
 	Reason string
 }
 
-// Trip is the blast-radius breaker's verdict for a pass that would stop too
-// many live pods: it stops none.
+// Trip is the budget's verdict on one class in a pass that would take more
+// steps of it than allowed: the pass takes none of them.
 type Trip struct {
-	Pods          int // live pods the pass would have stopped
-	ReadySandbox  int // Ready sandboxes on the node
-	MaxPerPass    int
-	MaxFraction   float64
-	StopsRefused  int // stop actions dropped
-	AffectedPods  []PodRef
-	ReasonMessage string
+	Class        string // a BudgetClasses entry
+	Due          int    // steps of the class due this pass (for orphan stops: pods)
+	Allowed      int    // what the pass may take: the per-pass limit, capped by what is left of the hour
+	PerPass      int    // the per-pass limit for this node
+	HourSpent    int    // steps of the class taken in the last hour
+	MaxPerHour   int
+	ReadySandbox int // Ready sandboxes on the node
+	Refused      int // actions held back
+	AffectedPods []PodRef
+	Message      string
 }
 
 // Result is one plan.
@@ -176,7 +211,8 @@ type Result struct {
 	// action they depend on, or refused by the breaker.
 	Deferred []Deferred
 	Kept     []Kept
-	Breaker  *Trip
+	// Trips are the budget classes this pass refused, by class order.
+	Trips []Trip
 	// Leaks counts leaked objects detected, by kind of object.
 	Leaks map[string]int
 	// EligibleSince is to be passed as Input.EligibleSince next pass: only
@@ -185,6 +221,15 @@ type Result struct {
 	EligibleSince map[string]time.Time
 	// NotReady is set when the oracle could not be read: no plan is made.
 	NotReady string
+	// Untrusted is set when the listing disagrees with NRI (CheckListing):
+	// no plan is made.
+	Untrusted string
+	// OracleUntrusted is set when the oracle calls live pods gone beyond
+	// the threshold (checkOracle): no pod-gone rule runs.
+	OracleUntrusted string
+	// Skipped are the pods with a life event after the listing: none of
+	// their actions was planned this pass.
+	Skipped []PodRef
 }
 
 // Deferred is a proposed action that is not due yet. Exactly one of the
@@ -195,15 +240,15 @@ type Deferred struct {
 	GraceLeft time.Duration
 	// WaitsFor is the key of an action this one depends on that is not due.
 	WaitsFor string
-	// Breaker: refused by the blast-radius breaker.
-	Breaker bool
+	// Budget is the budget class that refused it this pass.
+	Budget string
 }
 
 // Why says in words why the action is not due.
 func (d Deferred) Why() string {
 	switch {
-	case d.Breaker:
-		return "refused by the blast-radius breaker"
+	case d.Budget != "":
+		return "refused by the blast-radius budget (" + d.Budget + ")"
 	case d.WaitsFor != "":
 		return "waits for " + d.WaitsFor
 	}

@@ -26,12 +26,20 @@ import (
 
 // Runtime is what a pass needs from the container runtime.
 type Runtime interface {
+	// Snapshot is one complete listing.
 	Snapshot(ctx context.Context) (cri.Snapshot, error)
+	// SandboxExists asks for one sandbox by ID: a sandbox NRI holds live
+	// that a listing lacks is only dropped when the runtime does not know
+	// it either.
+	SandboxExists(ctx context.Context, id string) (bool, error)
+	// ListPod lists what the runtime has of one pod UID: the re-check right
+	// before a node step.
+	ListPod(ctx context.Context, uid string) (cri.PodObjects, error)
 }
 
 // Executor carries out due actions (package executor).
 type Executor interface {
-	Execute(ctx context.Context, actions []gc.Action, now time.Time) []executor.Outcome
+	Execute(ctx context.Context, actions []gc.Action, now time.Time, recheck executor.Recheck) []executor.Outcome
 	Forget(proposed map[string]time.Time)
 }
 
@@ -67,15 +75,27 @@ type Observer interface {
 	SetTrackedPods(counts map[[2]string]int)
 	SetLeaks(byKind map[string]int)
 	ObserveAction(kind, rule, result string)
-	ObserveBreakerTrip()
+	// ObserveBudgetTrips counts the classes the budget refused this pass,
+	// and says which classes are paused now (tripped this pass).
+	ObserveBudgetTrips(tripped []string)
+	// SetUntrusted says whether the last pass distrusted a source
+	// (SourceListing, SourceOracle).
+	SetUntrusted(source string, untrusted bool)
 	SetStuckTerminating(n int)
 }
 
 // Pass results, as counted by the Observer.
 const (
-	PassOK              = "ok"
-	PassSkippedNotReady = "skipped_not_ready"
-	PassListingFailed   = "listing_failed"
+	PassOK               = "ok"
+	PassSkippedNotReady  = "skipped_not_ready"
+	PassListingFailed    = "listing_failed"
+	PassListingUntrusted = "listing_untrusted"
+)
+
+// Sources that a pass may distrust, as the Observer is told.
+const (
+	SourceListing = "runtime-listing" // the CRI listing disagrees with NRI
+	SourceOracle  = "pod-oracle"      // kubelet's pod dirs disagree with the runtime
 )
 
 // Loop is the housekeeping loop. Create it with New, start it with Run.
@@ -106,11 +126,21 @@ type Loop struct {
 	// sees. A problem is logged once while it lasts, again if it comes
 	// back, and the sets never hold more than one pass's problems.
 	warned, warning map[string]bool
-	// tornDown are the pods this plugin saw torn down (podstate's Removed)
-	// whose kubelet pod dir is still there. podstate forgets Removed pods
-	// after its retention; this remembers them for as long as the dir
-	// lasts, since only they may have an orphaned pod dir (gc.Input.TornDown).
-	tornDown map[string]bool
+	// tornDown are the pods this plugin saw torn down (podstate's
+	// PodView.TornDown: removed with evidence) whose kubelet pod dir is
+	// still there. podstate forgets Removed pods after its retention; this
+	// remembers them for as long as the dir lasts and does not change,
+	// since only they may have an orphaned pod dir (gc.Input.TornDown).
+	tornDown map[string]*tornDownMark
+	// confirmedSyncs is the NRI session (podstate.Syncs) a listing of which
+	// shared a sandbox with NRI: runtime.endpoint answers for the
+	// containerd NRI talks to. 0: none yet.
+	confirmedSyncs uint64
+	// spent are the budgeted steps taken in the last hour.
+	spent []spent
+	// said holds what the last pass said once while it lasts: the listing
+	// or oracle distrusted, each budget class tripped.
+	said map[string]string
 }
 
 // PassResult says what one pass did.
@@ -118,7 +148,10 @@ type PassResult struct {
 	Started  time.Time
 	Duration time.Duration
 	// Err is set when the listing failed: nothing was planned or changed then.
-	Err       error
+	Err error
+	// Untrusted is set when the listing disagreed with NRI: nothing was
+	// reconciled, planned or changed then.
+	Untrusted string
 	Reconcile podstate.ReconcileResult
 	Listing   ListingStats
 	Counts    podstate.Counts
@@ -139,7 +172,8 @@ func New(state *podstate.State, runtime Runtime, opts Options, log logrus.FieldL
 	return &Loop{
 		state: state, runtime: runtime, opts: opts, log: log, now: time.Now, started: time.Now(),
 		resync: make(chan struct{}, 1), wake: make(chan struct{}, 1),
-		phases: make(map[string]podstate.Phase), reported: make(map[string]bool), tornDown: make(map[string]bool),
+		phases: make(map[string]podstate.Phase), reported: make(map[string]bool), tornDown: make(map[string]*tornDownMark),
+		said: make(map[string]string),
 	}
 }
 
@@ -211,8 +245,9 @@ func (l *Loop) LastPassEnd() time.Time {
 	return l.last.Started.Add(l.last.Duration)
 }
 
-// NotReady says why the loop cannot act ("" when it can): the last listing
-// failed, or a source is not ready.
+// NotReady says why the loop cannot act, or not fully ("" when it can): the
+// last listing failed or disagreed with NRI, a source is not ready, or the
+// oracle is not trusted.
 func (l *Loop) NotReady() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -222,7 +257,13 @@ func (l *Loop) NotReady() string {
 	case l.last.Err != nil:
 		return "the last runtime listing failed: " + l.last.Err.Error()
 	}
-	return l.last.Blocked
+	var why []string
+	for _, w := range []string{l.last.Blocked, l.last.Plan.OracleUntrusted} {
+		if w != "" {
+			why = append(why, w)
+		}
+	}
+	return strings.Join(why, "; ")
 }
 
 // Passes returns how many passes finished, and the last one's result.
@@ -232,11 +273,14 @@ func (l *Loop) Passes() (uint64, PassResult) {
 	return l.passes, l.last
 }
 
-// Pass runs one pass: a fresh listing, reconcile, plan, and - once every
-// source is ready - execute what is due. A failed listing changes nothing.
+// Pass runs one pass: a fresh listing, its check against NRI, reconcile,
+// plan, and - once every source is ready - execute what is due, each node
+// step checked again right before it runs. A failed listing, or one that
+// disagrees with NRI, changes nothing.
 func (l *Loop) Pass(ctx context.Context) PassResult {
 	r := PassResult{Started: l.now()}
 	startSeq := l.state.Seq()
+	syncs := l.state.Syncs()
 	snap, err := l.runtime.Snapshot(ctx)
 	if err != nil {
 		r.Err = err
@@ -254,17 +298,34 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 		l.warnOnce(fmt.Sprintf("runtime listed %d malformed entries; they are never acted on, and keep the sandboxes and pods they name", len(snap.Malformed)),
 			errors.New(summarize(snap.Malformed, 5)))
 	}
+	nri, untrusted := l.checkListing(ctx, snap, syncs)
+	l.sayWhileItLasts("listing", untrusted, "the CRI listing is not trusted: no reconcile, no plan, no action this pass",
+		"the CRI listing agrees with NRI again")
+	if untrusted != "" {
+		// Every grace clock starts over once the listing is trusted again.
+		r.Untrusted, r.Blocked = untrusted, untrusted
+		r.Plan = gc.Result{Untrusted: untrusted, Leaks: map[string]int{}, EligibleSince: map[string]time.Time{}}
+		l.eligible = r.Plan.EligibleSince
+		if l.opts.Executor != nil {
+			l.opts.Executor.Forget(r.Plan.EligibleSince)
+		}
+		r.Duration = l.now().Sub(r.Started)
+		l.finish(r, nil)
+		return r
+	}
 	r.Reconcile = l.state.Reconcile(listing, snap.TakenAt)
 	view := l.state.View()
 	r.Counts = view.Counts()
 
 	in := l.planInput(ctx, snap, view)
+	in.NRI = nri
 	r.Plan = gc.Plan(in)
 	l.eligible = r.Plan.EligibleSince
 	r.Blocked = l.gate(in.Now, r.Plan)
 	if l.opts.Executor != nil {
 		if r.Blocked == "" {
-			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now)
+			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now, l.recheck(snap.TakenAt))
+			l.spend(in.Now, r.Outcomes)
 		}
 		l.opts.Executor.Forget(r.Plan.EligibleSince)
 	}
@@ -281,17 +342,13 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		Oracle:        gc.Oracle{Disabled: l.opts.OracleDisabled},
 		LastLifeEvent: make(map[string]time.Time, len(view.Pods)),
 		EligibleSince: l.eligible,
+		BudgetSpent:   l.budgetSpent(snap.TakenAt),
 	}
 	for _, p := range view.Pods {
 		if !p.LastLifeEvent.IsZero() {
 			in.LastLifeEvent[p.UID] = p.LastLifeEvent
 		}
-		// Remember the pods seen Removed; forget one that lives again.
-		if p.Phase == podstate.PhaseRemoved {
-			l.tornDown[p.UID] = true
-		} else {
-			delete(l.tornDown, p.UID)
-		}
+		l.noteTeardown(p, snap.TakenAt)
 	}
 	if !l.opts.OracleDisabled {
 		in.Oracle.PodDirs = nodefs.ListPodDirs(ctx, l.opts.KubeletRoot)
@@ -325,7 +382,10 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 			}
 		}
 	}
-	in.TornDown = l.tornDown
+	in.TornDown = make(map[string]bool, len(l.tornDown))
+	for uid := range l.tornDown {
+		in.TornDown[uid] = true
+	}
 	return in
 }
 
@@ -359,6 +419,8 @@ func (l *Loop) inspectPodDirs(ctx context.Context, dirs nodefs.PodDirs, snap cri
 			// Unreadable: kubelet treats that as volumes possibly mounted.
 			d.UID = uid
 			d.Blockers = append(d.Blockers, "cannot inspect: "+err.Error())
+		default:
+			l.compareWithTeardown(d)
 		}
 		out = append(out, d)
 	}

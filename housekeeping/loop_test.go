@@ -27,13 +27,57 @@ type fakeRuntime struct {
 	snap  cri.Snapshot
 	err   error
 	calls atomic.Int64
+	// onSnapshot, when set, runs while a listing is being taken.
+	onSnapshot func()
+	// exists overrides SandboxExists's answer from the snapshot; asked
+	// counts the questions.
+	exists map[string]bool
+	asked  atomic.Int64
 }
 
 func (f *fakeRuntime) Snapshot(context.Context) (cri.Snapshot, error) {
 	f.calls.Add(1)
 	f.mu.Lock()
+	snap, err, hook := f.snap, f.err, f.onSnapshot
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return snap, err
+}
+
+// SandboxExists answers from the current snapshot.
+func (f *fakeRuntime) SandboxExists(_ context.Context, id string) (bool, error) {
+	f.asked.Add(1)
+	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.snap, f.err
+	if e, ok := f.exists[id]; ok {
+		return e, nil
+	}
+	for _, s := range f.snap.Sandboxes {
+		if s.ID == id {
+			return true, nil
+		}
+	}
+	return false, f.err
+}
+
+// ListPod answers from the current snapshot.
+func (f *fakeRuntime) ListPod(_ context.Context, uid string) (cri.PodObjects, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var o cri.PodObjects
+	for _, s := range f.snap.Sandboxes {
+		if s.Labels[podstate.LabelPodUID] == uid {
+			o.Sandboxes = append(o.Sandboxes, s.ID)
+		}
+	}
+	for _, c := range f.snap.Containers {
+		if c.Labels[podstate.LabelPodUID] == uid {
+			o.Containers = append(o.Containers, c.ID)
+		}
+	}
+	return o, f.err
 }
 
 func (f *fakeRuntime) set(snap cri.Snapshot, err error) {
@@ -223,7 +267,7 @@ type fakeExecutor struct {
 	forgot   int
 }
 
-func (f *fakeExecutor) Execute(_ context.Context, actions []gc.Action, _ time.Time) []executor.Outcome {
+func (f *fakeExecutor) Execute(_ context.Context, actions []gc.Action, _ time.Time, _ executor.Recheck) []executor.Outcome {
 	f.executed = append(f.executed, actions)
 	out := make([]executor.Outcome, len(actions))
 	for i, a := range actions {
@@ -261,7 +305,11 @@ func TestNoActionBeforeEverySourceIsReady(t *testing.T) {
 			rt.set(leak, nil)
 			exec := &fakeExecutor{}
 			log, buf := testLogger()
-			loop := New(podstate.New(0), rt, Options{
+			state := podstate.New(0)
+			if tc.synchronized { // NRI reported the sandbox the listing has
+				state.Synchronize(now.Add(-time.Hour), []podstate.SyncedSandbox{{Pod: podstate.PodIdentity{UID: "u1", Namespace: "ns", Name: "p-u1"}, SandboxID: "s1"}}, nil)
+			}
+			loop := New(state, rt, Options{
 				Period: time.Hour, StartupDelay: tc.startupDelay, KubeletRoot: root,
 				Policy:       gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()},
 				Synchronized: func() bool { return tc.synchronized },
@@ -367,7 +415,9 @@ func TestOnlyPodsSeenTornDownMayHaveOrphanedPodDirs(t *testing.T) {
 	state := podstate.New(time.Nanosecond) // forgets Removed pods at once
 	loop := New(state, rt, Options{Period: time.Hour, KubeletRoot: root,
 		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
-	running := cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{{ID: "s1", UID: "torn", Ready: true, CreatedAt: now, Labels: kubeletLabels("torn")}}}
+	listed := func(id string, ready bool, at time.Time) cri.Snapshot {
+		return cri.Snapshot{TakenAt: at, Sandboxes: []cri.Sandbox{{ID: id, UID: "torn", Ready: ready, CreatedAt: now, Labels: kubeletLabels("torn")}}}
+	}
 	empty := func(at time.Time) cri.Snapshot { return cri.Snapshot{TakenAt: at} }
 	steps := []struct {
 		name string
@@ -375,11 +425,15 @@ func TestOnlyPodsSeenTornDownMayHaveOrphanedPodDirs(t *testing.T) {
 		do   func()
 		want []string
 	}{
-		{"running: not torn down", running, nil, nil},
-		{"its sandbox removed: torn down", empty(now.Add(10 * time.Second)), nil, []string{"torn"}},
+		{"running: not torn down", listed("s1", true, now), nil, nil},
+		{"its sandbox stopped: not torn down", listed("s1", false, now.Add(5*time.Second)), nil, nil},
+		{"its sandbox removed after it was seen stopped: torn down", empty(now.Add(10 * time.Second)), nil, []string{"torn"}},
 		{"forgotten by podstate: still remembered", empty(now.Add(time.Hour)), nil, []string{"torn"}},
-		{"running again: not torn down", running, nil, nil},
-		{"removed again", empty(now.Add(2 * time.Hour)), nil, []string{"torn"}},
+		{"running again: not torn down", listed("s2", true, now.Add(time.Hour+time.Minute)), nil, nil},
+		{"gone without being seen stopped: only absent, not torn down", empty(now.Add(2 * time.Hour)), nil, nil},
+		{"running again", listed("s3", true, now.Add(2*time.Hour+time.Minute)), nil, nil},
+		{"stopped again", listed("s3", false, now.Add(2*time.Hour+2*time.Minute)), nil, nil},
+		{"removed again", empty(now.Add(2*time.Hour + 3*time.Minute)), nil, []string{"torn"}},
 		{"its pod dir gone: forgotten", empty(now.Add(3 * time.Hour)), func() {
 			if err := os.Remove(filepath.Join(root, "pods", "torn")); err != nil {
 				t.Fatal(err)

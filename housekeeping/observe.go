@@ -17,18 +17,24 @@ func (l *Loop) observe(r PassResult, view *podstate.View) {
 	case r.Err != nil:
 		o.ObservePass(PassListingFailed, r.Duration, r.Started)
 		return
+	case r.Untrusted != "":
+		o.ObservePass(PassListingUntrusted, r.Duration, r.Started)
 	case r.Blocked != "":
 		o.ObservePass(PassSkippedNotReady, r.Duration, r.Started)
 	default:
 		o.ObservePass(PassOK, r.Duration, r.Started)
 	}
+	o.SetUntrusted(SourceListing, r.Untrusted != "")
+	o.SetUntrusted(SourceOracle, r.Plan.OracleUntrusted != "")
 	o.SetLeaks(r.Plan.Leaks)
 	for _, out := range r.Outcomes {
 		o.ObserveAction(string(out.Action.Kind), out.Action.Rule, string(out.Result))
 	}
-	if r.Plan.Breaker != nil {
-		o.ObserveBreakerTrip()
+	var tripped []string
+	for _, t := range r.Plan.Trips {
+		tripped = append(tripped, t.Class)
 	}
+	o.ObserveBudgetTrips(tripped)
 	if view == nil {
 		return
 	}

@@ -1,6 +1,8 @@
 package housekeeping
 
 import (
+	"time"
+
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
@@ -21,17 +23,31 @@ func OptionsFromConfig(cfg config.Config) Options {
 		OracleDisabled:  cfg.Pods.Source == config.PodsSourceNone,
 		KubeletRoot:     cfg.Pods.KubeletRoot,
 		Policy: gc.Policy{
-			LeakGrace:             cfg.Housekeeping.LeakGrace,
-			MinAge:                cfg.Containers.MinAge,
-			MaxPerPodContainer:    cfg.Containers.MaxPerPodContainer,
-			MaxContainers:         cfg.Containers.MaxContainers,
-			StopOrphans:           cfg.Orphans.Action == config.OrphansActionStop,
-			StopTimeout:           cfg.Orphans.StopTimeout,
-			MaxStopsPerPass:       cfg.Orphans.MaxPerPass,
-			MaxStopFraction:       cfg.Orphans.MaxFraction,
+			LeakGrace:          cfg.Housekeeping.LeakGrace,
+			MinAge:             cfg.Containers.MinAge,
+			MaxPerPodContainer: cfg.Containers.MaxPerPodContainer,
+			MaxContainers:      cfg.Containers.MaxContainers,
+			StopOrphans:        cfg.Orphans.Action == config.OrphansActionStop,
+			StopTimeout:        cfg.Orphans.StopTimeout,
+			Budget: gc.Budget{MaxPerPass: cfg.Budget.MaxPerPass, MaxFraction: cfg.Budget.MaxFraction,
+				MinPerPass: cfg.Budget.MinPerPass, MaxPerHour: cfg.Budget.MaxPerHour},
+			OracleSettle:          OracleSettle(cfg.Housekeeping.LeakGrace),
 			PodLogsDir:            cfg.Logs.PodLogsDir,
 			ContainerLogsDir:      cfg.Logs.ContainerLogsDir,
 			RemoveOrphanedPodDirs: cfg.PodDirs.RemoveOrphaned,
 		},
 	}
+}
+
+// maxOracleSettle is the longest a Ready sandbox is left out of the oracle
+// check after its creation.
+const maxOracleSettle = 10 * time.Second
+
+// OracleSettle is how old a Ready sandbox must be to count when kubelet's
+// pod dirs are checked against the runtime: 10 s, or half of leak_grace when
+// that is shorter, so that every sandbox counts before any action the oracle
+// allowed can be due. (A wholly empty pods dir counts every Ready sandbox at
+// once.)
+func OracleSettle(leakGrace time.Duration) time.Duration {
+	return min(maxOracleSettle, leakGrace/2)
 }

@@ -21,11 +21,31 @@ func (l *Loop) logPlan(r PassResult) {
 		}
 		l.blocked = r.Blocked
 	}
-	if t := r.Plan.Breaker; t != nil {
-		l.log.WithFields(logrus.Fields{
-			logging.FieldRule: gc.RuleOrphanStop, "pods": t.Pods, "ready_sandboxes": t.ReadySandbox,
-			"affected": podList(t.AffectedPods),
-		}).Error(t.ReasonMessage)
+	l.sayWhileItLasts("oracle", r.Plan.OracleUntrusted, "kubelet's pod dirs are not trusted: no pod-gone rule runs",
+		"kubelet's pod dirs agree with the runtime again: the pod-gone rules run")
+	// A budget trip is an error when a class trips, or trips over other
+	// pods; while it lasts unchanged, every pass says it at debug level.
+	tripped := make(map[string]bool)
+	for _, t := range r.Plan.Trips {
+		tripped[t.Class] = true
+		key, affected := "budget/"+t.Class, podList(t.AffectedPods)
+		entry := l.log.WithFields(logrus.Fields{"class": t.Class, "due": t.Due, "allowed": t.Allowed, "per_pass": t.PerPass,
+			"hour_spent": t.HourSpent, "ready_sandboxes": t.ReadySandbox, "affected": affected})
+		if l.said[key] == affected {
+			entry.Debug(t.Message)
+			continue
+		}
+		entry.Error(t.Message)
+		l.said[key] = affected
+	}
+	for _, class := range gc.BudgetClasses {
+		if _, was := l.said["budget/"+class]; was && !tripped[class] {
+			delete(l.said, "budget/"+class)
+			l.log.WithField("class", class).Info("blast-radius budget: the class is within its budget again")
+		}
+	}
+	for _, p := range r.Plan.Skipped {
+		l.log.WithFields(podFields(p)).Debug("a life event arrived after the listing: the pod's actions wait for the next pass")
 	}
 	// Orphans the plan leaves alone are said once, when first found.
 	seen := make(map[string]bool)

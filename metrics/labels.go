@@ -17,6 +17,8 @@ const (
 	labelResult = "result"
 	labelMethod = "method"
 	labelEvent  = "event"
+	labelClass  = "class"
+	labelSource = "source"
 )
 
 // Pass results (ObservePass).
@@ -24,6 +26,9 @@ const (
 	PassOK              = "ok"                // planned and executed
 	PassSkippedNotReady = "skipped_not_ready" // planned, but the readiness gate was closed: nothing executed
 	PassListingFailed   = "listing_failed"    // no fresh CRI listing: no plan
+	// PassListingUntrusted: the listing disagreed with NRI: no reconcile,
+	// no plan.
+	PassListingUntrusted = "listing_untrusted"
 )
 
 // knownValues are the fixed sets, one per label. They mirror the names of
@@ -41,6 +46,8 @@ type knownValues struct {
 	passResults   []string
 	criMethods    []string // CRI calls of package cri
 	nriEvents     []string // NRI events of package plugin
+	classes       []string // gc.BudgetClasses
+	sources       []string // the sources a pass may distrust (housekeeping.Source*)
 	// actionPairs are the (kind, rule) pairs the planner proposes; actions
 	// are zero-filled for these only (every kind × rule would be mostly
 	// impossible series).
@@ -61,17 +68,18 @@ func known() knownValues {
 			"sandboxes.pod-gone", "sandboxes.not-newest",
 			"logs.pod-log-dir", "logs.dangling-link",
 			"orphans.stop",
-			"cgroups.pod-gone", "cgroups.volumes-remain", "pod-dirs.orphaned",
+			"cgroups.pod-gone", "cgroups.orphaned-pod", "cgroups.volumes-remain", "pod-dirs.orphaned",
 		},
-		actionResults: []string{"success", "error", "would", "backoff", "skipped"},
-		passResults:   []string{PassOK, PassSkippedNotReady, PassListingFailed},
-		criMethods:    []string{"ListPodSandbox", "ListContainers", "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox", "Version"},
-		nriEvents:     []string{"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "CreateContainer", "StartContainer", "StopContainer", "RemoveContainer", "Synchronize"},
+		actionResults: []string{"success", "error", "would", "backoff", "skipped", "aborted"},
+		passResults:   []string{PassOK, PassSkippedNotReady, PassListingFailed, PassListingUntrusted},
+		criMethods: []string{"ListPodSandbox", "ListContainers", "PodSandboxStatus", "StopContainer", "RemoveContainer", "StopPodSandbox",
+			"RemovePodSandbox", "Version"},
+		nriEvents: []string{"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "CreateContainer", "StartContainer", "StopContainer", "RemoveContainer", "Synchronize"},
+		classes:   []string{"orphan-stop", "unknown-stop", "cgroup-kill", "cgroup-cpu", "pod-dir", "pod-log-dir"},
+		sources:   []string{"runtime-listing", "pod-oracle"},
 		actionPairs: [][2]string{
-			// An UNKNOWN container is stopped first under the rule that evicts it.
-			{"stop-container", "containers.pod-gone"},
-			{"stop-container", "containers.max-per-pod-container"},
-			{"stop-container", "containers.max-containers"},
+			// An UNKNOWN container is stopped and removed under the rule
+			// that evicts it (remove-container).
 			{"stop-container", "orphans.stop"},
 			{"remove-container", "containers.pod-gone"},
 			{"remove-container", "containers.max-per-pod-container"},
@@ -82,6 +90,7 @@ func known() knownValues {
 			{"remove-pod-log-dir", "logs.pod-log-dir"},
 			{"remove-log-link", "logs.dangling-link"},
 			{"remove-pod-cgroup", "cgroups.pod-gone"},
+			{"remove-pod-cgroup", "cgroups.orphaned-pod"},
 			{"reduce-pod-cgroup-cpu", "cgroups.volumes-remain"},
 			{"remove-pod-dir", "pod-dirs.orphaned"},
 		},
@@ -103,6 +112,9 @@ func AllowedLabelValues() map[string]map[string][]string {
 		nameCRIDuration:   {labelMethod: k.criMethods},
 		nameCRIErrors:     {labelMethod: k.criMethods},
 		nameNRIEvents:     {labelEvent: k.nriEvents},
+		nameBreakerTrips:  {labelClass: k.classes},
+		nameBudgetPaused:  {labelClass: k.classes},
+		nameUntrusted:     {labelSource: k.sources},
 	}
 }
 

@@ -15,7 +15,9 @@
 //	passes_total{result}                          counter   housekeeping passes, by result
 //	last_successful_pass_timestamp_seconds        gauge     end of the last pass with a fresh listing
 //	stuck_terminating_pods                        gauge     pods Terminating longer than leak_grace
-//	breaker_trips_total                           counter   passes the blast-radius breaker stopped
+//	breaker_trips_total{class}                    counter   passes in which the blast-radius budget refused a class
+//	budget_paused{class}                          gauge     1 while the last pass refused the class (it is paused)
+//	untrusted_source{source}                      gauge     1 while the last pass distrusted the source (runtime-listing, pod-oracle)
 //	cri_call_duration_seconds{method}             histogram CRI call latency
 //	cri_errors_total{method}                      counter   failed CRI calls
 //	nri_events_total{event}                       counter   NRI events received
@@ -46,6 +48,8 @@ const (
 	nameLastSuccess      = namespace + "_last_successful_pass_timestamp_seconds"
 	nameStuckTerminating = namespace + "_stuck_terminating_pods"
 	nameBreakerTrips     = namespace + "_breaker_trips_total"
+	nameBudgetPaused     = namespace + "_budget_paused"
+	nameUntrusted        = namespace + "_untrusted_source"
 	nameCRIDuration      = namespace + "_cri_call_duration_seconds"
 	nameCRIErrors        = namespace + "_cri_errors_total"
 	nameNRIEvents        = namespace + "_nri_events_total"
@@ -91,7 +95,9 @@ type Metrics struct {
 	passes           *prometheus.CounterVec
 	lastSuccess      prometheus.Gauge
 	stuckTerminating prometheus.Gauge
-	breakerTrips     prometheus.Counter
+	breakerTrips     *prometheus.CounterVec
+	budgetPaused     *prometheus.GaugeVec
+	untrusted        *prometheus.GaugeVec
 	criDuration      *prometheus.HistogramVec
 	criErrors        *prometheus.CounterVec
 	nriEvents        map[string]prometheus.Counter // resolved at New: NRI handlers must stay within microseconds
@@ -108,6 +114,8 @@ type Metrics struct {
 	results     valueSet
 	passResults valueSet
 	criMethods  valueSet
+	classes     valueSet
+	sources     valueSet
 
 	started time.Time // for /healthz before the first pass
 }
@@ -127,6 +135,8 @@ func New(build BuildInfo) *Metrics {
 		results:     newValueSet(k.actionResults),
 		passResults: newValueSet(k.passResults),
 		criMethods:  newValueSet(k.criMethods),
+		classes:     newValueSet(k.classes),
+		sources:     newValueSet(k.sources),
 		started:     time.Now(),
 
 		trackedPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -158,10 +168,18 @@ func New(build BuildInfo) *Metrics {
 			Name: nameStuckTerminating,
 			Help: "Pods Terminating for longer than housekeeping.leak_grace.",
 		}),
-		breakerTrips: prometheus.NewCounter(prometheus.CounterOpts{
+		breakerTrips: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: nameBreakerTrips,
-			Help: "Housekeeping passes in which the blast-radius breaker refused to stop live pods.",
-		}),
+			Help: "Housekeeping passes in which the blast-radius budget refused a class of destructive step (orphan-stop, unknown-stop, cgroup-kill, cgroup-cpu, pod-dir, pod-log-dir): the pass would have taken more of them than budget.* allows, so it took none.",
+		}, []string{labelClass}),
+		budgetPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameBudgetPaused,
+			Help: "1 while the last housekeeping pass refused this class of destructive step (over its per-pass or per-hour budget), else 0.",
+		}, []string{labelClass}),
+		untrusted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameUntrusted,
+			Help: "1 while the last housekeeping pass distrusted a source: runtime-listing (the CRI listing disagrees with NRI: no plan at all) or pod-oracle (kubelet's pod dirs call running pods gone: no pod-gone rule), else 0.",
+		}, []string{labelSource}),
 		criDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    nameCRIDuration,
 			Help:    "Duration of CRI calls, failed or not, by method, in seconds.",
@@ -203,7 +221,7 @@ func New(build BuildInfo) *Metrics {
 
 	m.reg.MustRegister(
 		m.trackedPods, m.leakedObjects, m.actions, m.passDuration, m.passes, m.lastSuccess,
-		m.stuckTerminating, m.breakerTrips, m.criDuration, m.criErrors, nriEvents,
+		m.stuckTerminating, m.breakerTrips, m.budgetPaused, m.untrusted, m.criDuration, m.criErrors, nriEvents,
 		m.nriConnected, m.nriReconnects, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -220,6 +238,13 @@ func New(build BuildInfo) *Metrics {
 	}
 	for _, r := range k.passResults {
 		m.passes.WithLabelValues(r)
+	}
+	for _, c := range k.classes {
+		m.breakerTrips.WithLabelValues(c)
+		m.budgetPaused.WithLabelValues(c)
+	}
+	for _, src := range k.sources {
+		m.untrusted.WithLabelValues(src)
 	}
 	for _, meth := range k.criMethods {
 		m.criDuration.WithLabelValues(meth)
@@ -293,8 +318,33 @@ func (m *Metrics) ObserveAction(kind, rule, result string) {
 	m.actions.WithLabelValues(m.actionKinds.pick(kind), m.rules.pick(rule), m.results.pick(result)).Inc()
 }
 
-// ObserveBreakerTrip counts one pass whose stops the breaker refused.
-func (m *Metrics) ObserveBreakerTrip() { m.breakerTrips.Inc() }
+// ObserveBudgetTrips counts one trip of each class the budget refused this
+// pass, and sets budget_paused to 1 for those classes and 0 for the others.
+func (m *Metrics) ObserveBudgetTrips(tripped []string) {
+	paused := make(map[string]bool, len(tripped))
+	for _, c := range tripped {
+		c = m.classes.pick(c)
+		m.breakerTrips.WithLabelValues(c).Inc()
+		paused[c] = true
+	}
+	for _, c := range withOther(m.known.classes) {
+		v := 0.0
+		if paused[c] {
+			v = 1
+		}
+		setOrDrop(m.budgetPaused, int(v), c != Other, c)
+	}
+}
+
+// SetUntrusted says whether the last pass distrusted a source
+// ("runtime-listing", "pod-oracle").
+func (m *Metrics) SetUntrusted(source string, untrusted bool) {
+	v := 0.0
+	if untrusted {
+		v = 1
+	}
+	m.untrusted.WithLabelValues(m.sources.pick(source)).Set(v)
+}
 
 // SetStuckTerminating sets the number of pods Terminating longer than
 // leak_grace.

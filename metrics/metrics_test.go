@@ -40,7 +40,9 @@ func TestNewExportsEverySeriesAtZero(t *testing.T) {
 		{namePasses, len(k.passResults)},
 		{nameLastSuccess, 1},
 		{nameStuckTerminating, 1},
-		{nameBreakerTrips, 1},
+		{nameBreakerTrips, len(k.classes)},
+		{nameBudgetPaused, len(k.classes)},
+		{nameUntrusted, len(k.sources)},
 		{nameCRIDuration, len(k.criMethods)},
 		{nameCRIErrors, len(k.criMethods)},
 		{nameNRIEvents, len(k.nriEvents) + 1}, // + other: resolved up front for the NRI handlers
@@ -135,8 +137,23 @@ func TestObservationsChangeTheirSeries(t *testing.T) {
 		}, 2},
 		{"unknown action values are other", func(m *Metrics) { m.ObserveAction("format-disk", "chaos", "maybe") },
 			func(m *Metrics) prometheus.Collector { return m.actions.WithLabelValues(Other, Other, Other) }, 1},
-		{"breaker trip counted", func(m *Metrics) { m.ObserveBreakerTrip() },
-			func(m *Metrics) prometheus.Collector { return m.breakerTrips }, 1},
+		{"budget trip counted per class", func(m *Metrics) {
+			m.ObserveBudgetTrips([]string{"orphan-stop", "pod-log-dir"})
+			m.ObserveBudgetTrips([]string{"orphan-stop"})
+		}, func(m *Metrics) prometheus.Collector { return m.breakerTrips.WithLabelValues("orphan-stop") }, 2},
+		{"a class is paused while the last pass tripped it", func(m *Metrics) {
+			m.ObserveBudgetTrips([]string{"pod-log-dir"})
+		}, func(m *Metrics) prometheus.Collector { return m.budgetPaused.WithLabelValues("pod-log-dir") }, 1},
+		{"a class is no longer paused after a pass that did not trip it", func(m *Metrics) {
+			m.ObserveBudgetTrips([]string{"pod-log-dir"})
+			m.ObserveBudgetTrips(nil)
+		}, func(m *Metrics) prometheus.Collector { return m.budgetPaused.WithLabelValues("pod-log-dir") }, 0},
+		{"an untrusted source is set", func(m *Metrics) { m.SetUntrusted("runtime-listing", true) },
+			func(m *Metrics) prometheus.Collector { return m.untrusted.WithLabelValues("runtime-listing") }, 1},
+		{"a trusted source is cleared", func(m *Metrics) {
+			m.SetUntrusted("pod-oracle", true)
+			m.SetUntrusted("pod-oracle", false)
+		}, func(m *Metrics) prometheus.Collector { return m.untrusted.WithLabelValues("pod-oracle") }, 0},
 		{"stuck terminating set", func(m *Metrics) { m.SetStuckTerminating(5) },
 			func(m *Metrics) prometheus.Collector { return m.stuckTerminating }, 5},
 		{"CRI error counted", func(m *Metrics) {
@@ -327,8 +344,8 @@ func TestObserveNRIEventDoesNotAllocate(t *testing.T) {
 
 func TestInstancesDoNotShareState(t *testing.T) {
 	a, b := New(BuildInfo{}), New(BuildInfo{})
-	a.ObserveBreakerTrip()
-	if got := testutil.ToFloat64(b.breakerTrips); got != 0 {
+	a.ObserveBudgetTrips([]string{"orphan-stop"})
+	if got := testutil.ToFloat64(b.breakerTrips.WithLabelValues("orphan-stop")); got != 0 {
 		t.Errorf("second instance sees %v breaker trips", got)
 	}
 }

@@ -42,7 +42,9 @@ func TestASandboxMissingFromAListingRightAfterRunPodSandboxComesBack(t *testing.
 // "Torn down" needs evidence of a teardown: an NRI RemovePodSandbox, or a
 // stop then a removal seen across listings; never one absence.
 func TestTornDownNeedsEvidenceOfATeardown(t *testing.T) {
-	ready := func(uid, id string) ListedSandbox { return ListedSandbox{Pod: ident(uid), ID: id, Ready: true, CreatedAt: t0} }
+	ready := func(uid, id string) ListedSandbox {
+		return ListedSandbox{Pod: ident(uid), ID: id, Ready: true, CreatedAt: t0}
+	}
 	stopped := func(uid, id string) ListedSandbox { return ListedSandbox{Pod: ident(uid), ID: id, CreatedAt: t0} }
 	for _, tc := range []struct {
 		name     string

@@ -18,15 +18,35 @@ import (
 
 // Report is the JSON form; the text form shows the same.
 type Report struct {
-	GeneratedAt time.Time      `json:"generated_at"`
-	Runtime     Runtime        `json:"runtime"`
-	Blocked     string         `json:"blocked,omitempty"`
-	Leaks       map[string]int `json:"leaks"`
-	Actions     []Item         `json:"actions"`
-	Deferred    []Item         `json:"deferred"`
-	Kept        []Item         `json:"kept"`
-	Breaker     *gc.Trip       `json:"breaker,omitempty"`
+	GeneratedAt time.Time `json:"generated_at"`
+	Runtime     Runtime   `json:"runtime"`
+	Blocked     string    `json:"blocked,omitempty"`
+	// Sources says whether the listing and kubelet's pod dirs were
+	// trusted this pass, and why not.
+	Sources Sources `json:"sources"`
+	// Budget lists the budget classes this pass refused (paused).
+	Budget []gc.Trip `json:"budget_trips"`
+	// Skipped are the pods with a life event after the listing.
+	Skipped  []gc.PodRef    `json:"skipped_pods,omitempty"`
+	Leaks    map[string]int `json:"leaks"`
+	Actions  []Item         `json:"actions"`
+	Deferred []Item         `json:"deferred"`
+	Kept     []Item         `json:"kept"`
 }
+
+// Sources is the trust of each source the plan rests on.
+type Sources struct {
+	Listing Trust `json:"runtime_listing"`
+	Oracle  Trust `json:"pod_oracle"`
+}
+
+// Trust is one source's: trusted, or not and why.
+type Trust struct {
+	Trusted bool   `json:"trusted"`
+	Why     string `json:"why,omitempty"`
+}
+
+func trust(why string) Trust { return Trust{Trusted: why == "", Why: why} }
 
 // Runtime summarises the listing the plan was made from.
 type Runtime struct {
@@ -47,9 +67,13 @@ type Item struct {
 
 // Build turns a plan into a Report.
 func Build(now time.Time, snap cri.Snapshot, plan gc.Result, blocked string) Report {
-	r := Report{GeneratedAt: now, Blocked: blocked, Leaks: plan.Leaks, Breaker: plan.Breaker,
+	r := Report{GeneratedAt: now, Blocked: blocked, Leaks: plan.Leaks, Budget: plan.Trips, Skipped: plan.Skipped,
+		Sources: Sources{Listing: trust(plan.Untrusted), Oracle: trust(plan.OracleUntrusted)},
 		Runtime: Runtime{Sandboxes: len(snap.Sandboxes), Containers: len(snap.Containers), ContainersState: map[string]int{}},
 		Actions: []Item{}, Deferred: []Item{}, Kept: []Item{}}
+	if r.Budget == nil {
+		r.Budget = []gc.Trip{}
+	}
 	if plan.NotReady != "" && blocked == "" {
 		r.Blocked = plan.NotReady
 	}
@@ -79,6 +103,10 @@ func object(a gc.Action) string {
 		return "sandbox " + a.SandboxID
 	case gc.RemovePodLogDir, gc.RemoveContainerLogLink:
 		return a.Path
+	case gc.RemovePodCgroup, gc.ReducePodCgroupCPU:
+		return "pod cgroup " + a.Path
+	case gc.RemovePodDir:
+		return "pod dir " + a.Path
 	}
 	return fmt.Sprintf("container %s (%s)", a.ContainerID, a.ContainerName)
 }
@@ -105,14 +133,25 @@ func Text(w io.Writer, r Report) error {
 	if r.Blocked != "" {
 		p("NOT ACTING YET: %s\n", r.Blocked)
 	}
+	p("sources: runtime listing %s; kubelet pod dirs %s\n", trustWords(r.Sources.Listing), trustWords(r.Sources.Oracle))
 	p("leaks detected: %s\n", gc.Result{Leaks: r.Leaks}.LeakSummary())
-	if r.Breaker != nil {
-		p("BREAKER: %s\n", r.Breaker.ReasonMessage)
+	for _, t := range r.Budget {
+		p("BUDGET: %s PAUSED: %s\n", t.Class, t.Message)
+	}
+	for _, pod := range r.Skipped {
+		p("SKIPPED: pod %s/%s (%s): a life event arrived after the listing\n", pod.Namespace, pod.Name, pod.UID)
 	}
 	section(tw, "due now", r.Actions, true)
 	section(tw, "not due yet", r.Deferred, true)
 	section(tw, "kept", r.Kept, false)
 	return tw.Flush()
+}
+
+func trustWords(t Trust) string {
+	if t.Trusted {
+		return "trusted"
+	}
+	return "NOT TRUSTED (" + t.Why + ")"
 }
 
 func section(tw *tabwriter.Writer, title string, items []Item, withAction bool) {

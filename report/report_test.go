@@ -82,3 +82,42 @@ func TestAnUnreadyOracleIsShownAsNotActing(t *testing.T) {
 		t.Fatal("empty sections must be [] in JSON, not null")
 	}
 }
+
+// The report shows what the plan distrusted and which budget classes it
+// paused, in both forms.
+func TestTheReportShowsDistrustedSourcesAndPausedClasses(t *testing.T) {
+	snap, r := plan()
+	r.OracleUntrusted = "the kubelet pods dir is empty while the runtime runs 1 Ready sandbox(es)"
+	r.Trips = []gc.Trip{{Class: gc.ClassPodLogDir, Due: 5, Allowed: 3, Message: "blast-radius budget: this pass would take 5 pod-log-dir step(s)"}}
+	r.Skipped = []gc.PodRef{{UID: "u9", Namespace: "ns", Name: "back"}}
+	rep := Build(now, snap, r, "")
+	var text, js bytes.Buffer
+	if err := Text(&text, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"sources: runtime listing trusted; kubelet pod dirs NOT TRUSTED (the kubelet pods dir is empty",
+		"BUDGET: pod-log-dir PAUSED: blast-radius budget: this pass would take 5 pod-log-dir step(s)",
+		"SKIPPED: pod ns/back (u9): a life event arrived after the listing",
+	} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text has no %q:\n%s", want, text.String())
+		}
+	}
+	if err := JSON(&js, rep); err != nil {
+		t.Fatal(err)
+	}
+	var got Report
+	if err := json.Unmarshal(js.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Sources.Listing.Trusted || got.Sources.Oracle.Trusted || got.Sources.Oracle.Why == "" ||
+		len(got.Budget) != 1 || got.Budget[0].Class != gc.ClassPodLogDir || len(got.Skipped) != 1 {
+		t.Fatalf("JSON report = %+v", got)
+	}
+	// An untrusted listing blocks everything; the report says why.
+	rep = Build(now, snap, gc.Result{Untrusted: "the CRI listing shares no sandbox with NRI"}, "the CRI listing shares no sandbox with NRI")
+	if rep.Sources.Listing.Trusted || rep.Blocked == "" {
+		t.Fatalf("untrusted listing report = %+v", rep)
+	}
+}

@@ -48,9 +48,10 @@ Modes:
   pre-registered  installed as /opt/nri/plugins/NN-nri-housekeeper; containerd
                   starts it with the connection on fd 3 and passes the contents
                   of /etc/nri/conf.d/NN-nri-housekeeper.conf as its
-                  configuration. stdout/stderr are discarded in this mode: set
-                  log.target = "journald" or "file". Exits when containerd goes
-                  away; containerd starts it again.
+                  configuration. stdout/stderr are discarded in this mode: with
+                  log.target = "auto" logs go to journald, else to log.file
+                  (default /var/log/nri-housekeeper.log). Exits when containerd
+                  goes away; containerd starts it again.
 
 Configuration keys, defaults and meaning: 'nri-housekeeper config example'.
 Logs go to journald when its socket exists (journalctl -t nri-housekeeper),
@@ -90,7 +91,8 @@ func configCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, config.Example())
 		return 0
 	case len(args) == 2 && args[0] == "check":
-		if _, err := config.Load(args[1]); err != nil {
+		cfg, err := config.Load(args[1])
+		if err != nil {
 			if problems := config.Problems(err); len(problems) > 0 {
 				for _, p := range problems {
 					fmt.Fprintln(stderr, p)
@@ -100,6 +102,9 @@ func configCommand(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, err)
 			}
 			return 1
+		}
+		for _, n := range cfg.Notices { // deprecated keys: still valid
+			fmt.Fprintln(stderr, "warning: "+n)
 		}
 		fmt.Fprintf(stdout, "%s: OK\n", args[1])
 		return 0

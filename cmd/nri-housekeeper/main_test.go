@@ -26,7 +26,11 @@ func TestConfigCheckRejectsBadFilesNamingKeyAndLine(t *testing.T) {
 		{"zero max_parallel", "[housekeeping]\nmax_parallel = 0\n", ":2: housekeeping.max_parallel:"},
 		{"string count", "[containers]\nmax_per_pod_container = \"1\"\n", ":2: containers.max_per_pod_container:"},
 		{"max_containers below -1", "[containers]\nmax_containers = -2\n", ":2: containers.max_containers:"},
-		{"fraction above one", "[orphans]\nmax_fraction = 1.5\n", ":2: orphans.max_fraction:"},
+		{"fraction above one", "[budget]\nmax_fraction = 1.5\n", ":2: budget.max_fraction:"},
+		{"deprecated fraction above one", "[orphans]\nmax_fraction = 1.5\n", ":2: orphans.max_fraction:"},
+		{"deprecated and current key", "[budget]\nmax_per_pass = 3\n[orphans]\nmax_per_pass = 3\n", ":4: orphans.max_per_pass: orphans.max_per_pass is a deprecated alias"},
+		{"min_per_pass above max_per_pass", "[budget]\nmax_per_pass = 1\nmin_per_pass = 2\n", ":3: budget.min_per_pass: must be at most budget.max_per_pass (1)"},
+		{"leak_grace shorter than period", "[housekeeping]\nperiod = \"1m\"\nleak_grace = \"0s\"\n", ":3: housekeeping.leak_grace: must be at least housekeeping.period"},
 		{"unknown orphans action", "[orphans]\naction = \"kill\"\n", ":2: orphans.action:"},
 		{"unknown pods source", "[pods]\nsource = \"apiserver\"\n", ":2: pods.source:"},
 		{"unknown cgroup driver", "[cgroups]\ndriver = \"cgroupv3\"\n", ":2: cgroups.driver:"},
@@ -70,6 +74,45 @@ func TestConfigCheckAcceptsTheDocumentedExample(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "OK") {
 		t.Fatalf("stdout = %q", stdout.String())
+	}
+	if stderr.Len() > 0 {
+		t.Fatalf("warnings on the example:\n%s", stderr.String())
+	}
+}
+
+// TestConfigCheckWarnsOfDeprecatedKeys: a file with deprecated keys is valid
+// (exit 0, OK on stdout), and each deprecated key is a warning on stderr.
+func TestConfigCheckWarnsOfDeprecatedKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		warnings   []string // each a line of stderr after "warning: PATH"
+	}{
+		{"no deprecated key", "[budget]\nmax_per_pass = 5\n", nil},
+		{"orphans.max_per_pass and orphans.max_fraction", "[orphans]\naction = \"stop\"\nmax_per_pass = 5\nmax_fraction = 0.5\n", []string{
+			":3: orphans.max_per_pass is deprecated: use budget.max_per_pass (the budget now limits every class of destructive step, not only orphan stops)",
+			":4: orphans.max_fraction is deprecated: use budget.max_fraction (the budget now limits every class of destructive step, not only orphan stops)",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "old.toml")
+			if err := os.WriteFile(path, []byte(tc.text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"config", "check", path}, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d, want 0; stderr:\n%s", code, stderr.String())
+			}
+			if want := path + ": OK\n"; stdout.String() != want {
+				t.Errorf("stdout = %q, want %q", stdout.String(), want)
+			}
+			var want string
+			for _, w := range tc.warnings {
+				want += "warning: " + path + w + "\n"
+			}
+			if stderr.String() != want {
+				t.Errorf("stderr:\n%s\nwant:\n%s", stderr.String(), want)
+			}
+		})
 	}
 }
 

@@ -95,6 +95,9 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 		"version": version, "mode": mode, "config": source, "dry_run": cfg.DryRun,
 		"period": cfg.Housekeeping.Period.String(), "runtime": cfg.Runtime.Endpoint,
 	}).Info("nri-housekeeper starting")
+	for _, n := range cfg.Notices {
+		log.Warn(n)
+	}
 
 	if cfg.Cgroups.Enabled && os.Getpid() == 1 {
 		// PID 1 means a PID namespace of our own (a pod without hostPID):

@@ -249,6 +249,9 @@ func parseConfig(t *testing.T, o objects) config.Config {
 	if err != nil {
 		t.Fatalf("the rendered config does not parse:\n%v\n--- config.toml:\n%s", err, text)
 	}
+	if cfg.Notices != nil {
+		t.Fatalf("the rendered config uses deprecated keys: %q\n--- config.toml:\n%s", cfg.Notices, text)
+	}
 	return cfg
 }
 
@@ -536,7 +539,7 @@ func TestDefaultRender(t *testing.T) {
 	}
 	// The defaults of the plugin stay the defaults.
 	def := config.Default()
-	if cfg.PodDirs.RemoveOrphaned || cfg.DryRun || cfg.Orphans.Action != def.Orphans.Action ||
+	if cfg.PodDirs.RemoveOrphaned || cfg.DryRun || cfg.Orphans.Action != def.Orphans.Action || cfg.Budget != def.Budget ||
 		cfg.Housekeeping.LeakGrace != def.Housekeeping.LeakGrace || cfg.Housekeeping.Period != def.Housekeeping.Period {
 		t.Errorf("the chart changes the plugin's defaults: %+v", cfg)
 	}
@@ -570,7 +573,8 @@ func TestValues(t *testing.T) {
 		o := decode(t, mustRender(t, map[string]any{"config": map[string]any{
 			"dry_run":      true,
 			"housekeeping": map[string]any{"max_parallel": 8, "leak_grace": "10m"},
-			"orphans":      map[string]any{"action": "stop", "max_fraction": 0.25, "max_per_pass": 1},
+			"orphans":      map[string]any{"action": "stop"},
+			"budget":       map[string]any{"max_fraction": 0.25, "max_per_pass": 1, "min_per_pass": 0, "max_per_hour": 50},
 			"containers":   map[string]any{"max_containers": -1},
 			"log":          map[string]any{"level": "debug", "target": "journald"}, // target is the chart's
 			"metrics":      map[string]any{"address": "127.0.0.1:1"},               // so is the address
@@ -578,7 +582,8 @@ func TestValues(t *testing.T) {
 		}}))
 		checkDaemonSet(t, o)
 		cfg := parseConfig(t, o)
-		if !cfg.DryRun || cfg.Housekeeping.MaxParallel != 8 || cfg.Orphans.MaxFraction != 0.25 || cfg.Orphans.MaxPerPass != 1 ||
+		budget := config.Budget{MaxPerPass: 1, MaxFraction: 0.25, MinPerPass: 0, MaxPerHour: 50}
+		if !cfg.DryRun || cfg.Housekeeping.MaxParallel != 8 || cfg.Budget != budget ||
 			cfg.Orphans.Action != "stop" || cfg.Log.Level != "debug" || cfg.NRI.PluginIndex != "20" || cfg.Containers.MaxContainers != -1 {
 			t.Errorf("config does not follow the values: %+v", cfg)
 		}
@@ -607,13 +612,13 @@ func TestValues(t *testing.T) {
 		// --set makes 0.25 a string and 20 a number; the plugin wants the
 		// opposite for these two keys.
 		vals := map[string]any{}
-		err := strvals.ParseInto("config.orphans.max_fraction=0.25,config.nri.plugin_index=20,config.housekeeping.max_parallel=8,"+
-			"config.dry_run=true,config.housekeeping.leak_grace=10m,config.containers.max_containers=-1", vals)
+		err := strvals.ParseInto("config.budget.max_fraction=0.25,config.nri.plugin_index=20,config.housekeeping.max_parallel=8,"+
+			"config.dry_run=true,config.housekeeping.leak_grace=10m,config.containers.max_containers=-1,config.budget.max_per_hour=50", vals)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg := parseConfig(t, decode(t, mustRender(t, vals)))
-		if cfg.Orphans.MaxFraction != 0.25 || cfg.NRI.PluginIndex != "20" || cfg.Housekeeping.MaxParallel != 8 || !cfg.DryRun ||
+		if cfg.Budget.MaxFraction != 0.25 || cfg.Budget.MaxPerHour != 50 || cfg.NRI.PluginIndex != "20" || cfg.Housekeeping.MaxParallel != 8 || !cfg.DryRun ||
 			cfg.Housekeeping.LeakGrace != 10*time.Minute || cfg.Containers.MaxContainers != -1 {
 			t.Errorf("config does not follow --set: %+v", cfg)
 		}
@@ -635,6 +640,14 @@ func TestValues(t *testing.T) {
 		"list in config":      {"config": map[string]any{"log": map[string]any{"level": []any{"info"}}}},
 		"unknown top value":   {"tolerationz": []any{}},
 		"port out of range":   {"metrics": map[string]any{"port": 70000}},
+		// orphans.max_per_pass and orphans.max_fraction are deprecated
+		// aliases in the plugin; the chart renders only the current keys.
+		"deprecated orphans.max_per_pass":  {"config": map[string]any{"orphans": map[string]any{"max_per_pass": 1}}},
+		"deprecated orphans.max_fraction":  {"config": map[string]any{"orphans": map[string]any{"max_fraction": 0.2}}},
+		"unknown budget key":               {"config": map[string]any{"budget": map[string]any{"max_per_day": 1}}},
+		"budget fraction above one":        {"config": map[string]any{"budget": map[string]any{"max_fraction": 1.5}}},
+		"budget fraction string above one": {"config": map[string]any{"budget": map[string]any{"max_fraction": "1.5"}}},
+		"negative budget count":            {"config": map[string]any{"budget": map[string]any{"min_per_pass": -1}}},
 	} {
 		t.Run("refused: "+name, func(t *testing.T) {
 			if out, err := render(t, vals); err == nil {

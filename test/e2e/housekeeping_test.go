@@ -102,7 +102,7 @@ func startHousekeeper(t *testing.T, l *lab.Lab, k *kubelet, configure func(*hous
 		Period: testPeriod, SlowPassWarning: 5 * time.Second, Debounce: 200 * time.Millisecond,
 		KubeletRoot: k.root,
 		Policy: gc.Policy{LeakGrace: testGrace, MaxPerPodContainer: 1, MaxContainers: -1,
-			StopTimeout: time.Second, MaxStopsPerPass: 3, MaxStopFraction: 1,
+			StopTimeout: time.Second, Budget: gc.Budget{MaxPerPass: 3, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 1000},
 			PodLogsDir: l.LogRoot, ContainerLogsDir: k.linksDir},
 	}
 	execOpts := executor.Options{MaxParallel: 4}

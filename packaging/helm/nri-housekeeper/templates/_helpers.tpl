@@ -115,7 +115,7 @@ strings are written as they are.
 */}}
 {{- define "nri-housekeeper.tomlValue" -}}
 {{- $key := index . 0 }}{{ $v := index . 1 }}
-{{- $numberKeys := list "housekeeping.max_parallel" "containers.max_per_pod_container" "containers.max_containers" "orphans.max_per_pass" "orphans.max_fraction" }}
+{{- $numberKeys := list "housekeeping.max_parallel" "containers.max_per_pod_container" "containers.max_containers" "budget.max_per_pass" "budget.max_fraction" "budget.min_per_pass" "budget.max_per_hour" }}
 {{- $isNumber := or (kindIs "float64" $v) (kindIs "int" $v) (kindIs "int64" $v) }}
 {{- if and (has $key $numberKeys) (kindIs "string" $v) (regexMatch "^-?[0-9]+(\\.[0-9]+)?$" $v) }}{{ $v }}
 {{- else if and $isNumber (has $key $numberKeys) }}

@@ -1,0 +1,121 @@
+package gc
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Budget classes: every step that can hurt a live workload or user data
+// belongs to one, and each class is counted against the budget on its own.
+const (
+	ClassOrphanStop  = "orphan-stop"  // stopping an orphaned live pod (counted in pods)
+	ClassUnknownStop = "unknown-stop" // stopping (then removing) an UNKNOWN container: it may still run
+	ClassCgroupKill  = "cgroup-kill"  // destroying a pod cgroup with processes in it
+	ClassCgroupCPU   = "cgroup-cpu"   // reducing a pod cgroup's CPU to the minimum
+	ClassPodDir      = "pod-dir"      // removing an orphaned kubelet pod dir
+	ClassPodLogDir   = "pod-log-dir"  // removing a pod's log dir
+)
+
+// BudgetClasses lists the classes in the order trips are reported.
+var BudgetClasses = []string{ClassOrphanStop, ClassUnknownStop, ClassCgroupKill, ClassCgroupCPU, ClassPodDir, ClassPodLogDir}
+
+// BudgetClass returns the budget class of an action and the unit it is
+// counted in (the pod for orphan stops, the object otherwise), or "" for an
+// action the budget does not limit: removing what is dead (exited
+// containers, NotReady sandboxes, dangling links, empty cgroups).
+func BudgetClass(a Action) (class, unit string) {
+	switch {
+	case a.Rule == RuleOrphanStop:
+		return ClassOrphanStop, a.Pod.UID
+	case a.Kind == RemoveContainer && a.StopFirst, a.Kind == StopContainer:
+		return ClassUnknownStop, a.Key
+	case a.Kind == RemovePodCgroup && a.Cgroup != nil && a.Cgroup.Procs > 0:
+		return ClassCgroupKill, a.Key
+	case a.Kind == ReducePodCgroupCPU:
+		return ClassCgroupCPU, a.Key
+	case a.Kind == RemovePodDir:
+		return ClassPodDir, a.Key
+	case a.Kind == RemovePodLogDir:
+		return ClassPodLogDir, a.Key
+	}
+	return "", ""
+}
+
+// PerPass is what the budget lets one pass take of each class on a node
+// with ready Ready sandboxes: max(MinPerPass, min(MaxPerPass,
+// ⌊MaxFraction × ready⌋)).
+func (b Budget) PerPass(ready int) int {
+	byFraction := int(math.Floor(b.MaxFraction * float64(ready)))
+	return max(b.MinPerPass, min(b.MaxPerPass, byFraction))
+}
+
+// budget refuses, class by class, a pass that would take more steps of the
+// class than the budget allows: it marks every due action of a tripped
+// class not due and returns the trips.
+func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
+	type classDue struct {
+		units   map[string]bool
+		actions []*Action
+		pods    map[string]PodRef
+	}
+	byClass := make(map[string]*classDue)
+	for _, a := range sorted {
+		if _, held := notDue[a.Key]; held {
+			continue
+		}
+		class, unit := BudgetClass(*a)
+		if class == "" {
+			continue
+		}
+		c := byClass[class]
+		if c == nil {
+			c = &classDue{units: map[string]bool{}, pods: map[string]PodRef{}}
+			byClass[class] = c
+		}
+		c.units[unit] = true
+		c.actions = append(c.actions, a)
+		c.pods[a.Pod.UID] = a.Pod
+	}
+	if len(byClass) == 0 {
+		return nil
+	}
+	ready := 0
+	for _, s := range p.sandboxes {
+		if s.Ready {
+			ready++
+		}
+	}
+	b := p.in.Policy.Budget
+	perPass := b.PerPass(ready)
+	var trips []Trip
+	for _, class := range BudgetClasses {
+		c := byClass[class]
+		if c == nil {
+			continue
+		}
+		spent := p.in.BudgetSpent[class]
+		allowed := min(perPass, max(0, b.MaxPerHour-spent))
+		if len(c.units) <= allowed {
+			continue
+		}
+		t := Trip{Class: class, Due: len(c.units), Allowed: allowed, PerPass: perPass, HourSpent: spent,
+			MaxPerHour: b.MaxPerHour, ReadySandbox: ready, Refused: len(c.actions)}
+		for _, uid := range sortedKeys(c.pods) {
+			t.AffectedPods = append(t.AffectedPods, c.pods[uid])
+		}
+		sort.Slice(t.AffectedPods, func(i, j int) bool { return t.AffectedPods[i].UID < t.AffectedPods[j].UID })
+		why := fmt.Sprintf("over the %d a pass may take on a node with %d Ready sandbox(es) (budget.max_per_pass %d, max_fraction %g, min_per_pass %d)",
+			perPass, ready, b.MaxPerPass, b.MaxFraction, b.MinPerPass)
+		if allowed < perPass {
+			why = fmt.Sprintf("over the %d left of budget.max_per_hour = %d (%d taken in the last hour)", allowed, b.MaxPerHour, spent)
+		}
+		t.Message = fmt.Sprintf("blast-radius budget: this pass would take %d %s step(s), %s; taking none of them (the %s class is paused while that lasts)",
+			t.Due, class, why, class)
+		for _, a := range c.actions {
+			notDue[a.Key] = waiting{budget: class}
+		}
+		trips = append(trips, t)
+	}
+	return trips
+}

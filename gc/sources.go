@@ -1,0 +1,168 @@
+package gc
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// Sources must agree (DESIGN.md §4). The plugin has three views of the
+// node: NRI (what containerd told it happened), the CRI listing (what
+// containerd holds now) and kubelet's pod dirs (what kubelet still wants).
+// No one of them alone may justify a destructive step. This file holds the
+// two checks between them; the third guard, re-checking right before a node
+// step, is the loop's (package housekeeping).
+
+// NRIView is what NRI reported about the node's sandboxes.
+type NRIView struct {
+	// Sandboxes are podstate.NRISandboxes, taken before the listing was
+	// reconciled.
+	Sandboxes []podstate.NRISandbox
+	// Confirmed: a listing since NRI last synchronized shared a sandbox
+	// with NRI, so runtime.endpoint answers for the containerd NRI talks
+	// to. Until then a listing must share one, unless both sides are empty.
+	Confirmed bool
+}
+
+// ListingCheck is the verdict of CheckListing.
+type ListingCheck struct {
+	// Shared: the listing has a sandbox NRI reported.
+	Shared bool
+	// Missing are the sandboxes NRI holds live (reported Ready, no stop or
+	// removal since) that the listing lacks, though they had time to reach
+	// containerd's store.
+	Missing []podstate.NRISandbox
+	// Untrusted says why the listing must not be planned from ("" when it
+	// may).
+	Untrusted string
+}
+
+// CheckListing checks a successful listing taken at takenAt against NRI:
+//   - a sandbox NRI holds live, reported at least podstate.SettleTime
+//     before the listing (containerd reports RunPodSandbox before storing
+//     the sandbox), must be listed;
+//   - until a listing of this NRI session shared a sandbox with NRI
+//     (nri.Confirmed), this one must, when either side has any: a
+//     runtime.endpoint that answers for another containerd shares none.
+//
+// Missing sandboxes make the listing untrusted; the caller may ask the
+// runtime for each by ID, and drop those it does not know (containerd
+// drops the NRI stop and removal of pods it had before a restart) before
+// checking again.
+func CheckListing(nri NRIView, sandboxes []cri.Sandbox, unreadable []cri.Malformed, takenAt time.Time) ListingCheck {
+	listed := make(map[string]struct{}, len(sandboxes)+len(unreadable))
+	managed := 0
+	for _, s := range sandboxes {
+		listed[s.ID] = struct{}{}
+		if _, ok := podstate.KubeletPod(s.Labels); ok {
+			managed++
+		}
+	}
+	for _, m := range unreadable {
+		if m.ID != "" {
+			listed[m.ID] = struct{}{}
+		}
+	}
+	var c ListingCheck
+	settled := takenAt.Add(-podstate.SettleTime)
+	reported := 0 // NRI sandboxes the listing should have
+	for _, n := range nri.Sandboxes {
+		if n.ReportedAt.After(takenAt) {
+			continue // reported after the listing was taken
+		}
+		if _, ok := listed[n.ID]; ok {
+			c.Shared = true
+			reported++
+			continue
+		}
+		if n.ReportedAt.After(settled) {
+			continue // containerd may not have stored it yet
+		}
+		reported++
+		if n.Live {
+			c.Missing = append(c.Missing, n)
+		}
+	}
+	switch {
+	case !nri.Confirmed && !c.Shared && (reported > 0 || managed > 0):
+		c.Untrusted = fmt.Sprintf("the CRI listing shares no sandbox with NRI: NRI reported %d sandbox(es), none of them listed, "+
+			"and the listing has %d kubelet sandbox(es), none of them reported by NRI; runtime.endpoint may answer for another "+
+			"containerd than the one NRI is connected to (check runtime.endpoint and nri.socket)", reported, managed)
+	case len(c.Missing) > 0:
+		c.Untrusted = fmt.Sprintf("the CRI listing lacks %d sandbox(es) NRI reported live with no stop or removal since (%s): "+
+			"the listing or NRI is wrong about them", len(c.Missing), describeNRISandboxes(c.Missing, 3))
+	}
+	return c
+}
+
+func describeNRISandboxes(sandboxes []podstate.NRISandbox, n int) string {
+	var parts []string
+	for i, s := range sandboxes {
+		if i == n {
+			parts = append(parts, fmt.Sprintf("and %d more", len(sandboxes)-n))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s of pod %s", short(s.ID), s.PodUID))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Oracle agreement. kubelet creates a pod's dir before its sandbox and
+// removes it only once nothing of the pod runs, so a Ready sandbox whose pod
+// dir is absent is either an orphaned live pod (rare: kubelet's own
+// housekeeping is stuck) or a wrong oracle (a stale kubelet_root, a
+// leftover bind mount). Beyond a few, it is the oracle.
+const (
+	// oracleMaxGone is how many settled Ready sandboxes may have no pod dir
+	// before the oracle is untrusted whatever the node's size...
+	oracleMaxGone = 2
+	// ...or this share of them, on a larger node.
+	oracleMaxGoneShare = 4 // one in four
+)
+
+// checkOracle says why the oracle must not be trusted this pass, or "". It
+// is untrusted when the pods dir is wholly empty while any Ready sandbox is
+// listed, when it calls every settled Ready sandbox's pod gone, or when it
+// calls more of them gone than max(oracleMaxGone, a quarter of them).
+// Sandboxes younger than Policy.OracleSettle do not count, except against
+// a wholly empty pods dir.
+func (p *planner) checkOracle() string {
+	o := p.in.Oracle
+	if o.Disabled || !o.PodDirs.Ready {
+		return ""
+	}
+	ready, settled := 0, 0
+	var gone []string
+	for _, s := range p.sandboxes {
+		if !s.Ready {
+			continue
+		}
+		ready++
+		if p.in.Now.Sub(s.CreatedAt) < p.in.Policy.OracleSettle {
+			continue
+		}
+		settled++
+		if s.gone {
+			gone = append(gone, s.pod.Namespace+"/"+s.pod.Name)
+		}
+	}
+	sort.Strings(gone)
+	n := len(gone)
+	if n > 3 {
+		gone = append(gone[:3], fmt.Sprintf("and %d more", n-3))
+	}
+	switch {
+	case ready > 0 && len(o.PodDirs.UIDs) == 0:
+		return fmt.Sprintf("the kubelet pods dir is empty while the runtime runs %d Ready sandbox(es): pods.kubelet_root is not the root kubelet uses "+
+			"(a moved --root-dir, a stale mount?); no pod-gone rule runs", ready)
+	case n > 0 && (n == settled || n > max(oracleMaxGone, settled/oracleMaxGoneShare)):
+		return fmt.Sprintf("the kubelet pods dir lacks the pods of %d of %d Ready sandbox(es) (%s), more than an orphaned pod explains "+
+			"(kubelet never calls a pod gone while the runtime runs it): pods.kubelet_root may not be the root kubelet uses; no pod-gone rule runs",
+			n, settled, strings.Join(gone, ", "))
+	}
+	return ""
+}

@@ -1,0 +1,301 @@
+package gc
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// The safety review of issue 10: each test below is one numbered case, and
+// failed on the planner before its fix.
+
+func logDir(uid string) nodefs.PodLogDir {
+	name := "ns_pod-" + uid + "_" + uid
+	return nodefs.PodLogDir{Path: podLogs + "/" + name, Name: name, Namespace: "ns", PodName: "pod-" + uid, UID: uid}
+}
+
+// Case 2: a stale kubelet_root (an empty pods dir while pods run) makes
+// every pod look gone. kubelet never calls a pod gone while the runtime runs
+// it, so the oracle is not trusted and no pod-gone rule runs: not the dead
+// init container of a running pod, not the completed pod's sandbox,
+// container or logs.
+func TestAnOracleThatCallsRunningPodsGoneIsNotTrusted(t *testing.T) {
+	in := Input{Now: now, Policy: policy(), Oracle: present(),
+		Sandboxes: []cri.Sandbox{sb("s1", "u1", true, time.Hour), sb("s2", "u2", true, time.Hour), sb("done", "u3", false, time.Hour)},
+		Containers: []cri.Container{
+			ctr("c1", "s1", "u1", "app", cri.ContainerRunning, time.Hour),
+			ctr("init", "s1", "u1", "init", cri.ContainerExited, time.Hour),
+			ctr("c2", "s2", "u2", "app", cri.ContainerRunning, time.Hour),
+			ctr("c3", "done", "u3", "job", cri.ContainerExited, time.Hour),
+		},
+		PodLogDirs: []nodefs.PodLogDir{logDir("u1"), logDir("u3")},
+	}
+	r := Plan(in)
+	same(t, "due with every running pod called gone", due(r), nil)
+	same(t, "deferred", deferred(r), nil)
+}
+
+// Case 3: a RunPodSandbox (or StartContainer) that arrives after the
+// listing was taken is newer than the plan's picture of the pod: the pod is
+// skipped this pass, whatever its clocks say.
+func TestAPodWithALifeEventAfterTheSnapshotIsSkipped(t *testing.T) {
+	pol := policy()
+	pol.LeakGrace = 5 * time.Minute
+	in := Input{Now: now, Policy: pol, Oracle: present(),
+		Sandboxes:  []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
+		PodLogDirs: []nodefs.PodLogDir{logDir("u1")},
+		PodCgroups: cgroups("u2"),
+		EligibleSince: map[string]time.Time{"sandbox/s1": now.Add(-time.Hour), "pod-log-dir/" + logDir("u1").Path: now.Add(-time.Hour),
+			"pod-cgroup/u2": now.Add(-time.Hour)},
+		LastLifeEvent: map[string]time.Time{"u1": now.Add(time.Second), "u2": now.Add(10 * time.Millisecond)},
+	}
+	r := Plan(in)
+	same(t, "due for pods with a life event after the listing", due(r), nil)
+}
+
+// Case 5: kubelet treats a pod dir it cannot read as "volumes may be
+// mounted", which allows a CPU reduction of the pod cgroup, never its
+// destruction.
+func TestAPodDirThatCannotBeInspectedOnlyGetsItsCPUReduced(t *testing.T) {
+	d := nodefs.PodDir{UID: "u1", Path: "/var/lib/kubelet/pods/u1", Blockers: []string{"cannot inspect: input/output error"}}
+	r := Plan(Input{Now: now, Policy: policy(), Oracle: present("u1"), PodDirs: []nodefs.PodDir{d},
+		PodCgroups: cgroups("u1"), TornDown: map[string]bool{"u1": true}})
+	for _, a := range append(r.Actions, deferredActions(r)...) {
+		if a.Kind == RemovePodCgroup {
+			t.Fatalf("the cgroup of a pod whose dir cannot be inspected is destroyed (%s: %s)", a.Rule, a.Reason)
+		}
+	}
+	same(t, "due", due(r), []string{"reduce-pod-cgroup-cpu "})
+}
+
+// Case 6: one orphan on a small node. With max_fraction 0.1, fewer than 10
+// Ready sandboxes could never stop one orphan; the floor lets one through.
+func TestOneOrphanOnASmallNodeIsStopped(t *testing.T) {
+	pol := policy()
+	pol.StopOrphans, pol.Budget.MaxPerPass, pol.Budget.MaxFraction = true, 3, 0.1
+	r := Plan(Input{Now: now, Policy: pol, Oracle: present("u1", "u2"),
+		Sandboxes: []cri.Sandbox{sb("s1", "u1", true, time.Hour), sb("s2", "u2", true, time.Hour), sb("s3", "u3", true, time.Hour)}})
+	same(t, "due", due(r), []string{"stop-sandbox s3"})
+}
+
+// Case 6: UNKNOWN stops (a container that may still run) and cgroup kills
+// with processes hurt as much as orphan stops: a pass with more of them than
+// the budget allows does none of them.
+func TestUnknownStopsAndCgroupKillsCountAgainstTheBudget(t *testing.T) {
+	pol := policy()
+	pol.Budget.MaxPerPass, pol.Budget.MaxFraction = 3, 0.1
+	in := Input{Now: now, Policy: pol, Oracle: present("live"), PodCgroups: cgroups()}
+	for i := range 5 {
+		uid := fmt.Sprintf("g%d", i)
+		in.Sandboxes = append(in.Sandboxes, sb("s"+uid, uid, false, time.Hour))
+		in.Containers = append(in.Containers, ctr("c"+uid, "s"+uid, uid, "app", cri.ContainerUnknown, time.Hour))
+		in.PodCgroups.Pods["k"+uid] = cgroups("k" + uid).Pods["k"+uid]
+	}
+	in.Sandboxes = append(in.Sandboxes, sb("slive", "live", true, time.Hour))
+	r := Plan(in)
+	stops, kills := 0, 0
+	for _, a := range r.Actions {
+		switch {
+		case a.Kind == StopContainer || a.Kind == RemoveContainer:
+			stops++
+		case a.Kind == RemovePodCgroup:
+			kills++
+		}
+	}
+	if stops != 0 || kills != 0 {
+		t.Fatalf("a pass with 5 UNKNOWN stops and 5 cgroup kills, over a budget of 3 per pass, does %d stops and %d kills", stops, kills)
+	}
+}
+
+// Case 7: a RUNNING container whose sandbox is not listed still holds its
+// pod's log dir: only sandboxes used to.
+func TestAPodLogDirStaysWhileAContainerOfThePodIsListed(t *testing.T) {
+	r := Plan(Input{Now: now, Policy: policy(), Oracle: present(),
+		Containers: []cri.Container{ctr("c1", "unlisted-sandbox", "u1", "app", cri.ContainerRunning, time.Hour)},
+		PodLogDirs: []nodefs.PodLogDir{logDir("u1")}})
+	for _, a := range r.Actions {
+		if a.Kind == RemovePodLogDir {
+			t.Fatalf("the log dir of a pod with a RUNNING container is removed: %s", a.Reason)
+		}
+	}
+}
+
+// Case 9: kubelet kills an UNKNOWN container and removes it right after,
+// with at least its 2 s minimum grace. Stopping it alone left it UNKNOWN
+// and proposed again every pass, and a 0 s timeout gave it no grace.
+func TestAnUnknownContainerIsStoppedAndRemovedInOneStep(t *testing.T) {
+	r := Plan(Input{Now: now, Policy: policy(), Oracle: present(),
+		Sandboxes:  []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
+		Containers: []cri.Container{ctr("c1", "s1", "u1", "app", cri.ContainerUnknown, time.Hour)}})
+	same(t, "due", due(r), []string{"remove-container c1", "remove-sandbox s1"})
+	for _, a := range r.Actions {
+		if a.ContainerID == "c1" && a.Timeout < 2*time.Second {
+			t.Fatalf("the UNKNOWN container is stopped with a %v timeout, under kubelet's 2 s minimum grace", a.Timeout)
+		}
+	}
+	if strings.Contains(keptReason(r, "sandbox s1"), "in use") {
+		t.Fatal("the sandbox waits for a later pass")
+	}
+}
+
+func nriSandbox(id, uid string, reportedAgo time.Duration, live bool) podstate.NRISandbox {
+	return podstate.NRISandbox{ID: id, PodUID: uid, ReportedAt: now.Add(-reportedAgo), Live: live}
+}
+
+// CheckListing: NRI and the CRI listing must agree before a plan is made.
+func TestAListingMustAgreeWithNRI(t *testing.T) {
+	listed := []cri.Sandbox{sb("s1", "u1", true, time.Hour), sb("s2", "u2", false, time.Hour)}
+	for _, tc := range []struct {
+		name      string
+		nri       NRIView
+		sandboxes []cri.Sandbox
+		untrusted string // substring; "" for trusted
+		missing   int
+	}{
+		{"the same sandboxes", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("s1", "u1", time.Hour, true), nriSandbox("s2", "u2", time.Hour, false)}}, listed, "", 0},
+		{"both empty: an empty node", NRIView{}, nil, "", 0},
+		{"another runtime: NRI's sandboxes unlisted", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("a", "u1", time.Hour, true)}}, nil,
+			"shares no sandbox with NRI", 1},
+		{"another runtime: its own sandboxes listed, none NRI's", NRIView{}, listed, "shares no sandbox with NRI", 0},
+		{"another runtime, even once this session was confirmed", NRIView{Confirmed: true, Sandboxes: []podstate.NRISandbox{nriSandbox("a", "u1", time.Hour, true)}}, nil,
+			"lacks 1 sandbox(es) NRI reported live", 1},
+		{"a live sandbox missing", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("s1", "u1", time.Hour, true), nriSandbox("gone", "u3", time.Hour, true)}}, listed,
+			"lacks 1 sandbox(es) NRI reported live", 1},
+		{"a stopped sandbox missing: a teardown", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("s1", "u1", time.Hour, true), nriSandbox("gone", "u3", time.Hour, false)}}, listed, "", 0},
+		{"a sandbox reported 1 s ago: containerd may not have stored it", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("s1", "u1", time.Hour, true), nriSandbox("new", "u3", time.Second, true)}}, listed, "", 0},
+		{"only a sandbox reported 1 s ago, and the node was empty", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("new", "u3", time.Second, true)}}, nil, "", 0},
+		{"a sandbox reported after the listing", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("s1", "u1", time.Hour, true), nriSandbox("new", "u3", -time.Second, true)}}, listed, "", 0},
+		{"confirmed this session, NRI knows nothing yet, the listing has pods", NRIView{Confirmed: true}, listed, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := CheckListing(tc.nri, tc.sandboxes, nil, now)
+			if (tc.untrusted == "") != (c.Untrusted == "") || !strings.Contains(c.Untrusted, tc.untrusted) || len(c.Missing) != tc.missing {
+				t.Fatalf("untrusted %q, missing %v; want %q, %d missing", c.Untrusted, c.Missing, tc.untrusted, tc.missing)
+			}
+			// The plan refuses what the check refuses.
+			r := Plan(Input{Now: now, Policy: policy(), Oracle: present("u1", "u2"), Sandboxes: tc.sandboxes, NRI: &tc.nri})
+			if r.Untrusted != c.Untrusted || (c.Untrusted != "" && (len(r.Actions) > 0 || len(r.Deferred) > 0 || len(r.Kept) > 0)) {
+				t.Fatalf("plan untrusted %q with %d actions, want %q and nothing", r.Untrusted, len(r.Actions), c.Untrusted)
+			}
+		})
+	}
+}
+
+// The oracle's threshold: a few Ready sandboxes without a pod dir are
+// orphaned live pods; more, or all of them, is a wrong oracle.
+func TestTheOracleIsTrustedUpToAFewOrphans(t *testing.T) {
+	node := func(live, orphans int, young bool) Input {
+		in := Input{Now: now, Policy: policy()}
+		in.Policy.OracleSettle = 10 * time.Second
+		var dirs []string
+		for i := range live + orphans {
+			uid := fmt.Sprintf("u%d", i)
+			age := time.Hour
+			if young {
+				age = time.Second
+			}
+			in.Sandboxes = append(in.Sandboxes, sb("s"+uid, uid, true, age))
+			if i < live {
+				dirs = append(dirs, uid)
+			}
+		}
+		in.Oracle = present(dirs...)
+		return in
+	}
+	for _, tc := range []struct {
+		name          string
+		live, orphans int
+		young         bool
+		untrusted     bool
+	}{
+		{"one orphan beside two live pods", 2, 1, false, false},
+		{"two orphans beside two live pods", 2, 2, false, false},
+		{"three orphans beside two live pods", 2, 3, false, true},
+		{"every Ready sandbox an orphan", 0, 2, false, true},
+		{"the only Ready sandbox an orphan, the pods dir empty", 0, 1, false, true},
+		{"a quarter of a large node", 15, 5, false, false},
+		{"more than a quarter of a large node", 14, 6, false, true},
+		{"young sandboxes do not count against a pods dir that is not empty", 1, 3, true, false},
+		{"an empty pods dir counts young sandboxes too", 0, 3, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Plan(node(tc.live, tc.orphans, tc.young))
+			if (r.OracleUntrusted != "") != tc.untrusted {
+				t.Fatalf("oracle untrusted = %q, want untrusted %v", r.OracleUntrusted, tc.untrusted)
+			}
+			if r.OracleUntrusted != "" && (r.Leaks[LeakOrphanPod] != 0 || !strings.Contains(r.OracleUntrusted, "pods.kubelet_root")) {
+				t.Fatalf("untrusted oracle: leaks %v, reason %q", r.Leaks, r.OracleUntrusted)
+			}
+			if r.OracleUntrusted == "" && r.Leaks[LeakOrphanPod] != tc.orphans {
+				t.Fatalf("trusted oracle: %d orphans reported, want %d", r.Leaks[LeakOrphanPod], tc.orphans)
+			}
+		})
+	}
+}
+
+// Every class of step that can hurt a live workload or user data is
+// counted; removing what is dead is not.
+func TestBudgetClassesCoverEveryHarmfulStep(t *testing.T) {
+	cg := func(procs int) *podcgroups.PodCgroup { return &podcgroups.PodCgroup{Procs: procs} }
+	for _, tc := range []struct {
+		a     Action
+		class string
+	}{
+		{Action{Kind: StopContainer, Rule: RuleOrphanStop, Pod: PodRef{UID: "u"}}, ClassOrphanStop},
+		{Action{Kind: StopSandbox, Rule: RuleOrphanStop, Pod: PodRef{UID: "u"}}, ClassOrphanStop},
+		{Action{Kind: RemoveContainer, Rule: RuleContainerPodGone, StopFirst: true}, ClassUnknownStop},
+		{Action{Kind: RemoveContainer, Rule: RuleContainerPodGone}, ""},
+		{Action{Kind: RemoveSandbox, Rule: RuleSandboxPodGone}, ""},
+		{Action{Kind: RemoveContainerLogLink, Rule: RuleDanglingLogLink}, ""},
+		{Action{Kind: RemovePodCgroup, Rule: RuleCgroupPodGone, Cgroup: cg(2)}, ClassCgroupKill},
+		{Action{Kind: RemovePodCgroup, Rule: RuleCgroupPodGone, Cgroup: cg(0)}, ""},
+		{Action{Kind: ReducePodCgroupCPU, Rule: RuleCgroupVolumesRemain, Cgroup: cg(0)}, ClassCgroupCPU},
+		{Action{Kind: RemovePodDir, Rule: RuleOrphanedPodDir}, ClassPodDir},
+		{Action{Kind: RemovePodLogDir, Rule: RulePodLogDir}, ClassPodLogDir},
+	} {
+		if class, _ := BudgetClass(tc.a); class != tc.class {
+			t.Errorf("%s %s: class %q, want %q", tc.a.Kind, tc.a.Rule, class, tc.class)
+		}
+	}
+}
+
+// A pod log dir removal over the budget holds back every one of the pass;
+// the budget's trip names its class.
+func TestAPassOverTheBudgetTakesNoneOfTheClass(t *testing.T) {
+	in := Input{Now: now, Policy: policy()}
+	in.Policy.Budget = Budget{MaxPerPass: 3, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 20}
+	var live []string
+	for i := range 8 {
+		uid := fmt.Sprintf("live%d", i)
+		live = append(live, uid)
+		in.Sandboxes = append(in.Sandboxes, sb("s"+uid, uid, true, time.Hour))
+	}
+	in.Oracle = present(live...)
+	for i := range 4 {
+		uid := fmt.Sprintf("gone%d", i)
+		in.Sandboxes = append(in.Sandboxes, sb("s"+uid, uid, false, time.Hour))
+		in.PodLogDirs = append(in.PodLogDirs, logDir(uid))
+	}
+	r := Plan(in)
+	removals, logDirs := 0, 0
+	for _, a := range r.Actions {
+		switch a.Kind {
+		case RemoveSandbox:
+			removals++
+		case RemovePodLogDir:
+			logDirs++
+		}
+	}
+	if removals != 4 || logDirs != 0 || len(r.Trips) != 1 || r.Trips[0].Class != ClassPodLogDir || r.Trips[0].Due != 4 || r.Trips[0].Allowed != 3 {
+		t.Fatalf("%d sandbox removals, %d log dirs, trips %+v: want the 4 dead sandboxes removed and the 4 log dirs held back by the budget", removals, logDirs, r.Trips)
+	}
+	if !strings.Contains(r.Trips[0].Message, "pod-log-dir") {
+		t.Fatalf("trip message %q does not name the class", r.Trips[0].Message)
+	}
+}

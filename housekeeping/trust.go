@@ -1,0 +1,273 @@
+package housekeeping
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/logging"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// Sources must agree (DESIGN.md §4): this file is the loop's part of it.
+// The listing is checked against NRI before it is reconciled; a pod counts
+// as torn down only on evidence, and only while its pod dir does not change;
+// every node step is checked again right before it runs; and the budget's
+// hour is counted here.
+
+// maxConfirmPerPass bounds the sandboxes asked for by ID in one pass.
+const maxConfirmPerPass = 16
+
+// checkListing checks the listing against what NRI reported (nothing to
+// check without NRI, or before it synchronized: the gate keeps the pass from
+// acting then). A sandbox NRI holds live that the listing lacks is asked for
+// by ID, once this session's runtime is confirmed to be NRI's: containerd
+// drops the NRI stop and removal of the pods it had before a restart, so a
+// sandbox the runtime does not know any more is gone, though without
+// evidence of a teardown. It returns what NRI said (for the plan) and why
+// the listing is not trusted ("" when it is).
+func (l *Loop) checkListing(ctx context.Context, snap cri.Snapshot, syncs uint64) (*gc.NRIView, string) {
+	if l.opts.Synchronized == nil || !l.opts.Synchronized() {
+		return nil, ""
+	}
+	nri := &gc.NRIView{Sandboxes: l.state.NRISandboxes(), Confirmed: syncs > 0 && l.confirmedSyncs == syncs}
+	c := gc.CheckListing(*nri, snap.Sandboxes, snap.Malformed, snap.TakenAt)
+	if len(c.Missing) > 0 && (nri.Confirmed || c.Shared) {
+		if gone := l.confirmGone(ctx, c.Missing); len(gone) > 0 {
+			l.state.MarkGone(gone, snap.TakenAt)
+			nri.Sandboxes = l.state.NRISandboxes()
+			c = gc.CheckListing(*nri, snap.Sandboxes, snap.Malformed, snap.TakenAt)
+		}
+	}
+	if c.Untrusted == "" && c.Shared {
+		l.confirmedSyncs = syncs
+	}
+	return nri, c.Untrusted
+}
+
+// confirmGone asks the runtime for each missing sandbox by ID and returns
+// those it does not know.
+func (l *Loop) confirmGone(ctx context.Context, missing []podstate.NRISandbox) []string {
+	var gone []string
+	for i, m := range missing {
+		if i == maxConfirmPerPass {
+			break // the rest next pass
+		}
+		exists, err := l.runtime.SandboxExists(ctx, m.ID)
+		if err != nil || exists {
+			continue
+		}
+		gone = append(gone, m.ID)
+		l.log.WithFields(logrus.Fields{logging.FieldSandboxID: m.ID, logging.FieldPodUID: m.PodUID}).
+			Info("sandbox NRI reported live is gone from the runtime, without an NRI stop or removal " +
+				"(containerd drops them for pods it had before a restart); not counted as a teardown")
+	}
+	return gone
+}
+
+// tornDownMark is a pod this plugin saw torn down.
+type tornDownMark struct {
+	at time.Time // when it was first seen torn down (a listing's time)
+	// seen are its pod dir's volume dirs, mount points and leftovers at the
+	// first inspection after the mark; nil until then. More of them later
+	// means kubelet is setting up a pod of that UID again.
+	seen map[string]bool
+}
+
+// noteTeardown keeps the torn-down mark of one pod in step with podstate: a
+// pod removed with evidence of a teardown is marked; a pod that is not (it
+// lives, or a removal was only an absence) is not; a life event after the
+// mark starts it over.
+func (l *Loop) noteTeardown(p podstate.PodView, now time.Time) {
+	mark := l.tornDown[p.UID]
+	switch {
+	case !p.TornDown:
+		delete(l.tornDown, p.UID)
+	case mark == nil || p.LastLifeEvent.After(mark.at):
+		l.tornDown[p.UID] = &tornDownMark{at: now}
+	}
+}
+
+// compareWithTeardown drops the torn-down mark of a pod whose dir has grown
+// since: new volume dirs or mount points are kubelet setting up a pod of
+// the same UID again (a static pod back in its manifest dir), before any
+// RunPodSandbox.
+func (l *Loop) compareWithTeardown(d nodefs.PodDir) {
+	mark := l.tornDown[d.UID]
+	if mark == nil {
+		return
+	}
+	now := podDirContents(d)
+	if mark.seen == nil {
+		mark.seen = now
+		return
+	}
+	if grown := newEntries(mark.seen, now); len(grown) > 0 {
+		delete(l.tornDown, d.UID)
+		l.log.WithFields(logrus.Fields{logging.FieldPodUID: d.UID, "path": d.Path, "new": strings.Join(grown, ", ")}).
+			Info("the pod dir of a pod seen torn down has grown since: kubelet may be adding a pod of that UID again; its dir and cgroup are no longer treated as orphaned")
+	}
+}
+
+func podDirContents(d nodefs.PodDir) map[string]bool {
+	seen := make(map[string]bool)
+	for _, list := range [][]string{d.VolumeDirs, d.MountPoints, d.Leftovers} {
+		for _, p := range list {
+			seen[p] = true
+		}
+	}
+	return seen
+}
+
+func newEntries(before, now map[string]bool) []string {
+	var grown []string
+	for p := range now {
+		if !before[p] {
+			grown = append(grown, p)
+		}
+	}
+	sort.Strings(grown)
+	return grown
+}
+
+// recheck returns the check run right before each node step of the plan
+// made from a listing taken at taken: the step rests on the pod being gone
+// (its pod dir absent) or orphaned (seen torn down, its dir unchanged), and
+// on nothing of the pod running. podstate's life events since the listing,
+// a CRI listing filtered by the pod UID and the pod dir are read again.
+func (l *Loop) recheck(taken time.Time) executor.Recheck {
+	return func(ctx context.Context, a gc.Action) error {
+		uid := a.Pod.UID
+		if uid == "" {
+			return errors.New("the action names no pod to check")
+		}
+		if p, ok := l.state.Pod(uid); ok && p.LastLifeEvent.After(taken) {
+			return fmt.Errorf("pod %s had a life event (new sandbox or container start) at %s, after the listing the plan was made from",
+				uid, p.LastLifeEvent.Format(time.RFC3339Nano))
+		}
+		objs, err := l.runtime.ListPod(ctx, uid)
+		if err != nil {
+			return fmt.Errorf("cannot list the pod's sandboxes and containers again: %w", err)
+		}
+		if !objs.Empty() {
+			return fmt.Errorf("the runtime lists %d sandbox(es) and %d container(s) of pod %s again (%s)",
+				len(objs.Sandboxes), len(objs.Containers), uid, strings.Join(append(objs.Sandboxes, objs.Containers...), ", "))
+		}
+		switch a.Rule {
+		case gc.RulePodLogDir, gc.RuleCgroupPodGone:
+			return l.recheckGone(uid)
+		case gc.RuleCgroupOrphaned, gc.RuleCgroupVolumesRemain, gc.RuleOrphanedPodDir:
+			return l.recheckOrphaned(ctx, a, uid)
+		}
+		return fmt.Errorf("rule %s is not one a node step rests on", a.Rule)
+	}
+}
+
+// recheckGone checks that the pod's dir is still absent from a readable
+// kubelet pods dir.
+func (l *Loop) recheckGone(uid string) error {
+	if l.opts.OracleDisabled {
+		return errors.New("pods.source is \"none\": no pod is ever gone")
+	}
+	pods := filepath.Join(l.opts.KubeletRoot, "pods")
+	if fi, err := os.Lstat(pods); err != nil || !fi.IsDir() {
+		return fmt.Errorf("cannot check kubelet's pods dir %s again: %v", pods, err)
+	}
+	switch _, err := os.Lstat(filepath.Join(pods, uid)); {
+	case err == nil:
+		return fmt.Errorf("kubelet's pod dir %s is back: the pod is not gone", filepath.Join(pods, uid))
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("cannot check the pod dir again: %w", err)
+	}
+	return nil
+}
+
+// recheckOrphaned checks that the pod is still seen torn down and its dir
+// unchanged; a cgroup destroy also needs the dir still free of volumes.
+func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) error {
+	mark := l.tornDown[uid]
+	if mark == nil {
+		return fmt.Errorf("pod %s is no longer one seen torn down", uid)
+	}
+	d, err := nodefs.InspectPodDir(ctx, l.opts.KubeletRoot, uid)
+	if err != nil {
+		return fmt.Errorf("cannot inspect the pod dir again: %w", err)
+	}
+	if mark.seen != nil {
+		if grown := newEntries(mark.seen, podDirContents(d)); len(grown) > 0 {
+			return fmt.Errorf("the pod dir has grown since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
+				strings.Join(grown, ", "))
+		}
+	}
+	if a.Rule == gc.RuleCgroupOrphaned && (nodefs.PodVolumesExist(d) || len(d.Blockers) > 0) {
+		return errors.New("the pod dir holds volumes, or cannot be fully inspected, now: its cgroup may only have its CPU reduced")
+	}
+	return nil
+}
+
+// spent is one budgeted step taken.
+type spent struct {
+	at          time.Time
+	class, unit string
+}
+
+// spend records the budgeted steps the executor tried (succeeded or failed:
+// a failed step may have hurt too); a unit counts once per pass.
+func (l *Loop) spend(now time.Time, outcomes []executor.Outcome) {
+	seen := make(map[string]bool)
+	for _, o := range outcomes {
+		if o.Result != executor.Success && o.Result != executor.Error {
+			continue
+		}
+		class, unit := gc.BudgetClass(o.Action)
+		if class == "" || seen[class+"/"+unit] {
+			continue
+		}
+		seen[class+"/"+unit] = true
+		l.spent = append(l.spent, spent{at: now, class: class, unit: unit})
+	}
+}
+
+// budgetSpent counts the budgeted steps of the hour before now, by class,
+// and forgets older ones.
+func (l *Loop) budgetSpent(now time.Time) map[string]int {
+	keep := l.spent[:0]
+	counts := make(map[string]int)
+	for _, s := range l.spent {
+		if now.Sub(s.at) >= time.Hour {
+			continue
+		}
+		keep = append(keep, s)
+		counts[s.class]++
+	}
+	l.spent = keep
+	return counts
+}
+
+// sayWhileItLasts logs a problem (an error) when it starts or changes, and
+// its end (info), not every pass.
+func (l *Loop) sayWhileItLasts(key, problem, what, recovered string) {
+	last := l.said[key]
+	switch {
+	case problem == last:
+		return
+	case problem != "":
+		l.log.WithField(logging.FieldReason, problem).Error(what)
+		l.said[key] = problem
+	default:
+		l.log.Info(recovered)
+		delete(l.said, key)
+	}
+}

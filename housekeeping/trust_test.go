@@ -1,0 +1,457 @@
+package housekeeping
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/config"
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// The safety review of issue 10, at the level of the loop: each test is one
+// numbered case, and failed on the loop before its fix.
+
+// testUID makes a pod UID in kubelet's format (nodefs only looks at those).
+func testUID(n int) string { return fmt.Sprintf("%08d-0000-4000-8000-000000000000", n) }
+
+func ident(uid string) podstate.PodIdentity {
+	return podstate.PodIdentity{UID: uid, Namespace: "ns", Name: "p-" + uid}
+}
+
+// podDirs makes <root>/pods/<uid>/volumes for each uid and returns root.
+func podDirs(t *testing.T, uids ...string) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "pods"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range uids {
+		if err := os.MkdirAll(filepath.Join(root, "pods", uid, "volumes"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func executedActions(exec *fakeExecutor) []string {
+	var out []string
+	for _, batch := range exec.executed {
+		for _, a := range batch {
+			out = append(out, string(a.Kind)+" "+a.Key)
+		}
+	}
+	return out
+}
+
+// Case 1: runtime.endpoint answers for another containerd while NRI talks to
+// the right one. Its listing is empty and successful. It must change
+// nothing: no pod marked Removed (nor "seen torn down"), no action, for as
+// many leak_graces as it lasts, and the pass says why.
+func TestAListingThatLacksSandboxesNRIReportedLiveChangesNothing(t *testing.T) {
+	uids := []string{testUID(1), testUID(2)}
+	root := podDirs(t, uids...)
+	state := podstate.New(0)
+	state.Synchronize(now.Add(-time.Hour),
+		[]podstate.SyncedSandbox{{Pod: ident(uids[0]), SandboxID: "s1"}, {Pod: ident(uids[1]), SandboxID: "s2"}},
+		[]podstate.SyncedContainer{{Pod: ident(uids[0]), SandboxID: "s1", ID: "c1", Name: "app", State: podstate.ContainerRunning}})
+	rt := &fakeRuntime{}
+	exec := &fakeExecutor{}
+	log, _ := testLogger()
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, Executor: exec, Synchronized: func() bool { return true },
+		Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, StopOrphans: true, Budget: gc.Budget{MaxPerPass: 3, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 20},
+			RemoveOrphanedPodDirs: true, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	loop.started = now.Add(-time.Hour)
+	var r PassResult
+	for pass := range 6 {
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(pass) * time.Minute)}, nil)
+		r = loop.Pass(context.Background())
+		for _, uid := range uids {
+			if p, _ := state.Pod(uid); p.Phase == podstate.PhaseRemoved {
+				t.Fatalf("pass %d: pod %s marked Removed by a listing that lacks every sandbox NRI reported live", pass+1, uid)
+			}
+		}
+		if got := executedActions(exec); len(got) > 0 {
+			t.Fatalf("pass %d: executed %v on the word of another runtime's listing", pass+1, got)
+		}
+	}
+	if !strings.Contains(r.Blocked, "NRI") || !strings.Contains(r.Blocked, "runtime.endpoint") {
+		t.Fatalf("blocked = %q, want the disagreement between NRI and the listing named", r.Blocked)
+	}
+}
+
+// racingExecutor runs before, then the real executor: what happens between
+// the plan and its execution.
+type racingExecutor struct {
+	before func()
+	inner  Executor
+}
+
+func (r racingExecutor) Execute(ctx context.Context, actions []gc.Action, now time.Time, recheck executor.Recheck) []executor.Outcome {
+	r.before()
+	return r.inner.Execute(ctx, actions, now, recheck)
+}
+
+func (r racingExecutor) Forget(proposed map[string]time.Time) { r.inner.Forget(proposed) }
+
+// nodeRecorder is executor.Files recording what it was asked to do.
+type nodeRecorder struct{ done []string }
+
+func (n *nodeRecorder) RemovePodLogDir(_ context.Context, path string) error {
+	n.done = append(n.done, "RemovePodLogDir "+path)
+	return nil
+}
+func (n *nodeRecorder) RemoveContainerLogLink(_ context.Context, path string) error {
+	n.done = append(n.done, "RemoveContainerLogLink "+path)
+	return nil
+}
+func (n *nodeRecorder) RemoveOrphanedPodDir(_ context.Context, uid string) error {
+	n.done = append(n.done, "RemoveOrphanedPodDir "+uid)
+	return nil
+}
+func (n *nodeRecorder) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgroup) error {
+	n.done = append(n.done, "DestroyPodCgroup "+pod.UID)
+	return nil
+}
+func (n *nodeRecorder) ReducePodCgroupCPU(_ context.Context, pod podcgroups.PodCgroup) error {
+	n.done = append(n.done, "ReducePodCgroupCPU "+pod.UID)
+	return nil
+}
+
+// criRecorder is executor.Runtime doing nothing.
+type criRecorder struct{}
+
+func (criRecorder) StopContainer(context.Context, string, time.Duration) error { return nil }
+func (criRecorder) RemoveContainer(context.Context, string) error              { return nil }
+func (criRecorder) StopPodSandbox(context.Context, string) error               { return nil }
+func (criRecorder) RemovePodSandbox(context.Context, string) error             { return nil }
+
+// fakeCgroups lays out a cgroup v1 memory hierarchy under a temp mountpoint
+// with one besteffort pod cgroup per uid.
+func fakeCgroups(t *testing.T, uids ...string) *podcgroups.Options {
+	t.Helper()
+	mp := t.TempDir()
+	write := func(path, content string) {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(mp, "memory", "cgroup.procs"), "1\n")
+	for _, uid := range uids {
+		write(filepath.Join(mp, "memory", "kubepods", "besteffort", "pod"+uid, "cgroup.procs"), "")
+	}
+	return &podcgroups.Options{Mountpoint: mp, Root: "kubepods", Driver: "cgroupfs"}
+}
+
+// Case 3: the plan is made from a listing; the node steps run after every
+// CRI call of the pass. A pod whose UID comes back in between (a static pod
+// moved out of its manifest dir and back keeps its UID) must not lose its
+// cgroup: right before the step, the pod is checked again.
+func TestANodeStepIsCheckedAgainRightBeforeItRuns(t *testing.T) {
+	uid := testUID(3)
+	for _, tc := range []struct {
+		name string
+		race func(t *testing.T, state *podstate.State, rt *fakeRuntime, root string)
+	}{
+		{"NRI reports a new sandbox of the UID", func(t *testing.T, state *podstate.State, _ *fakeRuntime, _ string) {
+			if err := state.Apply(podstate.Event{Kind: podstate.RunPodSandbox, At: now.Add(time.Second), Pod: ident(uid), SandboxID: "new"}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"the runtime lists a new sandbox of the UID", func(_ *testing.T, _ *podstate.State, rt *fakeRuntime, _ string) {
+			rt.set(cri.Snapshot{TakenAt: now.Add(time.Second), Sandboxes: []cri.Sandbox{
+				{ID: "new", UID: uid, Ready: true, CreatedAt: now.Add(time.Second), Labels: kubeletLabels(uid)}}}, nil)
+		}},
+		{"kubelet makes the pod dir again", func(t *testing.T, _ *podstate.State, _ *fakeRuntime, root string) {
+			if err := os.Mkdir(filepath.Join(root, "pods", uid), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := podDirs(t)
+			state := podstate.New(0)
+			rt := &fakeRuntime{}
+			rt.set(cri.Snapshot{TakenAt: now}, nil)
+			files := &nodeRecorder{}
+			exec := racingExecutor{
+				before: func() { tc.race(t, state, rt, root) },
+				inner:  executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+			}
+			log, _ := testLogger()
+			loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, Cgroups: fakeCgroups(t, uid), Executor: exec,
+				Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+			loop.started = now.Add(-time.Hour)
+			r := loop.Pass(context.Background())
+			if len(r.Plan.Actions) == 0 {
+				t.Fatalf("nothing planned: the test proves nothing (kept %+v)", r.Plan.Kept)
+			}
+			if len(files.done) > 0 {
+				t.Fatalf("%v after the pod came back between plan and execution", files.done)
+			}
+		})
+	}
+}
+
+// Case 4: a pod torn down while watched leaves its dir behind; then kubelet
+// adds a pod of the same UID onto it (a static pod back in its manifest
+// dir). The old torn-down mark and clocks must not carry over: neither
+// when RunPodSandbox arrives just after a listing, nor while kubelet sets
+// the pod up (its volumes) before any event.
+func TestAPodReAddedOntoItsLingeringPodDirIsLeftAlone(t *testing.T) {
+	uid := testUID(4)
+	for _, tc := range []struct {
+		name     string
+		snapshot func(state *podstate.State) // runs while the last listing is taken
+		before   func(t *testing.T, root string)
+	}{
+		{"RunPodSandbox arrives right after the listing", func(state *podstate.State) {
+			_ = state.Apply(podstate.Event{Kind: podstate.RunPodSandbox, At: now.Add(6*time.Minute + time.Millisecond), Pod: ident(uid), SandboxID: "again"})
+		}, nil},
+		{"kubelet mounts its volumes before RunPodSandbox", nil, func(t *testing.T, root string) {
+			if err := os.MkdirAll(filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~empty-dir", "data"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := podDirs(t, uid)
+			state := podstate.New(0)
+			for _, ev := range []podstate.Event{
+				{Kind: podstate.RunPodSandbox, At: now.Add(-10 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+				{Kind: podstate.StopPodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+				{Kind: podstate.RemovePodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+			} {
+				if err := state.Apply(ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rt := &fakeRuntime{}
+			exec := &fakeExecutor{}
+			log, _ := testLogger()
+			loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, Executor: exec, Synchronized: func() bool { return true },
+				Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, RemoveOrphanedPodDirs: true,
+					PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+			loop.started = now.Add(-time.Hour)
+			for _, at := range []time.Duration{0, 3 * time.Minute} {
+				rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
+				loop.Pass(context.Background())
+			}
+			if loop.tornDown[uid] == nil {
+				t.Fatal("the pod was not seen torn down: the test proves nothing")
+			}
+			if tc.before != nil {
+				tc.before(t, root)
+			}
+			rt.set(cri.Snapshot{TakenAt: now.Add(6 * time.Minute)}, nil)
+			rt.onSnapshot = func() {
+				if tc.snapshot != nil {
+					tc.snapshot(state)
+				}
+			}
+			loop.Pass(context.Background())
+			if got := executedActions(exec); len(got) > 0 {
+				t.Fatalf("executed %v on the dir of a pod that is being added again", got)
+			}
+		})
+	}
+}
+
+// Case 6: a budget over time. One orphan a pass stays within any per-pass
+// limit, but stopping live pods without end is what a wrong source looks
+// like: the per-hour budget holds across passes.
+func TestThePerHourBudgetHoldsAcrossPasses(t *testing.T) {
+	var live []string
+	for i := range 12 {
+		live = append(live, testUID(100+i))
+	}
+	root := podDirs(t, live...)
+	cfg := config.Default()
+	cfg.Housekeeping.Period, cfg.Housekeeping.LeakGrace = 30*time.Second, 30*time.Second
+	cfg.Orphans.Action = config.OrphansActionStop
+	cfg.Pods.KubeletRoot = root
+	cfg.Cgroups.Enabled = false
+	cfg.Logs.PodLogsDir, cfg.Logs.ContainerLogsDir = t.TempDir(), t.TempDir()
+	opts := OptionsFromConfig(cfg)
+	exec := &fakeExecutor{}
+	opts.Executor = exec
+	rt := &fakeRuntime{}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, opts, log)
+	loop.started = now.Add(-time.Hour)
+	stopped := map[string]bool{}
+	const passes = 60 // 30 minutes
+	for pass := range passes {
+		snap := cri.Snapshot{TakenAt: now.Add(time.Duration(pass) * 30 * time.Second)}
+		for i, uid := range live {
+			snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: fmt.Sprintf("live%d", i), UID: uid, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)})
+		}
+		// A new orphan every pass (its pod dir gone); stopped ones are NotReady.
+		for o := 0; o <= pass; o++ {
+			id := fmt.Sprintf("orphan%d", o)
+			snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: id, UID: testUID(1000 + o), Ready: !stopped[id],
+				CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(testUID(1000 + o))})
+		}
+		rt.set(snap, nil)
+		before := len(exec.executed)
+		loop.Pass(context.Background())
+		for _, batch := range exec.executed[before:] {
+			for _, a := range batch {
+				if a.Kind == gc.StopSandbox {
+					stopped[a.SandboxID] = true
+				}
+			}
+		}
+	}
+	if limit := 20; len(stopped) > limit {
+		t.Fatalf("stopped %d live pods in %d minutes, over a budget of %d an hour", len(stopped), passes/2, limit)
+	}
+	if len(stopped) == 0 {
+		t.Fatal("stopped no orphan at all: the test proves nothing")
+	}
+}
+
+// Case 10: deciding whether a /var/log/containers link dangles used to stat
+// its target wherever it points, which hangs a pass on a dead mount. A
+// link's target is only looked at inside logs.pod_logs_dir (where kubelet
+// points them), without following symlinks; others are left alone.
+func TestLogLinksAreNotFollowedOutsideThePodLogsDir(t *testing.T) {
+	podLogs, links := t.TempDir(), t.TempDir()
+	outside := filepath.Join(links, "pod_ns_app-"+strings.Repeat("a", 64)+".log")
+	inside := filepath.Join(links, "pod_ns_app-"+strings.Repeat("b", 64)+".log")
+	if err := os.Symlink("/nrihk-nonexistent-mount/ns_pod_uid/app/0.log", outside); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(podLogs, "ns_pod_"+testUID(5), "app", "0.log"), inside); err != nil {
+		t.Fatal(err)
+	}
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now}, nil)
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Minute, OracleDisabled: true,
+		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: podLogs, ContainerLogsDir: links}}, log)
+	r := loop.Pass(context.Background())
+	var planned []string
+	for _, a := range r.Plan.Actions {
+		planned = append(planned, a.Path)
+	}
+	if strings.Contains(strings.Join(planned, " "), outside) {
+		t.Fatalf("a link pointing outside logs.pod_logs_dir was followed and planned for removal: %v", planned)
+	}
+	if !strings.Contains(strings.Join(planned, " "), inside) {
+		t.Fatalf("the dangling link into logs.pod_logs_dir is not planned: %v", planned)
+	}
+}
+
+// containerd drops the NRI stop and removal of the pods it had before a
+// restart: a sandbox NRI holds live can vanish silently. Once this NRI
+// session's listings are confirmed to be NRI's runtime, such a sandbox is
+// asked for by ID; one the runtime does not know is dropped (without
+// evidence of a teardown) and the listing trusted, one it still knows keeps
+// the listing untrusted.
+func TestALiveSandboxTheListingLacksIsAskedForByID(t *testing.T) {
+	uids := []string{testUID(20), testUID(21)}
+	synced := []podstate.SyncedSandbox{{Pod: ident(uids[0]), SandboxID: "s1"}, {Pod: ident(uids[1]), SandboxID: "s2"}}
+	both := cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{
+		{ID: "s1", UID: uids[0], Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uids[0])},
+		{ID: "s2", UID: uids[1], Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uids[1])}}}
+	onlyS1 := cri.Snapshot{TakenAt: now.Add(time.Minute), Sandboxes: both.Sandboxes[:1]}
+	for _, tc := range []struct {
+		name      string
+		exists    bool
+		untrusted bool
+	}{
+		{"the runtime does not know it: dropped, not torn down", false, false},
+		{"the runtime still knows it: the listing is wrong", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := podstate.New(0)
+			state.Synchronize(now.Add(-time.Hour), synced, nil)
+			rt := &fakeRuntime{exists: map[string]bool{"s2": tc.exists}}
+			log, buf := testLogger()
+			loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: podDirs(t, uids...), Synchronized: func() bool { return true },
+				Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+			rt.set(both, nil)
+			if r := loop.Pass(context.Background()); r.Untrusted != "" {
+				t.Fatalf("first pass untrusted: %s", r.Untrusted)
+			}
+			rt.set(onlyS1, nil)
+			r := loop.Pass(context.Background())
+			if (r.Untrusted != "") != tc.untrusted || rt.asked.Load() != 1 {
+				t.Fatalf("untrusted %q after asking %d time(s); want untrusted %v after asking once", r.Untrusted, rt.asked.Load(), tc.untrusted)
+			}
+			p, _ := state.Pod(uids[1])
+			switch {
+			case tc.untrusted && (p.Phase == podstate.PhaseRemoved || !strings.Contains(loop.NotReady(), "lacks 1 sandbox")):
+				t.Fatalf("phase %s, not ready %q: an untrusted listing changed podstate or is not named", p.Phase, loop.NotReady())
+			case !tc.untrusted && (p.Phase != podstate.PhaseRemoved || p.TornDown || !strings.Contains(buf.String(), "gone from the runtime, without an NRI stop")):
+				t.Fatalf("phase %s, torn down %v: want Removed without a teardown, and said", p.Phase, p.TornDown)
+			}
+		})
+	}
+}
+
+// A listing that shares no sandbox with NRI is never confirmed, so a
+// missing sandbox is never asked for; and every NRI session (a Synchronize
+// after a reconnect) must be confirmed anew.
+func TestEveryNRISessionMustShareASandboxWithTheListing(t *testing.T) {
+	uid := testUID(22)
+	state := podstate.New(0)
+	state.Synchronize(now.Add(-time.Hour), []podstate.SyncedSandbox{{Pod: ident(uid), SandboxID: "s1"}}, nil)
+	rt := &fakeRuntime{}
+	log, _ := testLogger()
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: podDirs(t, uid), Synchronized: func() bool { return true },
+		Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	other := cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{{ID: "theirs", UID: testUID(23), Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(testUID(23))}}}
+	rt.set(other, nil)
+	for range 3 {
+		if r := loop.Pass(context.Background()); !strings.Contains(r.Untrusted, "shares no sandbox with NRI") {
+			t.Fatalf("untrusted = %q", r.Untrusted)
+		}
+	}
+	if rt.asked.Load() != 0 {
+		t.Fatalf("asked another runtime %d time(s) about NRI's sandboxes", rt.asked.Load())
+	}
+	// The right runtime: confirmed.
+	rt.set(cri.Snapshot{TakenAt: now.Add(time.Minute), Sandboxes: []cri.Sandbox{{ID: "s1", UID: uid, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)}}}, nil)
+	if r := loop.Pass(context.Background()); r.Untrusted != "" {
+		t.Fatalf("the right runtime's listing is untrusted: %s", r.Untrusted)
+	}
+	// A new session (containerd restarted, say), then another runtime again.
+	state.Synchronize(now.Add(2*time.Minute), []podstate.SyncedSandbox{{Pod: ident(uid), SandboxID: "s1"}}, nil)
+	other.TakenAt = now.Add(3 * time.Minute)
+	rt.set(other, nil)
+	if r := loop.Pass(context.Background()); !strings.Contains(r.Untrusted, "shares no sandbox with NRI") {
+		t.Fatalf("a new session's first listing was trusted without sharing a sandbox: %q", r.Untrusted)
+	}
+}
+
+// The oracle's distrust reaches /readyz's reason, not only the plan.
+func TestAnUntrustedOracleMakesTheLoopNotReady(t *testing.T) {
+	uid := testUID(24)
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{{ID: "s1", UID: uid, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)}}}, nil)
+	log, buf := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: podDirs(t),
+		Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	loop.started = now.Add(-time.Hour)
+	loop.Pass(context.Background())
+	loop.Pass(context.Background())
+	if why := loop.NotReady(); !strings.Contains(why, "kubelet pods dir is empty") {
+		t.Fatalf("not ready = %q", why)
+	}
+	if n := strings.Count(buf.String(), "kubelet's pod dirs are not trusted"); n != 1 {
+		t.Fatalf("the distrust was logged %d times over two passes, want once:\n%s", n, buf.String())
+	}
+}
