@@ -26,6 +26,11 @@ func (l *Loop) observe(r PassResult, view *podstate.View) {
 	}
 	o.SetUntrusted(SourceListing, r.Untrusted != "")
 	o.SetUntrusted(SourceOracle, r.Plan.OracleUntrusted != "")
+	if r.Untrusted != "" {
+		// Nothing was planned: the last trusted pass's leaks stand.
+		o.ObserveBudgetTrips(nil)
+		return
+	}
 	o.SetLeaks(r.Plan.Leaks)
 	for _, out := range r.Outcomes {
 		o.ObserveAction(string(out.Action.Kind), out.Action.Rule, string(out.Result))

@@ -167,7 +167,7 @@ func TestDashboardHasThePanelsOperatorsNeed(t *testing.T) {
 	}
 	for _, want := range []string{
 		nameLeakedObjects, nameActions, namePassDuration + "_bucket", namePasses, nameTrackedPods,
-		nameNRIConnected, nameBreakerTrips, nameCRIErrors,
+		nameNRIConnected, nameBreakerTrips, nameBudgetPaused, nameUntrusted, nameCRIErrors,
 	} {
 		if !used[want] {
 			t.Errorf("no dashboard panel shows %s", want)
@@ -231,7 +231,7 @@ func TestAlertRulesAreCompleteAndDocumented(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"NriHousekeeperLeaksPersisting", "NriHousekeeperBreakerOpen", "NriHousekeeperStale", "NriHousekeeperNRIDisconnected",
+		"NriHousekeeperLeaksPersisting", "NriHousekeeperBreakerOpen", "NriHousekeeperSourcesDisagree", "NriHousekeeperStale", "NriHousekeeperNRIDisconnected",
 	} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("alert %s missing from %s", want, filepath.Base(alertsPath))

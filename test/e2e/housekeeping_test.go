@@ -89,6 +89,14 @@ type housekeeper struct {
 
 func startHousekeeper(t *testing.T, l *lab.Lab, k *kubelet, configure func(*housekeeping.Options, *executor.Options)) *housekeeper {
 	t.Helper()
+	return startHousekeeperWrapped(t, l, k, configure, nil)
+}
+
+// startHousekeeperWrapped is startHousekeeper whose executor wrap may wrap:
+// to make something happen between a plan and its execution.
+func startHousekeeperWrapped(t *testing.T, l *lab.Lab, k *kubelet, configure func(*housekeeping.Options, *executor.Options),
+	wrap func(housekeeping.Executor) housekeeping.Executor) *housekeeper {
+	t.Helper()
 	logs := &syncBuffer{}
 	log := logrus.New()
 	log.SetLevel(logrus.DebugLevel)
@@ -118,6 +126,9 @@ func startHousekeeper(t *testing.T, l *lab.Lab, k *kubelet, configure func(*hous
 		t.Fatal(err)
 	}
 	opts.Executor = executor.New(client, executor.Node{PodLogs: podLogs, Links: links, KubeletRoot: k.root}, execOpts, log)
+	if wrap != nil {
+		opts.Executor = wrap(opts.Executor)
+	}
 	state := podstate.New(0)
 	var nri *plugin.Plugin
 	opts.Synchronized = func() bool { return nri.Synchronized() }
@@ -472,51 +483,6 @@ func TestLivePodKeepsMaxPerPodContainerDeadInstances(t *testing.T) {
 	time.Sleep(2 * testPeriod)
 	if !runtimeHas(t, node, attempts[4]) || !runtimeHas(t, node, sb) {
 		t.Fatal("the newest dead attempt or the sandbox was removed")
-	}
-}
-
-func TestOrphanedRunningPodsReportStopAndBreaker(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		stop    bool
-		orphans int
-		breaker bool
-	}{
-		{"report", false, 1, false},
-		{"stop", true, 1, false},
-		{"breaker", true, 4, true}, // max_per_pass 3
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cleanupPods(t, node)
-			k := newKubelet(t, node)
-			var sandboxes, ctrs []string
-			for i := range tc.orphans {
-				p := newPod(t, fmt.Sprintf("vanished-%d", i))
-				k.admit(t, p)
-				sb, cs := runPod(t, node, p, 1)
-				sandboxes, ctrs = append(sandboxes, sb), append(ctrs, cs...)
-				k.forget(t, p) // the pod dir vanishes while it runs
-			}
-			h := startHousekeeper(t, node, k, func(o *housekeeping.Options, _ *executor.Options) {
-				o.Policy.StopOrphans = tc.stop
-			})
-			switch {
-			case !tc.stop || tc.breaker:
-				want := "orphaned live pod"
-				if tc.breaker {
-					want = "blast-radius breaker"
-				}
-				waitFor(t, "the plugin says "+want, testGrace+5*time.Second, func() bool { return strings.Contains(h.logs.String(), want) })
-				time.Sleep(2 * testPeriod)
-				for _, sb := range sandboxes {
-					if !sandboxReady(t, node, sb) {
-						t.Fatalf("sandbox %s was stopped", sb)
-					}
-				}
-			default:
-				waitGone(t, node, "the orphaned pod is stopped, then reclaimed", 2*testGrace+4*testPeriod+5*time.Second, append(sandboxes, ctrs...), nil)
-			}
-		})
 	}
 }
 
