@@ -168,19 +168,20 @@ func randomNRI(rng *rand.Rand, listed []cri.Sandbox) *NRIView {
 			if s.Labels == nil || rng.Intn(5) == 0 {
 				continue
 			}
-			nri.Sandboxes = append(nri.Sandboxes, podstate.NRISandbox{ID: s.ID, PodUID: s.UID, ReportedAt: reported(), Live: s.Ready && rng.Intn(3) != 0})
+			nri.Sandboxes = append(nri.Sandboxes, podstate.NRISandbox{ID: s.ID, PodUID: s.UID, ReportedAt: reported(), Synced: rng.Intn(3) == 0,
+				Live: s.Ready && rng.Intn(3) != 0})
 		}
 	}
 	for i := range rng.Intn(3) {
 		nri.Sandboxes = append(nri.Sandboxes, podstate.NRISandbox{ID: fmt.Sprintf("unlisted%d", i), PodUID: fmt.Sprintf("uid-x%d", i),
-			ReportedAt: reported(), Live: rng.Intn(2) == 0})
+			ReportedAt: reported(), Synced: rng.Intn(3) == 0, Live: rng.Intn(2) == 0})
 	}
 	return nri
 }
 
 // listingDisagrees restates, independently of CheckListing, when a listing
-// must not be planned from: NRI holds a sandbox live, reported long enough
-// before the listing, that the listing lacks; or no listing of this NRI
+// must not be planned from: NRI holds a sandbox live that the listing lacks,
+// synchronized or reported by RunPodSandbox long enough before the listing; or no listing of this NRI
 // session has shared a sandbox with NRI yet, this one shares none, and
 // either side has any.
 func listingDisagrees(in Input) bool {
@@ -208,7 +209,7 @@ func listingDisagrees(in Input) bool {
 			known++
 			continue
 		}
-		if in.Now.Sub(n.ReportedAt) < podstate.SettleTime {
+		if !n.Synced && in.Now.Sub(n.ReportedAt) < podstate.SettleTime {
 			continue
 		}
 		known++

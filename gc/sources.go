@@ -42,9 +42,10 @@ type ListingCheck struct {
 }
 
 // CheckListing checks a successful listing taken at takenAt against NRI:
-//   - a sandbox NRI holds live, reported at least podstate.SettleTime
-//     before the listing (containerd reports RunPodSandbox before storing
-//     the sandbox), must be listed;
+//   - a sandbox NRI holds live must be listed: reported by Synchronize
+//     (from containerd's store), or by RunPodSandbox at least
+//     podstate.SettleTime before the listing (containerd reports it before
+//     storing the sandbox);
 //   - until a listing of this NRI session shared a sandbox with NRI
 //     (nri.Confirmed), this one must, when either side has any: a
 //     runtime.endpoint that answers for another containerd shares none.
@@ -79,8 +80,8 @@ func CheckListing(nri NRIView, sandboxes []cri.Sandbox, unreadable []cri.Malform
 			reported++
 			continue
 		}
-		if n.ReportedAt.After(settled) {
-			continue // containerd may not have stored it yet
+		if !n.Synced && n.ReportedAt.After(settled) {
+			continue // reported by RunPodSandbox: containerd may not have stored it yet
 		}
 		reported++
 		if n.Live {

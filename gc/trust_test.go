@@ -168,6 +168,8 @@ func TestAListingMustAgreeWithNRI(t *testing.T) {
 		{"a live sandbox missing", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("s1", "u1", time.Hour, true), nriSandbox("gone", "u3", time.Hour, true)}}, listed,
 			"lacks 1 sandbox(es) NRI reported live", 1},
 		{"a stopped sandbox missing: a teardown", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("s1", "u1", time.Hour, true), nriSandbox("gone", "u3", time.Hour, false)}}, listed, "", 0},
+		{"a sandbox synchronized 1 s ago is in containerd's store", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("s1", "u1", time.Hour, true),
+			{ID: "synced", PodUID: "u3", ReportedAt: now.Add(-time.Second), Synced: true, Live: true}}}, listed, "lacks 1 sandbox(es) NRI reported live", 1},
 		{"a sandbox reported 1 s ago: containerd may not have stored it", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("s1", "u1", time.Hour, true), nriSandbox("new", "u3", time.Second, true)}}, listed, "", 0},
 		{"only a sandbox reported 1 s ago, and the node was empty", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("new", "u3", time.Second, true)}}, nil, "", 0},
 		{"a sandbox reported after the listing", NRIView{Sandboxes: []podstate.NRISandbox{nriSandbox("s1", "u1", time.Hour, true), nriSandbox("new", "u3", -time.Second, true)}}, listed, "", 0},

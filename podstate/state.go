@@ -90,7 +90,8 @@ func (s *State) Apply(ev Event) error {
 	switch ev.Kind {
 	case RunPodSandbox:
 		// A new sandbox starts Ready.
-		s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At).ReportedAt = ev.At
+		sb := s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At)
+		sb.ReportedAt, sb.Synced = ev.At, false
 	case StopPodSandbox:
 		sb := s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At)
 		sb.StopSeen = true
@@ -163,7 +164,7 @@ func (s *State) Synchronize(at time.Time, sandboxes []SyncedSandbox, containers 
 		}
 		p := s.podFor(in.Pod, SourceSync, at)
 		sb := s.sandboxFor(p, in.SandboxID, SourceSync, at)
-		sb.ReportedAt = at
+		sb.ReportedAt, sb.Synced = at, true
 		if sb.State == SandboxRemoved && sb.Removal == RemovedByAbsence {
 			to := SandboxReady
 			if sb.StopSeen {
@@ -262,7 +263,7 @@ func (s *State) Reconcile(l Listing, now time.Time) ReconcileResult {
 		}
 		// containerd reports RunPodSandbox over NRI before it adds the
 		// sandbox to its store: a listing taken in between lacks it.
-		if !sb.ReportedAt.IsZero() && sb.State == SandboxReady && !sb.StopSeen && now.Sub(sb.ReportedAt) < settleTime {
+		if !sb.ReportedAt.IsZero() && !sb.Synced && sb.State == SandboxReady && !sb.StopSeen && now.Sub(sb.ReportedAt) < settleTime {
 			continue
 		}
 		sb.Removal = RemovedByAbsence
@@ -512,7 +513,7 @@ func (s *State) NRISandboxes() []NRISandbox {
 		if sb.ReportedAt.IsZero() || (sb.State == SandboxRemoved && sb.Removal == RemovedByEvent) {
 			continue
 		}
-		out = append(out, NRISandbox{ID: sb.ID, PodUID: sb.PodUID, ReportedAt: sb.ReportedAt,
+		out = append(out, NRISandbox{ID: sb.ID, PodUID: sb.PodUID, ReportedAt: sb.ReportedAt, Synced: sb.Synced,
 			Live: sb.State == SandboxReady && !sb.StopSeen})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

@@ -28,6 +28,14 @@ func TestASandboxMissingFromAListingRightAfterRunPodSandboxComesBack(t *testing.
 		t.Fatalf("phase = %s, want Running", p.Phase)
 	}
 
+	// Synchronize reports what containerd has stored: no such grace.
+	s3 := New(0)
+	s3.Synchronize(t0, []SyncedSandbox{{Pod: ident("u"), SandboxID: "s1"}}, nil)
+	s3.Reconcile(Listing{StartSeq: s3.Seq()}, t0.Add(100*time.Millisecond))
+	if got := sandboxState(t, s3, "u", "s1"); got != SandboxRemoved {
+		t.Errorf("a synchronized sandbox missing from the next listing is %s, want Removed", got)
+	}
+
 	// A listed sandbox that one listing misses (containerd restarting its
 	// CRI store, say) comes back as well.
 	s2 := New(0)

@@ -189,6 +189,9 @@ type Sandbox struct {
 	// ReportedAt is when NRI last reported the sandbox (RunPodSandbox or
 	// Synchronize); zero if NRI never did (learned from a listing only).
 	ReportedAt time.Time
+	// Synced: the last report was a Synchronize, which lists what
+	// containerd has stored; a RunPodSandbox comes before the store has it.
+	Synced bool
 	// StopSeen: an NRI StopPodSandbox arrived, or a listing showed the
 	// sandbox NotReady.
 	StopSeen bool
@@ -255,6 +258,9 @@ type NRISandbox struct {
 	PodUID string
 	// ReportedAt is when NRI last reported it (RunPodSandbox, Synchronize).
 	ReportedAt time.Time
+	// Synced: reported by Synchronize, from containerd's store; a sandbox
+	// reported by RunPodSandbox may not be stored yet for a little while.
+	Synced bool
 	// Live: reported Ready, with no NRI stop or removal since and no
 	// listing that showed it NotReady: the runtime must list it.
 	Live bool

@@ -329,6 +329,9 @@ func TestOrphanedLivePodAfterAContainerdCrash(t *testing.T) {
 		t.Run(action, func(t *testing.T) {
 			cleanupPods(t, node)
 			k := newKubelet(t, node)
+			// Pods kubelet still has beside it: one Ready sandbox without a
+			// pod dir among them is an orphan, not a wrong oracle.
+			livePods(t, k, "bystander-"+action, 2)
 			p := newPod(t, "half-deleted-"+action)
 			k.admit(t, p)
 			sb, ctrs := runPod(t, node, p, 1)

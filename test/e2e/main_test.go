@@ -245,10 +245,18 @@ func kill9(t *testing.T, pid int) {
 	}
 }
 
-// buildPlugin builds the nri-housekeeper binary into dir/name.
+// buildPlugin builds the nri-housekeeper binary into dir/name, or copies
+// NRIHK_E2E_BINARY there when set (to run a test against another build, an
+// older commit's for one).
 func buildPlugin(t *testing.T, dir, name string) string {
 	t.Helper()
 	out := filepath.Join(dir, name)
+	if bin := os.Getenv("NRIHK_E2E_BINARY"); bin != "" {
+		if b, err := exec.Command("cp", bin, out).CombinedOutput(); err != nil {
+			t.Fatalf("copying NRIHK_E2E_BINARY: %v\n%s", err, b)
+		}
+		return out
+	}
 	cmd := exec.Command("go", "build", "-o", out, "github.com/nri-housekeeper/nri-housekeeper/cmd/nri-housekeeper")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, b)

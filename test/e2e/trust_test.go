@@ -153,11 +153,7 @@ target = "file"
 file = %q
 `, grace, node.NRISocket, other.CRISocket, k.root, node.LogRoot, k.linksDir, cgroupMount, cgroupRoot(), addr, logFile))
 	runBinary(t, exe, conf, logFile)
-
-	waitFor(t, "/readyz names the disagreement", 10*time.Second, func() bool {
-		code, body := get("http://" + addr + "/readyz")
-		return code == 503 && strings.Contains(body, "shares no sandbox with NRI")
-	})
+	waitFor(t, "the plugin serves /readyz", 10*time.Second, func() bool { code, _ := get("http://" + addr + "/readyz"); return code != 0 })
 	start := time.Now()
 	time.Sleep(5*grace + 2*time.Second)
 	for _, id := range append(sandboxes, ctrs...) {
@@ -185,14 +181,20 @@ file = %q
 		t.Errorf("/readyz after %v = %d %q", time.Since(start).Round(time.Second), code, why)
 	}
 	s, _ := scrapeMetrics(t, addr)
-	if s.value("nri_housekeeper_untrusted_source", map[string]string{"source": "runtime-listing"}) != 1 ||
-		s.value("nri_housekeeper_passes_total", map[string]string{"result": "listing_untrusted"}) < 5 ||
-		s.value("nri_housekeeper_passes_total", map[string]string{"result": "ok"}) != 0 {
-		t.Error("the metrics do not show the untrusted listing (untrusted_source 1, listing_untrusted passes, no ok pass)")
+	untrusted := s.value("nri_housekeeper_untrusted_source", map[string]string{"source": "runtime-listing"})
+	untrustedPasses := s.value("nri_housekeeper_passes_total", map[string]string{"result": "listing_untrusted"})
+	okPasses := s.value("nri_housekeeper_passes_total", map[string]string{"result": "ok"})
+	if untrusted != 1 || untrustedPasses < 5 || okPasses != 0 {
+		t.Errorf("metrics: untrusted_source{runtime-listing} %v, listing_untrusted passes %v, ok passes %v; want 1, >= 5, 0",
+			untrusted, untrustedPasses, okPasses)
 	}
 	log, _ := os.ReadFile(logFile)
-	if strings.Contains(string(log), "action=") {
-		t.Errorf("the plugin logged actions:\n%s", log)
+	for _, line := range strings.Split(string(log), "\n") {
+		for _, done := range []string{`msg="removed`, `msg="stopped`, `msg="killed`, `msg="reduced`} {
+			if strings.Contains(line, done) {
+				t.Errorf("the plugin acted: %s", line)
+			}
+		}
 	}
 	t.Logf("/readyz while the endpoint is another containerd (%v, %d leak_graces): %d %s",
 		time.Since(start).Round(time.Second), int(time.Since(start)/grace), code, why)
@@ -313,8 +315,8 @@ func TestAnOrphanCgroupWhoseUIDComesBackIsNotTouched(t *testing.T) {
 		}
 	}
 	logs := h.logs.String()
-	if !strings.Contains(logs, "not done: checked again right before it") || !strings.Contains(logs, "runtime lists 1 sandbox(es)") {
-		t.Fatalf("the abort is not logged with its reason:\n%s", logs)
+	if !strings.Contains(logs, "not done: checked again right before it") || !strings.Contains(logs, "pod_uid="+back.UID) {
+		t.Fatalf("the abort is not logged with its pod:\n%s", logs)
 	}
 }
 
