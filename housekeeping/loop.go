@@ -281,6 +281,10 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 	r := PassResult{Started: l.now()}
 	startSeq := l.state.Seq()
 	syncs := l.state.Syncs()
+	// Read once, before the listing: the check of the listing against NRI
+	// and the gate must agree on it, or a Synchronize in between would open
+	// the gate for a listing nobody checked.
+	synced := l.opts.Synchronized == nil || l.opts.Synchronized()
 	snap, err := l.runtime.Snapshot(ctx)
 	if err != nil {
 		r.Err = err
@@ -298,7 +302,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 		l.warnOnce(fmt.Sprintf("runtime listed %d malformed entries; they are never acted on, and keep the sandboxes and pods they name", len(snap.Malformed)),
 			errors.New(summarize(snap.Malformed, 5)))
 	}
-	nri, untrusted := l.checkListing(ctx, snap, syncs)
+	nri, untrusted := l.checkListing(ctx, snap, syncs, synced)
 	l.sayWhileItLasts("listing", untrusted, "the CRI listing is not trusted: no reconcile, no plan, no action this pass",
 		"the CRI listing agrees with NRI again")
 	if untrusted != "" {
@@ -321,7 +325,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 	in.NRI = nri
 	r.Plan = gc.Plan(in)
 	l.eligible = r.Plan.EligibleSince
-	r.Blocked = l.gate(in.Now, r.Plan)
+	r.Blocked = l.gate(in.Now, r.Plan, synced)
 	if l.opts.Executor != nil {
 		if r.Blocked == "" {
 			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now, l.recheck(snap.TakenAt))
@@ -430,9 +434,9 @@ func (l *Loop) inspectPodDirs(ctx context.Context, dirs nodefs.PodDirs, snap cri
 // gate says why the pass may not act yet, or "" when every source is ready:
 // NRI synchronized, a fresh listing (this pass has one), the pod oracle, and
 // startup_delay elapsed. Stricter than kubelet: no action on partial data.
-func (l *Loop) gate(now time.Time, plan gc.Result) string {
+func (l *Loop) gate(now time.Time, plan gc.Result, synced bool) string {
 	var why []string
-	if l.opts.Synchronized != nil && !l.opts.Synchronized() {
+	if !synced {
 		why = append(why, "NRI has not synchronized since the last (re)connect")
 	}
 	if plan.NotReady != "" {

@@ -31,15 +31,15 @@ import (
 const maxConfirmPerPass = 16
 
 // checkListing checks the listing against what NRI reported (nothing to
-// check without NRI, or before it synchronized: the gate keeps the pass from
-// acting then). A sandbox NRI holds live that the listing lacks is asked for
+// check without NRI, or when it had not synchronized before the listing was
+// taken: the gate keeps the pass from acting then). A sandbox NRI holds live that the listing lacks is asked for
 // by ID, once this session's runtime is confirmed to be NRI's: containerd
 // drops the NRI stop and removal of the pods it had before a restart, so a
 // sandbox the runtime does not know any more is gone, though without
 // evidence of a teardown. It returns what NRI said (for the plan) and why
 // the listing is not trusted ("" when it is).
-func (l *Loop) checkListing(ctx context.Context, snap cri.Snapshot, syncs uint64) (*gc.NRIView, string) {
-	if l.opts.Synchronized == nil || !l.opts.Synchronized() {
+func (l *Loop) checkListing(ctx context.Context, snap cri.Snapshot, syncs uint64, synced bool) (*gc.NRIView, string) {
+	if l.opts.Synchronized == nil || !synced {
 		return nil, ""
 	}
 	nri := &gc.NRIView{Sandboxes: l.state.NRISandboxes(), Confirmed: syncs > 0 && l.confirmedSyncs == syncs}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -453,5 +454,33 @@ func TestAnUntrustedOracleMakesTheLoopNotReady(t *testing.T) {
 	}
 	if n := strings.Count(buf.String(), "kubelet's pod dirs are not trusted"); n != 1 {
 		t.Fatalf("the distrust was logged %d times over two passes, want once:\n%s", n, buf.String())
+	}
+}
+
+// NRI synchronizing while a pass runs must not open the gate for a listing
+// that was not checked against NRI: whether NRI had synchronized is read
+// once, before the listing.
+func TestASynchronizeDuringAPassDoesNotOpenTheGateForAnUncheckedListing(t *testing.T) {
+	uid := testUID(30)
+	state := podstate.New(0)
+	var synchronized atomic.Bool
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now}, nil) // another runtime's: empty
+	rt.onSnapshot = func() {
+		state.Synchronize(now, []podstate.SyncedSandbox{{Pod: ident(uid), SandboxID: "s1"}}, nil)
+		synchronized.Store(true)
+	}
+	exec := &fakeExecutor{}
+	log, _ := testLogger()
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: podDirs(t, uid), Executor: exec, Synchronized: synchronized.Load,
+		Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	loop.started = now.Add(-time.Hour)
+	r := loop.Pass(context.Background())
+	if !strings.Contains(r.Blocked, "NRI has not synchronized") || len(exec.executed) != 0 {
+		t.Fatalf("blocked %q, executed %v: the gate opened for a listing taken before NRI synchronized", r.Blocked, exec.executed)
+	}
+	rt.onSnapshot = nil
+	if r := loop.Pass(context.Background()); !strings.Contains(r.Untrusted, "shares no sandbox with NRI") {
+		t.Fatalf("the next pass: untrusted %q", r.Untrusted)
 	}
 }
