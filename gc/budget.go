@@ -3,7 +3,6 @@ package gc
 import (
 	"fmt"
 	"math"
-	"sort"
 )
 
 // Budget classes: every step that can hurt a live workload or user data
@@ -54,12 +53,14 @@ func (b Budget) PerPass(ready int) int {
 // class than the budget allows: it marks every due action of a tripped
 // class not due and returns the trips.
 func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
+	// Counted without maps, except for orphan stops (several actions a
+	// pod): every other unit is the action's own key, which is unique.
 	type classDue struct {
-		units   map[string]bool
+		units   int
 		actions []*Action
-		pods    map[string]PodRef
 	}
 	byClass := make(map[string]*classDue)
+	orphanPods := make(map[string]bool)
 	for _, a := range sorted {
 		if _, held := notDue[a.Key]; held {
 			continue
@@ -70,12 +71,16 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 		}
 		c := byClass[class]
 		if c == nil {
-			c = &classDue{units: map[string]bool{}, pods: map[string]PodRef{}}
+			c = &classDue{}
 			byClass[class] = c
 		}
-		c.units[unit] = true
+		if class != ClassOrphanStop || !orphanPods[unit] {
+			c.units++
+		}
+		if class == ClassOrphanStop {
+			orphanPods[unit] = true
+		}
 		c.actions = append(c.actions, a)
-		c.pods[a.Pod.UID] = a.Pod
 	}
 	if len(byClass) == 0 {
 		return nil
@@ -96,15 +101,18 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 		}
 		spent := p.in.BudgetSpent[class]
 		allowed := min(perPass, max(0, b.MaxPerHour-spent))
-		if len(c.units) <= allowed {
+		if c.units <= allowed {
 			continue
 		}
-		t := Trip{Class: class, Due: len(c.units), Allowed: allowed, PerPass: perPass, HourSpent: spent,
+		t := Trip{Class: class, Due: c.units, Allowed: allowed, PerPass: perPass, HourSpent: spent,
 			MaxPerHour: b.MaxPerHour, ReadySandbox: ready, Refused: len(c.actions)}
-		for _, uid := range sortedKeys(c.pods) {
-			t.AffectedPods = append(t.AffectedPods, c.pods[uid])
+		pods := make(map[string]PodRef)
+		for _, a := range c.actions {
+			pods[a.Pod.UID] = a.Pod
 		}
-		sort.Slice(t.AffectedPods, func(i, j int) bool { return t.AffectedPods[i].UID < t.AffectedPods[j].UID })
+		for _, uid := range sortedKeys(pods) {
+			t.AffectedPods = append(t.AffectedPods, pods[uid])
+		}
 		why := fmt.Sprintf("over the %d a pass may take on a node with %d Ready sandbox(es) (budget.max_per_pass %d, max_fraction %g, min_per_pass %d)",
 			perPass, ready, b.MaxPerPass, b.MaxFraction, b.MinPerPass)
 		if allowed < perPass {

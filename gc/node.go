@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
@@ -30,23 +29,16 @@ func (p *planner) listed(uid string) bool {
 	if len(p.sandboxesByUID[uid]) > 0 || len(p.unmanagedByUID[uid]) > 0 || p.unreadableByUID[uid] != "" {
 		return true
 	}
-	return len(p.podContainers(uid)) > 0
-}
-
-// podContainers returns every listed container whose pod UID label is uid,
-// managed or not, in any state. The index is built on first use: a healthy
-// node rarely asks.
-func (p *planner) podContainers(uid string) []*cri.Container {
-	if p.containersByUID == nil {
-		p.containersByUID = make(map[string][]*cri.Container)
+	if p.containerUIDs == nil {
+		p.containerUIDs = make(map[string]struct{})
 		for i := range p.in.Containers {
-			c := &p.in.Containers[i]
-			if u := c.Labels[podstate.LabelPodUID]; u != "" {
-				p.containersByUID[u] = append(p.containersByUID[u], c)
+			if u := p.in.Containers[i].Labels[podstate.LabelPodUID]; u != "" {
+				p.containerUIDs[u] = struct{}{}
 			}
 		}
 	}
-	return p.containersByUID[uid]
+	_, ok := p.containerUIDs[uid]
+	return ok
 }
 
 // orphanedPodDirRules: a kubelet pod dir whose pod this plugin saw torn

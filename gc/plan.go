@@ -106,10 +106,10 @@ type planner struct {
 	candidates []Action
 	kept       []Kept
 	clocks     map[string]time.Time // grace clocks of this plan, by key
-	// containersByUID groups every listed container by its pod UID label;
-	// built on first use (see listed).
-	containersByUID map[string][]*cri.Container
-	leaks           map[string]int
+	// containerUIDs are the pod UIDs of all listed containers; built on
+	// first use (see listed).
+	containerUIDs map[string]struct{}
+	leaks         map[string]int
 	// skipped are the pods with a life event after the listing, by UID.
 	skipped map[string]PodRef
 }
@@ -453,10 +453,28 @@ func (p *planner) dependencies(s *sandboxInfo) ([]string, string) {
 // dir goes when its pod is gone and no sandbox of the pod is left (or all of
 // them are removed first by this plan).
 func (p *planner) podLogDirRules() {
+	var dirs []nodefs.PodLogDir
 	for _, d := range p.in.PodLogDirs {
-		if !p.gone(d.UID) || !directlyIn(d.Path, p.in.Policy.PodLogsDir) {
-			continue
+		if p.gone(d.UID) && directlyIn(d.Path, p.in.Policy.PodLogsDir) {
+			dirs = append(dirs, d)
 		}
+	}
+	if len(dirs) == 0 {
+		return
+	}
+	// The listed containers of these pods only, found in one scan: on a
+	// large node the candidates are few and the containers many.
+	uids := make(map[string][]*cri.Container, len(dirs))
+	for _, d := range dirs {
+		uids[d.UID] = nil
+	}
+	for i := range p.in.Containers {
+		c := &p.in.Containers[i]
+		if held, ok := uids[c.Labels[podstate.LabelPodUID]]; ok {
+			uids[c.Labels[podstate.LabelPodUID]] = append(held, c)
+		}
+	}
+	for _, d := range dirs {
 		pod := PodRef{UID: d.UID, Namespace: d.Namespace, Name: d.PodName}
 		object := "pod log dir " + d.Path
 		var deps []string
@@ -480,7 +498,7 @@ func (p *planner) podLogDirRules() {
 		}
 		// A container of the pod holds its logs too, even when its sandbox
 		// is not listed: it may be running and writing them.
-		for _, c := range p.podContainers(d.UID) {
+		for _, c := range uids[d.UID] {
 			if blocked {
 				break
 			}

@@ -136,25 +136,18 @@ func (p *planner) checkOracle() string {
 	if o.Disabled || !o.PodDirs.Ready {
 		return ""
 	}
-	ready, settled := 0, 0
-	var gone []string
+	ready, settled, n := 0, 0, 0
 	for _, s := range p.sandboxes {
 		if !s.Ready {
 			continue
 		}
 		ready++
-		if p.in.Now.Sub(s.CreatedAt) < p.in.Policy.OracleSettle {
-			continue
+		if p.settled(s) {
+			settled++
+			if s.gone {
+				n++
+			}
 		}
-		settled++
-		if s.gone {
-			gone = append(gone, s.pod.Namespace+"/"+s.pod.Name)
-		}
-	}
-	sort.Strings(gone)
-	n := len(gone)
-	if n > 3 {
-		gone = append(gone[:3], fmt.Sprintf("and %d more", n-3))
 	}
 	switch {
 	case ready > 0 && len(o.PodDirs.UIDs) == 0:
@@ -163,7 +156,28 @@ func (p *planner) checkOracle() string {
 	case n > 0 && (n == settled || n > max(oracleMaxGone, settled/oracleMaxGoneShare)):
 		return fmt.Sprintf("the kubelet pods dir lacks the pods of %d of %d Ready sandbox(es) (%s), more than an orphaned pod explains "+
 			"(kubelet never calls a pod gone while the runtime runs it): pods.kubelet_root may not be the root kubelet uses; no pod-gone rule runs",
-			n, settled, strings.Join(gone, ", "))
+			n, settled, p.goneReady(3))
 	}
 	return ""
+}
+
+// settled reports whether a sandbox is old enough to count in checkOracle.
+func (p *planner) settled(s *sandboxInfo) bool {
+	return p.in.Now.Sub(s.CreatedAt) >= p.in.Policy.OracleSettle
+}
+
+// goneReady names up to n of the settled Ready sandboxes' pods the oracle
+// calls gone.
+func (p *planner) goneReady(n int) string {
+	var names []string
+	for _, s := range p.sandboxes {
+		if s.Ready && s.gone && p.settled(s) {
+			names = append(names, s.pod.Namespace+"/"+s.pod.Name)
+		}
+	}
+	sort.Strings(names)
+	if len(names) > n {
+		names = append(names[:n], fmt.Sprintf("and %d more", len(names)-n))
+	}
+	return strings.Join(names, ", ")
 }
