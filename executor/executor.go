@@ -118,6 +118,9 @@ type Executor struct {
 	log   logrus.FieldLogger
 	// backoffs is keyed by gc.Action.Key.
 	backoffs map[string]*backoff
+	// aborted is why each key was last aborted: said at warning level once
+	// while the reason lasts, not every pass.
+	aborted map[string]string
 	// jitter returns the random part added to a delay d; tests replace it.
 	jitter func(d time.Duration) time.Duration
 }
@@ -141,7 +144,8 @@ func New(rt Runtime, files Files, opts Options, log logrus.FieldLogger) *Executo
 		discard.SetOutput(io.Discard)
 		log = discard
 	}
-	return &Executor{rt: rt, files: files, opts: opts, log: log, backoffs: make(map[string]*backoff), jitter: randomJitter}
+	return &Executor{rt: rt, files: files, opts: opts, log: log, backoffs: make(map[string]*backoff), aborted: make(map[string]string),
+		jitter: randomJitter}
 }
 
 // randomJitter returns a random duration in [0, maxJitter·d].
@@ -272,10 +276,17 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.
 		if o.Result == Aborted {
 			// Not a failure: nothing was tried, and the next plan decides
 			// again from a fresh listing.
-			e.entry(o.Action).WithError(o.Err).Warnf("not done: checked again right before it: %s", verbsOf(o.Action).do)
+			entry := e.entry(o.Action).WithError(o.Err)
+			if e.aborted[o.Action.Key] == o.Err.Error() {
+				entry.Debugf("not done: checked again right before it: %s", verbsOf(o.Action).do)
+			} else {
+				entry.Warnf("not done: checked again right before it: %s", verbsOf(o.Action).do)
+				e.aborted[o.Action.Key] = o.Err.Error()
+			}
 			settle(i, o)
 			continue
 		}
+		delete(e.aborted, o.Action.Key)
 		if o.Err == nil {
 			o.Result = Success
 			delete(e.backoffs, o.Action.Key)
@@ -335,6 +346,11 @@ func (e *Executor) Forget(proposed map[string]time.Time) {
 	for key := range e.backoffs {
 		if _, ok := proposed[key]; !ok {
 			delete(e.backoffs, key)
+		}
+	}
+	for key := range e.aborted {
+		if _, ok := proposed[key]; !ok {
+			delete(e.aborted, key)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
@@ -101,6 +102,15 @@ func TestNodeStepsAreCheckedAgainRightBeforeTheyRun(t *testing.T) {
 	}
 	if !warned {
 		t.Fatal("the aborted step is not logged with its action")
+	}
+
+	// The same abort again is not a new warning.
+	hook.Reset()
+	e.Execute(context.Background(), []gc.Action{rmLogDir("/p/back")}, t0, recheck)
+	for _, entry := range hook.AllEntries() {
+		if entry.Level <= logrus.WarnLevel {
+			t.Fatalf("the same abort warned again: %s", entry.Message)
+		}
 	}
 
 	// A dry run checks nothing: nothing runs.

@@ -51,7 +51,9 @@ func (b Budget) PerPass(ready int) int {
 
 // budget refuses, class by class, a pass that would take more steps of the
 // class than the budget allows: it marks every due action of a tripped
-// class not due and returns the trips.
+// class not due and returns the trips. A unit taken already this hour
+// (Input.BudgetAdmitted: a step that failed and is retried) is neither
+// counted nor held: it was within the budget when first taken.
 func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 	// Counted without maps, except for orphan stops (several actions a
 	// pod): every other unit is the action's own key, which is unique.
@@ -66,8 +68,8 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 			continue
 		}
 		class, unit := BudgetClass(*a)
-		if class == "" {
-			continue
+		if class == "" || p.in.BudgetAdmitted[class+"/"+unit] {
+			continue // not budgeted, or taken already this hour: a retry
 		}
 		c := byClass[class]
 		if c == nil {

@@ -21,7 +21,7 @@ import (
 func Plan(in Input) Result {
 	if in.NRI != nil {
 		if c := CheckListing(*in.NRI, in.Sandboxes, in.Unreadable, in.Now); c.Untrusted != "" {
-			return Result{Untrusted: c.Untrusted, Leaks: map[string]int{}, EligibleSince: map[string]time.Time{}}
+			return Result{Untrusted: c.Untrusted, ListingChecked: true, Leaks: map[string]int{}, EligibleSince: map[string]time.Time{}}
 		}
 	}
 	if !in.Oracle.Ready() {
@@ -29,7 +29,7 @@ func Plan(in Input) Result {
 		if in.Oracle.PodDirs.Err != nil {
 			why += ": " + in.Oracle.PodDirs.Err.Error()
 		}
-		return Result{NotReady: why, Leaks: map[string]int{}, EligibleSince: map[string]time.Time{}}
+		return Result{NotReady: why, ListingChecked: in.NRI != nil, Leaks: map[string]int{}, EligibleSince: map[string]time.Time{}}
 	}
 	p := newPlanner(in)
 	oracleUntrusted := p.checkOracle()
@@ -43,7 +43,7 @@ func Plan(in Input) Result {
 	p.logLinkRules()
 	p.nodeRules()
 	r := p.resolve()
-	r.OracleUntrusted = oracleUntrusted
+	r.OracleUntrusted, r.ListingChecked, r.OracleChecked = oracleUntrusted, in.NRI != nil, !in.Oracle.Disabled
 	return r
 }
 

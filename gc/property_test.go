@@ -34,13 +34,16 @@ func randomInput(seed int64, pods int) Input {
 	in.Policy.Budget.MaxFraction = rng.Float64()
 	in.Policy.Budget.MinPerPass = rng.Intn(in.Policy.Budget.MaxPerPass + 1)
 	in.Policy.Budget.MaxPerHour = rng.Intn(12)
-	in.BudgetSpent = map[string]int{}
+	in.BudgetSpent, in.BudgetAdmitted = map[string]int{}, map[string]bool{}
 	for _, class := range BudgetClasses {
 		if rng.Intn(3) == 0 {
 			in.BudgetSpent[class] = rng.Intn(12)
 		}
 	}
 	dirs := nodefs.PodDirs{Ready: rng.Intn(10) != 0, UIDs: map[string]struct{}{}}
+	if rng.Intn(2) == 0 { // the pods dir last changed some minutes ago
+		dirs.ModTime = now.Add(-time.Duration(rng.Intn(900)) * time.Second)
+	}
 	in.Oracle = Oracle{Disabled: rng.Intn(10) == 0, PodDirs: dirs}
 	states := []cri.ContainerState{cri.ContainerCreated, cri.ContainerRunning, cri.ContainerExited, cri.ContainerUnknown}
 	id := 0
@@ -132,6 +135,17 @@ func randomInput(seed int64, pods int) Input {
 		in.ContainerLogLinks = append(in.ContainerLogLinks, nodefs.ContainerLogLink{
 			Path: ctrLogs + "/gone_ns_x-" + next("dead") + ".log", ContainerID: next("dead"), Dangling: true})
 	}
+	// Some steps were taken already this hour (retries).
+	first := Plan(in)
+	candidates := first.Actions
+	for _, d := range first.Deferred {
+		candidates = append(candidates, d.Action)
+	}
+	for _, a := range candidates {
+		if class, unit := BudgetClass(a); class != "" && rng.Intn(4) == 0 {
+			in.BudgetAdmitted[class+"/"+unit] = true
+		}
+	}
 	// Half the time NRI reported on the node too: what it says may agree
 	// with the listing, lack some of it, hold sandboxes live that the
 	// listing lacks (recently reported or not), or be another runtime's.
@@ -152,7 +166,13 @@ func randomInput(seed int64, pods int) Input {
 
 // randomNRI draws what NRI reported, against the listed sandboxes.
 func randomNRI(rng *rand.Rand, listed []cri.Sandbox) *NRIView {
-	nri := &NRIView{Confirmed: rng.Intn(2) == 0}
+	nri := &NRIView{Confirmed: rng.Intn(2) == 0, Session: uint64(1 + rng.Intn(2))}
+	session := func() uint64 { // mostly this session's report, sometimes an earlier one's
+		if rng.Intn(4) == 0 {
+			return nri.Session - 1
+		}
+		return nri.Session
+	}
 	reported := func() time.Time {
 		switch rng.Intn(4) {
 		case 0: // just now: containerd may not have stored it yet
@@ -169,12 +189,12 @@ func randomNRI(rng *rand.Rand, listed []cri.Sandbox) *NRIView {
 				continue
 			}
 			nri.Sandboxes = append(nri.Sandboxes, podstate.NRISandbox{ID: s.ID, PodUID: s.UID, ReportedAt: reported(), Synced: rng.Intn(3) == 0,
-				Live: s.Ready && rng.Intn(3) != 0})
+				Session: session(), Live: s.Ready && rng.Intn(3) != 0})
 		}
 	}
 	for i := range rng.Intn(3) {
 		nri.Sandboxes = append(nri.Sandboxes, podstate.NRISandbox{ID: fmt.Sprintf("unlisted%d", i), PodUID: fmt.Sprintf("uid-x%d", i),
-			ReportedAt: reported(), Synced: rng.Intn(3) == 0, Live: rng.Intn(2) == 0})
+			ReportedAt: reported(), Synced: rng.Intn(3) == 0, Session: session(), Live: rng.Intn(2) == 0})
 	}
 	return nri
 }
@@ -201,18 +221,23 @@ func listingDisagrees(in Input) bool {
 	}
 	shared, known := false, 0
 	for _, n := range in.NRI.Sandboxes {
+		current := n.Session == in.NRI.Session
 		if n.ReportedAt.After(in.Now) {
 			continue
 		}
 		if listed[n.ID] {
-			shared = true
-			known++
+			if current {
+				shared = true
+				known++
+			}
 			continue
 		}
 		if !n.Synced && in.Now.Sub(n.ReportedAt) < podstate.SettleTime {
 			continue
 		}
-		known++
+		if current {
+			known++
+		}
 		if n.Live {
 			return true
 		}
@@ -220,11 +245,19 @@ func listingDisagrees(in Input) bool {
 	return !in.NRI.Confirmed && !shared && (known > 0 || managed > 0)
 }
 
-// oracleDisagrees restates when the oracle calls too many Ready sandboxes'
-// pods gone to be believed.
+// oracleDisagrees restates when the oracle is not to be believed: a pod
+// dir absent from a pods dir unchanged since the pod's sandbox was created,
+// or too many Ready sandboxes' pods called gone.
 func oracleDisagrees(in Input) bool {
 	if in.Oracle.Disabled || !in.Oracle.PodDirs.Ready {
 		return false
+	}
+	if mt := in.Oracle.PodDirs.ModTime; !mt.IsZero() {
+		for _, s := range in.Sandboxes {
+			if s.Labels != nil && !in.Oracle.PodDirs.Present(s.UID) && s.CreatedAt.Sub(mt) > 2*time.Second && !s.CreatedAt.After(in.Now) {
+				return true
+			}
+		}
 	}
 	ready, settled, gone := 0, 0, 0
 	for _, s := range in.Sandboxes {
@@ -232,7 +265,7 @@ func oracleDisagrees(in Input) bool {
 			continue
 		}
 		ready++
-		if in.Now.Sub(s.CreatedAt) < in.Policy.OracleSettle {
+		if age := in.Now.Sub(s.CreatedAt); age < in.Policy.OracleSettle && age >= 0 {
 			continue
 		}
 		settled++
@@ -445,6 +478,9 @@ func checkBudget(t *testing.T, in Input, r Result) {
 			class = ClassPodLogDir
 		default:
 			continue
+		}
+		if in.BudgetAdmitted[class+"/"+unit] {
+			continue // a retry of a unit taken this hour: not counted again
 		}
 		if units[class] == nil {
 			units[class] = map[string]bool{}

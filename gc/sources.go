@@ -22,9 +22,12 @@ type NRIView struct {
 	// Sandboxes are podstate.NRISandboxes, taken before the listing was
 	// reconciled.
 	Sandboxes []podstate.NRISandbox
-	// Confirmed: a listing since NRI last synchronized shared a sandbox
-	// with NRI, so runtime.endpoint answers for the containerd NRI talks
-	// to. Until then a listing must share one, unless both sides are empty.
+	// Session is the current NRI session (podstate.Syncs): only what it
+	// reported says what the runtime NRI talks to now has.
+	Session uint64
+	// Confirmed: a listing of this session shared one of its sandboxes, so
+	// runtime.endpoint answers for the containerd NRI talks to. Until then
+	// a listing must share one, unless both sides are empty.
 	Confirmed bool
 }
 
@@ -75,22 +78,30 @@ func CheckListing(nri NRIView, sandboxes []cri.Sandbox, unreadable []cri.Malform
 		if n.ReportedAt.After(takenAt) {
 			continue // reported after the listing was taken
 		}
+		// Sharing is counted in this session's reports only: a sandbox an
+		// earlier session reported says nothing of which containerd NRI
+		// talks to now. Any session's live sandbox must be listed, though.
+		current := n.Session == nri.Session
 		if _, ok := listed[n.ID]; ok {
-			c.Shared = true
-			reported++
+			c.Shared = c.Shared || current
+			if current {
+				reported++
+			}
 			continue
 		}
 		if !n.Synced && n.ReportedAt.After(settled) {
 			continue // reported by RunPodSandbox: containerd may not have stored it yet
 		}
-		reported++
+		if current {
+			reported++
+		}
 		if n.Live {
 			c.Missing = append(c.Missing, n)
 		}
 	}
 	switch {
 	case !nri.Confirmed && !c.Shared && (reported > 0 || managed > 0):
-		c.Untrusted = fmt.Sprintf("the CRI listing shares no sandbox with NRI: NRI reported %d sandbox(es), none of them listed, "+
+		c.Untrusted = fmt.Sprintf("the CRI listing shares no sandbox with NRI: NRI reported %d sandbox(es) since it last synchronized, none of them listed, "+
 			"and the listing has %d kubelet sandbox(es), none of them reported by NRI; runtime.endpoint may answer for another "+
 			"containerd than the one NRI is connected to (check runtime.endpoint and nri.socket)", reported, managed)
 	case len(c.Missing) > 0:
@@ -125,16 +136,29 @@ const (
 	oracleMaxGoneShare = 4 // one in four
 )
 
+// oracleClockMargin allows for coarse file system timestamps when a pod
+// dir's absence is compared with the pods dir's modification time.
+const oracleClockMargin = 2 * time.Second
+
 // checkOracle says why the oracle must not be trusted this pass, or "". It
-// is untrusted when the pods dir is wholly empty while any Ready sandbox is
-// listed, when it calls every settled Ready sandbox's pod gone, or when it
-// calls more of them gone than max(oracleMaxGone, a quarter of them).
-// Sandboxes younger than Policy.OracleSettle do not count, except against
-// a wholly empty pods dir.
+// is untrusted
+//   - when a listed sandbox's pod dir is absent although the pods dir has
+//     not changed since the sandbox was created: kubelet made that dir
+//     before the sandbox, and removing it would have changed the pods dir,
+//     so this is not the dir kubelet writes to (one such sandbox is proof,
+//     in any state: a completed pod counts too);
+//   - when the pods dir is wholly empty while any Ready sandbox is listed;
+//   - when it calls every settled Ready sandbox's pod gone, or more of them
+//     than max(oracleMaxGone, a quarter of them).
+//
+// Sandboxes younger than Policy.OracleSettle do not count in the last rule.
 func (p *planner) checkOracle() string {
 	o := p.in.Oracle
 	if o.Disabled || !o.PodDirs.Ready {
 		return ""
+	}
+	if why := p.unchangedSince(); why != "" {
+		return why
 	}
 	ready, settled, n := 0, 0, 0
 	for _, s := range p.sandboxes {
@@ -161,9 +185,31 @@ func (p *planner) checkOracle() string {
 	return ""
 }
 
-// settled reports whether a sandbox is old enough to count in checkOracle.
+// unchangedSince finds a sandbox whose pod dir is absent from a pods dir
+// that has not changed since the sandbox was created.
+func (p *planner) unchangedSince() string {
+	mt := p.in.Oracle.PodDirs.ModTime
+	if mt.IsZero() {
+		return ""
+	}
+	for _, s := range p.sandboxes {
+		// A creation time after the listing (the clock stepped back) says
+		// nothing about the order of events.
+		if s.gone && s.CreatedAt.After(mt.Add(oracleClockMargin)) && !s.CreatedAt.After(p.in.Now) {
+			return fmt.Sprintf("the kubelet pods dir has not changed since %s, yet sandbox %s of pod %s/%s, created %s, has no pod dir there: "+
+				"kubelet makes a pod's dir before its sandbox, and removing it would have changed the pods dir; pods.kubelet_root is not "+
+				"the root kubelet writes to (a stale copy or mount?); no pod-gone rule runs",
+				mt.Format(time.RFC3339), short(s.ID), s.pod.Namespace, s.pod.Name, s.CreatedAt.Format(time.RFC3339))
+		}
+	}
+	return ""
+}
+
+// settled reports whether a sandbox is old enough to count in checkOracle;
+// one created after the listing (the clock stepped back) counts.
 func (p *planner) settled(s *sandboxInfo) bool {
-	return p.in.Now.Sub(s.CreatedAt) >= p.in.Policy.OracleSettle
+	age := p.in.Now.Sub(s.CreatedAt)
+	return age >= p.in.Policy.OracleSettle || age < 0
 }
 
 // goneReady names up to n of the settled Ready sandboxes' pods the oracle

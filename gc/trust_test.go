@@ -301,3 +301,75 @@ func TestAPassOverTheBudgetTakesNoneOfTheClass(t *testing.T) {
 		t.Fatalf("trip message %q does not name the class", r.Trips[0].Message)
 	}
 }
+
+// Only this NRI session's reports say which containerd NRI talks to now: a
+// sandbox an earlier session reported, still listed, does not confirm it.
+func TestOnlyThisNRISessionsReportsConfirmTheListing(t *testing.T) {
+	listed := []cri.Sandbox{sb("old", "u1", true, time.Hour)}
+	old := nriSandbox("old", "u1", time.Hour, true)
+	old.Session = 1
+	theirs := nriSandbox("theirs", "u2", time.Hour, true)
+	theirs.Session, theirs.Synced = 2, true
+	c := CheckListing(NRIView{Session: 2, Sandboxes: []podstate.NRISandbox{old, theirs}}, listed, nil, now)
+	if c.Shared || !strings.Contains(c.Untrusted, "shares no sandbox with NRI") {
+		t.Fatalf("shared %v, untrusted %q: an earlier session's sandbox confirmed the new one", c.Shared, c.Untrusted)
+	}
+	theirs.PodUID, theirs.ID = "u1", "old"
+	if c := CheckListing(NRIView{Session: 2, Sandboxes: []podstate.NRISandbox{theirs}}, listed, nil, now); c.Untrusted != "" || !c.Shared {
+		t.Fatalf("this session's sandbox listed: untrusted %q", c.Untrusted)
+	}
+}
+
+// A pod dir absent from a pods dir that has not changed since the pod's
+// sandbox was created was never removed from it: kubelet does not write
+// there. One sandbox in any state proves it: a stale copy of the root that
+// still holds the long-running pods' dirs is found by a completed pod
+// created after the copy.
+func TestAPodsDirUnchangedSinceASandboxOfAnAbsentPodIsNotTrusted(t *testing.T) {
+	copied := now.Add(-10 * time.Minute)
+	for _, tc := range []struct {
+		name      string
+		modTime   time.Time
+		sandbox   cri.Sandbox
+		untrusted bool
+	}{
+		{"a completed pod created after the copy", copied, sb("job", "u9", false, 5*time.Minute), true},
+		{"a deleted pod: its dir removed after its sandbox was made", now.Add(-time.Minute), sb("job", "u9", false, 5*time.Minute), false},
+		{"a pod older than the pods dir's last change", copied, sb("job", "u9", false, time.Hour), false},
+		{"within the clock margin", copied, sb("job", "u9", false, 10*time.Minute-time.Second), false},
+		{"a creation time after the listing (the clock stepped back)", copied, sb("job", "u9", false, -time.Minute), false},
+		{"no modification time", time.Time{}, sb("job", "u9", false, 5*time.Minute), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := present("u1", "u2")
+			o.PodDirs.ModTime = tc.modTime
+			in := Input{Now: now, Policy: policy(), Oracle: o, Sandboxes: []cri.Sandbox{
+				sb("s1", "u1", true, time.Hour), sb("s2", "u2", true, time.Hour), tc.sandbox}}
+			r := Plan(in)
+			if (r.OracleUntrusted != "") != tc.untrusted || (tc.untrusted && !strings.Contains(r.OracleUntrusted, "has not changed since")) {
+				t.Fatalf("oracle untrusted %q, want untrusted %v", r.OracleUntrusted, tc.untrusted)
+			}
+			if tc.untrusted && len(r.Actions)+len(r.Deferred) > 0 {
+				t.Fatalf("the completed pod's sandbox is planned: %v %v", due(r), deferred(r))
+			}
+		})
+	}
+}
+
+// A unit taken already this hour (a step that failed and is retried) is
+// not counted against the pass again, so it cannot pause its class.
+func TestARetriedStepDoesNotCountAgainstThePass(t *testing.T) {
+	in := Input{Now: now, Policy: policy(), Oracle: present("live")}
+	in.Policy.Budget = Budget{MaxPerPass: 1, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 20}
+	in.Sandboxes = []cri.Sandbox{sb("slive", "live", true, time.Hour)}
+	in.PodLogDirs = []nodefs.PodLogDir{logDir("g1"), logDir("g2")}
+	if r := Plan(in); len(r.Trips) != 1 {
+		t.Fatalf("two log dirs over a budget of one: trips %+v", r.Trips)
+	}
+	in.BudgetAdmitted = map[string]bool{ClassPodLogDir + "/pod-log-dir/" + logDir("g1").Path: true}
+	r := Plan(in)
+	same(t, "due with one retried", due(r), []string{"remove-pod-log-dir " + logDir("g1").Path, "remove-pod-log-dir " + logDir("g2").Path})
+	if len(r.Trips) != 0 {
+		t.Fatalf("trips %+v", r.Trips)
+	}
+}

@@ -98,9 +98,13 @@ type Input struct {
 	// listing was reconciled; nil when there is no NRI side (the report and
 	// once commands). A listing it disagrees with is not planned from.
 	NRI *NRIView
-	// BudgetSpent counts, per budget class, the steps taken in the last
-	// hour (the loop keeps them).
+	// BudgetSpent counts, per budget class, the units (pods for orphan
+	// stops, objects otherwise) taken in the last hour; the loop keeps them.
 	BudgetSpent map[string]int
+	// BudgetAdmitted are those units, as "class/unit": one already taken
+	// (and failed, or retried) is not counted against a pass again, so a
+	// step that keeps failing does not pause its class for good.
+	BudgetAdmitted map[string]bool
 	// TornDown are the pods this plugin saw torn down (every sandbox and
 	// container removed while it watched) whose pod dir is still there.
 	// Only such a pod dir can be orphaned: a pod dir with nothing listed is
@@ -224,6 +228,12 @@ type Result struct {
 	// Untrusted is set when the listing disagrees with NRI (CheckListing):
 	// no plan is made.
 	Untrusted string
+	// ListingChecked: the listing was checked against NRI (Input.NRI was
+	// set); the report and once commands have no NRI side.
+	ListingChecked bool
+	// OracleChecked: the oracle was read and checked against the runtime
+	// (not pods.source = "none", and ready).
+	OracleChecked bool
 	// OracleUntrusted is set when the oracle calls live pods gone beyond
 	// the threshold (checkOracle): no pod-gone rule runs.
 	OracleUntrusted string

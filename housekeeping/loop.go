@@ -280,11 +280,13 @@ func (l *Loop) Passes() (uint64, PassResult) {
 func (l *Loop) Pass(ctx context.Context) PassResult {
 	r := PassResult{Started: l.now()}
 	startSeq := l.state.Seq()
-	syncs := l.state.Syncs()
 	// Read once, before the listing: the check of the listing against NRI
 	// and the gate must agree on it, or a Synchronize in between would open
-	// the gate for a listing nobody checked.
+	// the gate for a listing nobody checked. The session is read after it:
+	// a reconnect completing in between makes a new session, which must
+	// then share a sandbox with the listing.
 	synced := l.opts.Synchronized == nil || l.opts.Synchronized()
+	syncs := l.state.Syncs()
 	snap, err := l.runtime.Snapshot(ctx)
 	if err != nil {
 		r.Err = err
@@ -307,7 +309,9 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 		"the CRI listing agrees with NRI again")
 	if untrusted != "" {
 		// Every grace clock starts over once the listing is trusted again.
+		// What podstate would have forgotten is forgotten all the same.
 		r.Untrusted, r.Blocked = untrusted, untrusted
+		r.Reconcile.Forgotten = l.state.Forget(snap.TakenAt)
 		r.Plan = gc.Result{Untrusted: untrusted, Leaks: map[string]int{}, EligibleSince: map[string]time.Time{}}
 		l.eligible = r.Plan.EligibleSince
 		if l.opts.Executor != nil {
@@ -346,13 +350,16 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		Oracle:        gc.Oracle{Disabled: l.opts.OracleDisabled},
 		LastLifeEvent: make(map[string]time.Time, len(view.Pods)),
 		EligibleSince: l.eligible,
-		BudgetSpent:   l.budgetSpent(snap.TakenAt),
 	}
+	in.BudgetSpent, in.BudgetAdmitted = l.budgetSpent(snap.TakenAt)
 	for _, p := range view.Pods {
 		if !p.LastLifeEvent.IsZero() {
 			in.LastLifeEvent[p.UID] = p.LastLifeEvent
 		}
-		l.noteTeardown(p, snap.TakenAt)
+		// Without an oracle no pod dir is ever orphaned: no mark to keep.
+		if !l.opts.OracleDisabled {
+			l.noteTeardown(p, snap.TakenAt)
+		}
 	}
 	if !l.opts.OracleDisabled {
 		in.Oracle.PodDirs = nodefs.ListPodDirs(ctx, l.opts.KubeletRoot)

@@ -42,7 +42,7 @@ func (l *Loop) checkListing(ctx context.Context, snap cri.Snapshot, syncs uint64
 	if l.opts.Synchronized == nil || !synced {
 		return nil, ""
 	}
-	nri := &gc.NRIView{Sandboxes: l.state.NRISandboxes(), Confirmed: syncs > 0 && l.confirmedSyncs == syncs}
+	nri := &gc.NRIView{Sandboxes: l.state.NRISandboxes(), Session: syncs, Confirmed: syncs > 0 && l.confirmedSyncs == syncs}
 	c := gc.CheckListing(*nri, snap.Sandboxes, snap.Malformed, snap.TakenAt)
 	if len(c.Missing) > 0 && (nri.Confirmed || c.Shared) {
 		if gone := l.confirmGone(ctx, c.Missing); len(gone) > 0 {
@@ -181,9 +181,13 @@ func (l *Loop) recheckGone(uid string) error {
 	if l.opts.OracleDisabled {
 		return errors.New("pods.source is \"none\": no pod is ever gone")
 	}
+	// The pods dir as the oracle read it: a symlink to it is followed.
 	pods := filepath.Join(l.opts.KubeletRoot, "pods")
-	if fi, err := os.Lstat(pods); err != nil || !fi.IsDir() {
-		return fmt.Errorf("cannot check kubelet's pods dir %s again: %v", pods, err)
+	switch fi, err := os.Stat(pods); {
+	case err != nil:
+		return fmt.Errorf("cannot check kubelet's pods dir again: %w", err)
+	case !fi.IsDir():
+		return fmt.Errorf("kubelet's pods dir %s is not a directory any more", pods)
 	}
 	switch _, err := os.Lstat(filepath.Join(pods, uid)); {
 	case err == nil:
@@ -202,7 +206,13 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 		return fmt.Errorf("pod %s is no longer one seen torn down", uid)
 	}
 	d, err := nodefs.InspectPodDir(ctx, l.opts.KubeletRoot, uid)
-	if err != nil {
+	switch {
+	case err != nil && a.Rule == gc.RuleCgroupVolumesRemain && !errors.Is(err, fs.ErrNotExist):
+		// "Cannot tell" is what a CPU reduction is for (kubelet's
+		// ReduceCPULimits): the pod is still seen torn down and nothing of
+		// it is listed or started.
+		return nil
+	case err != nil:
 		return fmt.Errorf("cannot inspect the pod dir again: %w", err)
 	}
 	if mark.seen != nil {
@@ -224,36 +234,38 @@ type spent struct {
 }
 
 // spend records the budgeted steps the executor tried (succeeded or failed:
-// a failed step may have hurt too); a unit counts once per pass.
+// a failed step may have hurt too). A unit counts once an hour: retrying
+// the same object is no more blast radius.
 func (l *Loop) spend(now time.Time, outcomes []executor.Outcome) {
-	seen := make(map[string]bool)
+	_, admitted := l.budgetSpent(now)
 	for _, o := range outcomes {
 		if o.Result != executor.Success && o.Result != executor.Error {
 			continue
 		}
 		class, unit := gc.BudgetClass(o.Action)
-		if class == "" || seen[class+"/"+unit] {
+		if class == "" || admitted[class+"/"+unit] {
 			continue
 		}
-		seen[class+"/"+unit] = true
+		admitted[class+"/"+unit] = true
 		l.spent = append(l.spent, spent{at: now, class: class, unit: unit})
 	}
 }
 
-// budgetSpent counts the budgeted steps of the hour before now, by class,
-// and forgets older ones.
-func (l *Loop) budgetSpent(now time.Time) map[string]int {
+// budgetSpent counts the budgeted units taken in the hour before now, by
+// class, returns them as "class/unit", and forgets older ones.
+func (l *Loop) budgetSpent(now time.Time) (map[string]int, map[string]bool) {
 	keep := l.spent[:0]
-	counts := make(map[string]int)
+	counts, admitted := make(map[string]int), make(map[string]bool)
 	for _, s := range l.spent {
 		if now.Sub(s.at) >= time.Hour {
 			continue
 		}
 		keep = append(keep, s)
 		counts[s.class]++
+		admitted[s.class+"/"+s.unit] = true
 	}
 	l.spent = keep
-	return counts
+	return counts, admitted
 }
 
 // sayWhileItLasts logs a problem (an error) when it starts or changes, and

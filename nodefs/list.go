@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,6 +30,11 @@ type PodDirs struct {
 	// kubelet's listPodsFromDisk, every directory counts, parsed or not: an
 	// odd name can only make a pod look present, never gone.
 	UIDs map[string]struct{}
+	// ModTime is the pods dir's modification time, read after its entries:
+	// it changes whenever a pod dir is made or removed there, so a pod dir
+	// that is absent while ModTime predates the pod's sandbox was never
+	// removed from this dir (the planner's check of the oracle).
+	ModTime time.Time
 }
 
 // Present reports whether uid has a pod directory. It is false for an oracle
@@ -59,7 +65,13 @@ func ListPodDirs(ctx context.Context, kubeletRoot string) PodDirs {
 			uids[e.Name()] = struct{}{}
 		}
 	}
-	return PodDirs{Ready: true, UIDs: uids}
+	// After the entries: a pod dir removed before the listing has changed
+	// the time read here.
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return PodDirs{Err: fmt.Errorf("kubelet pods dir %s cannot be read: %w", dir, err)}
+	}
+	return PodDirs{Ready: true, UIDs: uids, ModTime: fi.ModTime()}
 }
 
 // PodLogDir is one directory of the pod logs dir whose name parses.

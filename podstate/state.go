@@ -91,7 +91,7 @@ func (s *State) Apply(ev Event) error {
 	case RunPodSandbox:
 		// A new sandbox starts Ready.
 		sb := s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At)
-		sb.ReportedAt, sb.Synced = ev.At, false
+		sb.ReportedAt, sb.Synced, sb.Session = ev.At, false, s.syncs
 	case StopPodSandbox:
 		sb := s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At)
 		sb.StopSeen = true
@@ -164,7 +164,7 @@ func (s *State) Synchronize(at time.Time, sandboxes []SyncedSandbox, containers 
 		}
 		p := s.podFor(in.Pod, SourceSync, at)
 		sb := s.sandboxFor(p, in.SandboxID, SourceSync, at)
-		sb.ReportedAt, sb.Synced = at, true
+		sb.ReportedAt, sb.Synced, sb.Session = at, true, s.syncs
 		if sb.State == SandboxRemoved && sb.Removal == RemovedByAbsence {
 			to := SandboxReady
 			if sb.StopSeen {
@@ -503,18 +503,19 @@ func (s *State) View() View {
 }
 
 // NRISandboxes returns every sandbox NRI reported (RunPodSandbox,
-// Synchronize) and did not report removed, with whether NRI holds it live:
-// what a listing of the same runtime must agree with.
+// Synchronize) that is not Removed, with whether NRI holds it live and the
+// session that reported it: what a listing of the same runtime must agree
+// with.
 func (s *State) NRISandboxes() []NRISandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []NRISandbox
 	for _, sb := range s.sandboxes {
-		if sb.ReportedAt.IsZero() || (sb.State == SandboxRemoved && sb.Removal == RemovedByEvent) {
+		if sb.ReportedAt.IsZero() || sb.State == SandboxRemoved {
 			continue
 		}
 		out = append(out, NRISandbox{ID: sb.ID, PodUID: sb.PodUID, ReportedAt: sb.ReportedAt, Synced: sb.Synced,
-			Live: sb.State == SandboxReady && !sb.StopSeen})
+			Session: sb.Session, Live: sb.State == SandboxReady && !sb.StopSeen})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -537,6 +538,15 @@ func (s *State) MarkGone(ids []string, at time.Time) {
 		s.setSandbox(sb, SandboxRemoved, at, false)
 		s.refreshPhase(s.pods[sb.PodUID], at)
 	}
+}
+
+// Forget drops the pods Removed for longer than the retention, as a
+// Reconcile does. A pass whose listing is not trusted reconciles nothing,
+// and must still forget, or the state would grow for as long as that lasts.
+func (s *State) Forget(now time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.forget(now)
 }
 
 // Pod returns a copy of one pod, if known.

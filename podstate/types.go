@@ -192,6 +192,8 @@ type Sandbox struct {
 	// Synced: the last report was a Synchronize, which lists what
 	// containerd has stored; a RunPodSandbox comes before the store has it.
 	Synced bool
+	// Session is the NRI session (State.Syncs) of the last report.
+	Session uint64
 	// StopSeen: an NRI StopPodSandbox arrived, or a listing showed the
 	// sandbox NotReady.
 	StopSeen bool
@@ -261,6 +263,9 @@ type NRISandbox struct {
 	// Synced: reported by Synchronize, from containerd's store; a sandbox
 	// reported by RunPodSandbox may not be stored yet for a little while.
 	Synced bool
+	// Session is the NRI session (State.Syncs) that last reported it: only
+	// the current session's reports say what the runtime NRI talks to has.
+	Session uint64
 	// Live: reported Ready, with no NRI stop or removal since and no
 	// listing that showed it NotReady: the runtime must list it.
 	Live bool

@@ -40,13 +40,34 @@ type Sources struct {
 	Oracle  Trust `json:"pod_oracle"`
 }
 
-// Trust is one source's: trusted, or not and why.
+// Trust is one source's: checked and trusted, checked and not trusted
+// (why), or not checked (why).
 type Trust struct {
+	Checked bool   `json:"checked"`
 	Trusted bool   `json:"trusted"`
 	Why     string `json:"why,omitempty"`
 }
 
-func trust(why string) Trust { return Trust{Trusted: why == "", Why: why} }
+// listingTrust is the listing's: checked against NRI by the running plugin
+// only.
+func listingTrust(plan gc.Result) Trust {
+	if !plan.ListingChecked {
+		return Trust{Why: "no NRI side: only the running plugin compares the listing with what NRI reported"}
+	}
+	return Trust{Checked: true, Trusted: plan.Untrusted == "", Why: plan.Untrusted}
+}
+
+// oracleTrust is the oracle's: not checked when it is not ready, or
+// disabled.
+func oracleTrust(plan gc.Result) Trust {
+	switch {
+	case plan.NotReady != "":
+		return Trust{Why: plan.NotReady}
+	case !plan.OracleChecked:
+		return Trust{Why: "pods.source = \"none\": no pod is ever gone"}
+	}
+	return Trust{Checked: true, Trusted: plan.OracleUntrusted == "", Why: plan.OracleUntrusted}
+}
 
 // Runtime summarises the listing the plan was made from.
 type Runtime struct {
@@ -68,7 +89,7 @@ type Item struct {
 // Build turns a plan into a Report.
 func Build(now time.Time, snap cri.Snapshot, plan gc.Result, blocked string) Report {
 	r := Report{GeneratedAt: now, Blocked: blocked, Leaks: plan.Leaks, Budget: plan.Trips, Skipped: plan.Skipped,
-		Sources: Sources{Listing: trust(plan.Untrusted), Oracle: trust(plan.OracleUntrusted)},
+		Sources: Sources{Listing: listingTrust(plan), Oracle: oracleTrust(plan)},
 		Runtime: Runtime{Sandboxes: len(snap.Sandboxes), Containers: len(snap.Containers), ContainersState: map[string]int{}},
 		Actions: []Item{}, Deferred: []Item{}, Kept: []Item{}}
 	if r.Budget == nil {
@@ -148,7 +169,10 @@ func Text(w io.Writer, r Report) error {
 }
 
 func trustWords(t Trust) string {
-	if t.Trusted {
+	switch {
+	case !t.Checked:
+		return "not checked (" + t.Why + ")"
+	case t.Trusted:
 		return "trusted"
 	}
 	return "NOT TRUSTED (" + t.Why + ")"

@@ -88,6 +88,7 @@ func TestAnUnreadyOracleIsShownAsNotActing(t *testing.T) {
 func TestTheReportShowsDistrustedSourcesAndPausedClasses(t *testing.T) {
 	snap, r := plan()
 	r.OracleUntrusted = "the kubelet pods dir is empty while the runtime runs 1 Ready sandbox(es)"
+	r.ListingChecked, r.OracleChecked = true, true
 	r.Trips = []gc.Trip{{Class: gc.ClassPodLogDir, Due: 5, Allowed: 3, Message: "blast-radius budget: this pass would take 5 pod-log-dir step(s)"}}
 	r.Skipped = []gc.PodRef{{UID: "u9", Namespace: "ns", Name: "back"}}
 	rep := Build(now, snap, r, "")
@@ -116,8 +117,22 @@ func TestTheReportShowsDistrustedSourcesAndPausedClasses(t *testing.T) {
 		t.Fatalf("JSON report = %+v", got)
 	}
 	// An untrusted listing blocks everything; the report says why.
-	rep = Build(now, snap, gc.Result{Untrusted: "the CRI listing shares no sandbox with NRI"}, "the CRI listing shares no sandbox with NRI")
-	if rep.Sources.Listing.Trusted || rep.Blocked == "" {
+	rep = Build(now, snap, gc.Result{Untrusted: "the CRI listing shares no sandbox with NRI", ListingChecked: true}, "the CRI listing shares no sandbox with NRI")
+	if rep.Sources.Listing.Trusted || !rep.Sources.Listing.Checked || rep.Blocked == "" {
 		t.Fatalf("untrusted listing report = %+v", rep)
+	}
+}
+
+// report and once have no NRI side, and an oracle that is not ready is not
+// checked: the report says "not checked", never "trusted".
+func TestTheReportDoesNotCallAnUncheckedSourceTrusted(t *testing.T) {
+	snap, _ := plan()
+	var text bytes.Buffer
+	if err := Text(&text, Build(now, snap, gc.Result{NotReady: "the pod oracle is not ready: no pods dir"}, "")); err != nil {
+		t.Fatal(err)
+	}
+	if want := "sources: runtime listing not checked (no NRI side"; !strings.Contains(text.String(), want) ||
+		!strings.Contains(text.String(), "kubelet pod dirs not checked (the pod oracle is not ready") {
+		t.Fatalf("text:\n%s", text.String())
 	}
 }

@@ -204,25 +204,34 @@ file = %q
 // pods run, one of them complete (dead container, NotReady sandbox, logs):
 // nothing is removed, and report says why.
 func TestAKubeletRootWithoutTheRunningPodsRemovesNothing(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		stale func(t *testing.T, root string) // what the wrong root holds
-	}{
-		{"an empty pods dir", func(*testing.T, string) {}},
-		{"a stale pods dir of other pods", func(t *testing.T, root string) {
-			if err := os.MkdirAll(filepath.Join(root, "pods", lab.NewUID(), "volumes"), 0o755); err != nil {
+	mkdirs := func(t *testing.T, root string, uids ...string) {
+		for _, uid := range uids {
+			if err := os.MkdirAll(filepath.Join(root, "pods", uid, "volumes"), 0o755); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		stale func(t *testing.T, root string, running []lab.Pod) // what the wrong root holds
+	}{
+		{"an empty pods dir", func(*testing.T, string, []lab.Pod) {}},
+		{"a stale pods dir of other pods", func(t *testing.T, root string, _ []lab.Pod) { mkdirs(t, root, lab.NewUID()) }},
+		{"a stale copy that still holds the running pods' dirs", func(t *testing.T, root string, running []lab.Pod) {
+			for _, p := range running {
+				mkdirs(t, root, p.UID)
+			}
+			time.Sleep(2500 * time.Millisecond) // the completed pod comes after the copy, beyond the clock margin
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cleanupPods(t, node)
 			real := newKubelet(t, node) // where kubelet really keeps its pod dirs
-			_, sandboxes, ctrs := livePods(t, real, "running", 2)
+			running, sandboxes, ctrs := livePods(t, real, "running", 2)
+			wrong := newKubelet(t, node)
+			tc.stale(t, wrong.root, running)
 			done, doneSb, doneCtr := completedPod(t, real, "complete")
 			sandboxes, ctrs = append(sandboxes, doneSb), append(ctrs, doneCtr)
-			wrong := newKubelet(t, node)
-			tc.stale(t, wrong.root)
 			h := startHousekeeper(t, node, wrong, withCgroups)
 			time.Sleep(4*testGrace + 2*testPeriod)
 			for _, id := range append(sandboxes, ctrs...) {

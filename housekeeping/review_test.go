@@ -1,0 +1,307 @@
+package housekeeping
+
+// Found by a review of the safety work of issue 10; each test failed on
+// the loop before its fix.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// reviewPolicy: no grace, default budget (3, 0.1, 1, 20).
+func reviewPolicy(podLogs string) gc.Policy {
+	return gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1,
+		Budget:     gc.Budget{MaxPerPass: 3, MaxFraction: 0.1, MinPerPass: 1, MaxPerHour: 20},
+		PodLogsDir: podLogs, ContainerLogsDir: filepath.Join(podLogs, "..", filepath.Base(podLogs)+"-links")}
+}
+
+func mkPodLogDir(t *testing.T, podLogs, uid string) string {
+	t.Helper()
+	p := filepath.Join(podLogs, "ns_p-"+uid+"_"+uid)
+	if err := os.MkdirAll(filepath.Join(p, "app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// failingFiles fails RemovePodLogDir for the paths in fail, records the rest.
+type failingFiles struct {
+	nodeRecorder
+	fail map[string]bool
+}
+
+func (f *failingFiles) RemovePodLogDir(ctx context.Context, path string) error {
+	if f.fail[path] {
+		return errors.New("refused: a mount point inside")
+	}
+	return f.nodeRecorder.RemovePodLogDir(ctx, path)
+}
+
+func (f *failingFiles) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgroup) error {
+	return errors.New("rmdir: device or resource busy (a process in D state)")
+}
+
+// <kubelet_root>/pods may be a symlink (pod data moved to another disk).
+// ListPodDirs, InspectPodDir and RemoveOrphanedPodDir follow it, and so
+// must the re-check right before a step, or every pod-log-dir and
+// cgroups.pod-gone step is aborted, every pass, forever.
+func TestASymlinkedPodsDirDoesNotAbortEveryGoneStep(t *testing.T) {
+	for _, symlinked := range []bool{false, true} {
+		t.Run(map[bool]string{false: "real pods dir", true: "symlinked pods dir"}[symlinked], func(t *testing.T) {
+			root := t.TempDir()
+			live := testUID(60)
+			target := filepath.Join(root, "pods")
+			if symlinked {
+				target = filepath.Join(t.TempDir(), "pods-on-data-disk")
+				if err := os.Symlink(target, filepath.Join(root, "pods")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.MkdirAll(filepath.Join(target, live), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			podLogs := t.TempDir()
+			gone := testUID(61)
+			mkPodLogDir(t, podLogs, gone)
+			rt := &fakeRuntime{}
+			rt.set(cri.Snapshot{TakenAt: now}, nil)
+			files := &nodeRecorder{}
+			log, _ := testLogger()
+			loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root,
+				Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+				Policy:   reviewPolicy(podLogs)}, log)
+			loop.started = now.Add(-time.Hour)
+			r := loop.Pass(context.Background())
+			if len(r.Plan.Actions) != 1 {
+				t.Fatalf("planned %v: the test proves nothing", r.Plan.Actions)
+			}
+			if len(files.done) != 1 {
+				t.Fatalf("outcomes %+v: the pod log dir of a gone pod was not removed", r.Outcomes)
+			}
+		})
+	}
+}
+
+// One step of a class that keeps failing (a pod log dir the remover
+// refuses, a cgroup with a D-state process) stays due forever; on a node with
+// fewer than 20 Ready sandboxes the per-pass budget is 1. The retry must not
+// count against the pass, or from the first other step of that class on,
+// every pass would trip and the class never run again.
+func TestAStuckStepDoesNotPauseItsClassForever(t *testing.T) {
+	root := podDirs(t, testUID(70)) // one live pod dir: the oracle is not empty
+	podLogs := t.TempDir()
+	a := mkPodLogDir(t, podLogs, testUID(71))
+	rt := &fakeRuntime{}
+	files := &failingFiles{fail: map[string]bool{a: true}}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: 30 * time.Second, KubeletRoot: root,
+		Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+		Policy:   reviewPolicy(podLogs)}, log)
+	loop.started = now.Add(-time.Hour)
+	var b string
+	for pass := range 240 { // two hours
+		if pass == 1 {
+			b = mkPodLogDir(t, podLogs, testUID(72))
+		}
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(pass) * 30 * time.Second)}, nil)
+		loop.Pass(context.Background())
+	}
+	for _, d := range files.done {
+		if strings.Contains(d, b) {
+			return
+		}
+	}
+	t.Fatalf("in two hours the pod log dir %s was never removed: the class is paused for good by the one that fails (done %v)", b, files.done)
+}
+
+// The hour's budget counts a unit once, not each retry of it: else a
+// single stuck cgroup would use most of max_per_hour on its own.
+func TestARetriedUnitCountsOnceAgainstTheHour(t *testing.T) {
+	root := podDirs(t, testUID(80))
+	stuck := testUID(81)
+	cg := fakeCgroups(t, stuck)
+	// The stuck pod cgroup has a process in it.
+	if err := os.WriteFile(filepath.Join(cg.Mountpoint, "memory", "kubepods", "besteffort", "pod"+stuck, "cgroup.procs"), []byte("4242\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rt := &fakeRuntime{}
+	files := &failingFiles{}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: 30 * time.Second, KubeletRoot: root, Cgroups: cg,
+		Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+		Policy:   reviewPolicy(t.TempDir())}, log)
+	loop.started = now.Add(-time.Hour)
+	for pass := range 120 { // one hour
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(pass) * 30 * time.Second)}, nil)
+		loop.Pass(context.Background())
+	}
+	if spent, _ := loop.budgetSpent(now.Add(119 * 30 * time.Second)); spent[gc.ClassCgroupKill] != 1 {
+		n := spent[gc.ClassCgroupKill]
+		t.Fatalf("one stuck pod cgroup counts %d of max_per_hour 20 in an hour", n)
+	}
+}
+
+// Records of an earlier NRI session neither confirm the new one nor keep
+// the listing untrusted for good.
+func TestAnEarlierNRISessionsRecordsNeitherConfirmNorWedge(t *testing.T) {
+	uid := testUID(90)
+	s1 := cri.Sandbox{ID: "s1", UID: uid, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)}
+	newLoop := func(t *testing.T, state *podstate.State, rt *fakeRuntime) *Loop {
+		log, _ := testLogger()
+		l := New(state, rt, Options{Period: 30 * time.Second, KubeletRoot: podDirs(t, uid), Synchronized: func() bool { return true },
+			Policy: reviewPolicy(t.TempDir())}, log)
+		l.started = now.Add(-time.Hour)
+		return l
+	}
+
+	// The README: a listing that shares no sandbox with NRI is untrusted
+	// "until one listing of this NRI session has (the first one after every
+	// (re)connect)". After a reconnect to another containerd's NRI (two
+	// containerds, one NRI socket path), the listing still shares s1, which
+	// only the old session reported: that confirms the new session.
+	t.Run("a new session is confirmed only by its own sandboxes", func(t *testing.T) {
+		state := podstate.New(0)
+		state.Synchronize(now.Add(-time.Hour), []podstate.SyncedSandbox{{Pod: ident(uid), SandboxID: "s1"}}, nil)
+		rt := &fakeRuntime{}
+		loop := newLoop(t, state, rt)
+		rt.set(cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{s1}}, nil)
+		if r := loop.Pass(context.Background()); r.Untrusted != "" {
+			t.Fatalf("first session: %s", r.Untrusted)
+		}
+		// Reconnect: NRI now reports another runtime's pod, none of ours.
+		other := testUID(91)
+		state.Synchronize(now.Add(time.Minute), []podstate.SyncedSandbox{{Pod: ident(other), SandboxID: "theirs"}}, nil)
+		rt.set(cri.Snapshot{TakenAt: now.Add(2 * time.Minute), Sandboxes: []cri.Sandbox{s1}}, nil)
+		r := loop.Pass(context.Background())
+		if r.Untrusted == "" {
+			p, _ := state.Pod(other)
+			t.Fatalf("trusted a listing that shares nothing with this NRI session (NRI's own sandbox now: %s, asked the runtime %d time(s))",
+				p.Phase, rt.asked.Load())
+		}
+	})
+
+	// A node emptied while containerd's NRI dropped the removals (after a
+	// containerd restart): s1 is dropped without evidence (MarkGone) and kept
+	// for the retention. NRI reconnects. The listing is empty, NRI reports
+	// nothing, yet the stale s1 makes every listing untrusted, and an
+	// untrusted pass never reconciles, so s1 is never forgotten.
+	t.Run("an emptied node is trusted again after the retention", func(t *testing.T) {
+		state := podstate.New(0)
+		state.Synchronize(now.Add(-time.Hour), []podstate.SyncedSandbox{{Pod: ident(uid), SandboxID: "s1"}}, nil)
+		rt := &fakeRuntime{}
+		loop := newLoop(t, state, rt)
+		rt.set(cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{s1}}, nil)
+		loop.Pass(context.Background())
+		rt.set(cri.Snapshot{TakenAt: now.Add(30 * time.Second)}, nil) // s1 gone, no NRI event
+		if r := loop.Pass(context.Background()); r.Untrusted != "" {
+			t.Fatalf("s1 not dropped: %s", r.Untrusted)
+		}
+		state.Synchronize(now.Add(time.Minute), nil, nil) // NRI reconnects: nothing on the node
+		var r PassResult
+		for pass := range 120 { // one hour
+			rt.set(cri.Snapshot{TakenAt: now.Add(2*time.Minute + time.Duration(pass)*30*time.Second)}, nil)
+			r = loop.Pass(context.Background())
+		}
+		if r.Untrusted != "" {
+			t.Fatalf("an hour later, on an empty node, NRI reporting nothing: still untrusted: %s", r.Untrusted)
+		}
+	})
+
+	// While the listing is untrusted (a wrong runtime.endpoint, the case the
+	// check exists for), NRI keeps recording every pod's life, and nothing
+	// is ever forgotten: forget runs only inside Reconcile.
+	t.Run("podstate forgets while the listing is untrusted", func(t *testing.T) {
+		state := podstate.New(0)
+		state.Synchronize(now.Add(-time.Hour), []podstate.SyncedSandbox{{Pod: ident(uid), SandboxID: "s1"}}, nil)
+		rt := &fakeRuntime{}
+		loop := newLoop(t, state, rt)
+		theirs := cri.Snapshot{Sandboxes: []cri.Sandbox{{ID: "x", UID: testUID(92), Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(testUID(92))}}}
+		for i := range 200 {
+			p := ident(testUID(1000 + i))
+			at := now.Add(time.Duration(i) * time.Second)
+			for _, k := range []podstate.EventKind{podstate.RunPodSandbox, podstate.StopPodSandbox, podstate.RemovePodSandbox} {
+				_ = state.Apply(podstate.Event{Kind: k, At: at, Pod: p, SandboxID: "sb-" + p.UID})
+			}
+		}
+		for pass := range 120 {
+			theirs.TakenAt = now.Add(time.Duration(pass) * 30 * time.Second)
+			rt.set(theirs, nil)
+			if r := loop.Pass(context.Background()); r.Untrusted == "" {
+				t.Fatal("the other runtime's listing was trusted: the test proves nothing")
+			}
+		}
+		if n := len(state.View().Pods); n > 1 {
+			t.Fatalf("%d pods kept after an hour of untrusted passes (retention %s): podstate grows without bound while the listing is untrusted", n, podstate.DefaultRetention)
+		}
+	})
+}
+
+// The pass reads whether NRI synchronized, then the NRI session (Syncs): a
+// reconnect that completes between the two reads is a new session, which
+// must share a sandbox with the listing; it is not confirmed by the old one.
+func TestAReconnectBetweenTheTwoReadsIsNotConfirmed(t *testing.T) {
+	uid, other := testUID(95), testUID(96)
+	s1 := cri.Sandbox{ID: "s1", UID: uid, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)}
+	state := podstate.New(0)
+	state.Synchronize(now.Add(-time.Hour), []podstate.SyncedSandbox{{Pod: ident(uid), SandboxID: "s1"}}, nil)
+	rt := &fakeRuntime{}
+	reconnect := false
+	log, _ := testLogger()
+	loop := New(state, rt, Options{Period: 30 * time.Second, KubeletRoot: podDirs(t, uid, other),
+		Synchronized: func() bool {
+			if reconnect {
+				reconnect = false
+				// Connection lost and re-established, Synchronize done.
+				state.Synchronize(now.Add(time.Minute), []podstate.SyncedSandbox{{Pod: ident(other), SandboxID: "theirs"}}, nil)
+			}
+			return true
+		},
+		Policy: reviewPolicy(t.TempDir())}, log)
+	rt.set(cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{s1}}, nil)
+	loop.Pass(context.Background())
+	// NRI's old sandbox s1 is gone too now (the listing is another runtime's).
+	state.Apply(podstate.Event{Kind: podstate.RemovePodSandbox, At: now.Add(50 * time.Second), Pod: ident(uid), SandboxID: "s1"})
+	reconnect = true
+	rt.set(cri.Snapshot{TakenAt: now.Add(2 * time.Minute)}, nil)
+	if r := loop.Pass(context.Background()); r.Untrusted == "" {
+		t.Fatalf("the first listing of a new NRI session was trusted without sharing a sandbox with it (asked the runtime %d time(s))", rt.asked.Load())
+	}
+}
+
+// With pods.source = "none" no pod dir is ever orphaned: the loop keeps
+// no torn-down mark, which nothing would drop (the oracle is never read).
+func TestTornDownMarksDoNotGrowWithoutAnOracle(t *testing.T) {
+	state := podstate.New(0)
+	rt := &fakeRuntime{}
+	log, _ := testLogger()
+	loop := New(state, rt, Options{Period: 30 * time.Second, OracleDisabled: true, Synchronized: func() bool { return true },
+		Policy: reviewPolicy(t.TempDir())}, log)
+	loop.started = now.Add(-time.Hour)
+	for pass := range 120 { // an hour, 5 pods torn down every pass
+		at := now.Add(time.Duration(pass) * 30 * time.Second)
+		for i := range 5 {
+			p := ident(testUID(10000 + pass*5 + i))
+			for _, k := range []podstate.EventKind{podstate.RunPodSandbox, podstate.StopPodSandbox, podstate.RemovePodSandbox} {
+				_ = state.Apply(podstate.Event{Kind: k, At: at.Add(-time.Second), Pod: p, SandboxID: "sb-" + p.UID})
+			}
+		}
+		rt.set(cri.Snapshot{TakenAt: at}, nil)
+		if r := loop.Pass(context.Background()); r.Untrusted != "" {
+			t.Fatal(r.Untrusted)
+		}
+	}
+	if pods, marks := len(state.View().Pods), len(loop.tornDown); marks > pods {
+		t.Fatalf("podstate keeps %d pods (retention %s) but the loop keeps %d torn-down marks, and the number only grows", pods, podstate.DefaultRetention, marks)
+	}
+}
