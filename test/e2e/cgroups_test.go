@@ -161,6 +161,20 @@ func TestOrphanPodCgroupIsKilledAndRemoved(t *testing.T) {
 	}
 }
 
+// requireUntouched fails unless proc lives and every cgroup dir in paths
+// is still there.
+func requireUntouched(t *testing.T, proc *exec.Cmd, paths []string, whose string) {
+	t.Helper()
+	if !alive(proc) {
+		t.Fatalf("the process of %s was killed", whose)
+	}
+	for _, p := range paths {
+		if !exists(p) {
+			t.Fatalf("pod cgroup %s of %s was removed", p, whose)
+		}
+	}
+}
+
 // podCgroupPaths finds a lab pod's cgroup dirs.
 func podCgroupPaths(t *testing.T, p lab.Pod) []string {
 	var out []string
@@ -248,14 +262,7 @@ func TestOrphanPodCgroupWithVolumesLeftOnlyLosesCPU(t *testing.T) {
 	})
 	t.Logf("the torn-down pod's cgroup got the minimum CPU %v after its teardown", took.Round(time.Millisecond))
 	time.Sleep(2 * testPeriod)
-	if !alive(proc) {
-		t.Fatal("the process of a pod whose volumes remain was killed")
-	}
-	for _, p := range paths {
-		if !exists(p) {
-			t.Fatalf("cgroup %s was removed", p)
-		}
-	}
+	requireUntouched(t, proc, paths, "a pod whose volumes remain")
 	if after, _ := os.ReadFile(pendingShares); string(after) != string(before) {
 		t.Fatalf("the pending pod's cpu.shares changed from %q to %q", before, after)
 	}

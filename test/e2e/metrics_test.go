@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -122,19 +121,7 @@ file = %q
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, exe, "run", "--config", conf)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile)
-			t.Logf("plugin log:\n%s", b)
-		}
-	})
+	runBinary(t, exe, conf, logFile)
 	waitFor(t, "/readyz is 200", 10*time.Second, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 })
 	if code, _ := get("http://" + addr + "/healthz"); code != 200 {
 		t.Fatalf("/healthz = %d", code)

@@ -315,14 +315,7 @@ func TestAnOrphanCgroupWhoseUIDComesBackIsNotTouched(t *testing.T) {
 		t.Fatal("the orphan cgroup was never due: the test proves nothing")
 	}
 	time.Sleep(3 * testPeriod)
-	if !alive(proc) {
-		t.Fatal("the process in the pod cgroup of a pod that came back was killed")
-	}
-	for _, p := range paths {
-		if !exists(p) {
-			t.Fatalf("pod cgroup %s of a pod that came back was removed", p)
-		}
-	}
+	requireUntouched(t, proc, paths, "a pod that came back")
 	logs := h.logs.String()
 	if !strings.Contains(logs, "not done: checked again right before it") || !strings.Contains(logs, "pod_uid="+back.UID) {
 		t.Fatalf("the abort is not logged with its pod:\n%s", logs)
