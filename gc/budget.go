@@ -3,6 +3,7 @@ package gc
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Budget classes: every step that can hurt a live workload or user data
@@ -95,13 +96,19 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 	}
 	b := p.in.Policy.Budget
 	perPass := b.PerPass(ready)
+	spentByClass := make(map[string]int)
+	for unit := range p.in.BudgetAdmitted {
+		if class, _, ok := strings.Cut(unit, "/"); ok {
+			spentByClass[class]++
+		}
+	}
 	var trips []Trip
 	for _, class := range BudgetClasses {
 		c := byClass[class]
 		if c == nil {
 			continue
 		}
-		spent := p.in.BudgetSpent[class]
+		spent := spentByClass[class]
 		allowed := min(perPass, max(0, b.MaxPerHour-spent))
 		if c.units <= allowed {
 			continue

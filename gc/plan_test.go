@@ -368,8 +368,11 @@ func TestTheBudgetStopsNoLivePodWhenAPassWouldStopTooMany(t *testing.T) {
 			pol := policy()
 			pol.StopOrphans = true
 			pol.Budget = Budget{MaxPerPass: tc.maxPerPass, MaxFraction: tc.maxFraction, MinPerPass: 1, MaxPerHour: 10}
-			r := Plan(Input{Now: now, Policy: pol, Oracle: present(live...), Sandboxes: sandboxes,
-				BudgetSpent: map[string]int{ClassOrphanStop: tc.spent}})
+			earlier := map[string]bool{} // orphans stopped earlier this hour
+			for i := range tc.spent {
+				earlier[fmt.Sprintf("%s/earlier-%d", ClassOrphanStop, i)] = true
+			}
+			r := Plan(Input{Now: now, Policy: pol, Oracle: present(live...), Sandboxes: sandboxes, BudgetAdmitted: earlier})
 			if r.OracleUntrusted != "" {
 				t.Fatalf("oracle untrusted: %s", r.OracleUntrusted)
 			}

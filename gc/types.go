@@ -98,12 +98,11 @@ type Input struct {
 	// listing was reconciled; nil when there is no NRI side (the report and
 	// once commands). A listing it disagrees with is not planned from.
 	NRI *NRIView
-	// BudgetSpent counts, per budget class, the units (pods for orphan
-	// stops, objects otherwise) taken in the last hour; the loop keeps them.
-	BudgetSpent map[string]int
-	// BudgetAdmitted are those units, as "class/unit": one already taken
-	// (and failed, or retried) is not counted against a pass again, so a
-	// step that keeps failing does not pause its class for good.
+	// BudgetAdmitted are the budgeted units (pods for orphan stops,
+	// objects otherwise) taken in the last hour, as "class/unit"; the loop
+	// keeps them. They count against the class's max_per_hour, and one
+	// taken already (and failed, so retried) is not counted against a pass
+	// again: a step that keeps failing does not pause its class for good.
 	BudgetAdmitted map[string]bool
 	// TornDown are the pods this plugin saw torn down (every sandbox and
 	// container removed while it watched) whose pod dir is still there.

@@ -351,7 +351,7 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		LastLifeEvent: make(map[string]time.Time, len(view.Pods)),
 		EligibleSince: l.eligible,
 	}
-	in.BudgetSpent, in.BudgetAdmitted = l.budgetSpent(snap.TakenAt)
+	in.BudgetAdmitted = l.budgetSpent(snap.TakenAt)
 	for _, p := range view.Pods {
 		if !p.LastLifeEvent.IsZero() {
 			in.LastLifeEvent[p.UID] = p.LastLifeEvent

@@ -237,7 +237,7 @@ type spent struct {
 // a failed step may have hurt too). A unit counts once an hour: retrying
 // the same object is no more blast radius.
 func (l *Loop) spend(now time.Time, outcomes []executor.Outcome) {
-	_, admitted := l.budgetSpent(now)
+	admitted := l.budgetSpent(now)
 	for _, o := range outcomes {
 		if o.Result != executor.Success && o.Result != executor.Error {
 			continue
@@ -251,21 +251,20 @@ func (l *Loop) spend(now time.Time, outcomes []executor.Outcome) {
 	}
 }
 
-// budgetSpent counts the budgeted units taken in the hour before now, by
-// class, returns them as "class/unit", and forgets older ones.
-func (l *Loop) budgetSpent(now time.Time) (map[string]int, map[string]bool) {
+// budgetSpent returns the budgeted units taken in the hour before now, as
+// "class/unit", and forgets older ones.
+func (l *Loop) budgetSpent(now time.Time) map[string]bool {
 	keep := l.spent[:0]
-	counts, admitted := make(map[string]int), make(map[string]bool)
+	admitted := make(map[string]bool)
 	for _, s := range l.spent {
 		if now.Sub(s.at) >= time.Hour {
 			continue
 		}
 		keep = append(keep, s)
-		counts[s.class]++
 		admitted[s.class+"/"+s.unit] = true
 	}
 	l.spent = keep
-	return counts, admitted
+	return admitted
 }
 
 // sayWhileItLasts logs a problem (an error) when it starts or changes, and
