@@ -153,3 +153,20 @@ func benchmarkReadPodUIDs(b *testing.B, pods int) {
 
 func BenchmarkReadPodUIDs10kPods(b *testing.B) { benchmarkReadPodUIDs(b, 10000) }
 func BenchmarkReadPodUIDs20kPods(b *testing.B) { benchmarkReadPodUIDs(b, 20000) }
+
+// BenchmarkCheckListing10kPods is the check of a listing against NRI, which
+// Plan runs again after the loop did: its cost beside Plan's.
+func BenchmarkCheckListing10kPods(b *testing.B) {
+	in := nodeInput(10000)
+	nri := NRIView{Session: 1, Confirmed: true}
+	for _, s := range in.Sandboxes {
+		nri.Sandboxes = append(nri.Sandboxes, podstate.NRISandbox{ID: strings.Clone(s.ID), PodUID: s.UID, ReportedAt: now.Add(-time.Hour),
+			Synced: true, Session: 1, Live: s.Ready})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if c := CheckListing(nri, in.Sandboxes, nil, now); c.Untrusted != "" {
+			b.Fatal(c.Untrusted)
+		}
+	}
+}
