@@ -147,9 +147,10 @@ type Orphans struct {
 //	max(MinPerPass, min(MaxPerPass, floor(MaxFraction × Ready sandboxes)))
 //
 // steps of one class, capped by what is left of MaxPerHour for that class. A
-// pass with more steps of a class due than that takes none of that class: the
-// class is paused for that pass (an error is logged, it is counted and report
-// shows it). MinPerPass = MaxPerPass = 0 disables every budgeted step.
+// pass with more orphan stops due than that stops none; of the other classes
+// it takes what is allowed and leaves the rest for later passes. A class the
+// pass refuses is paused for that pass (an error is logged, it is counted and
+// report shows it). MinPerPass = MaxPerPass = 0 disables every budgeted step.
 type Budget struct {
 	MaxPerPass  int     // max_per_pass; >= 0: steps of one class a pass may take at most
 	MaxFraction float64 // max_fraction; in [0, 1]: and at most this fraction of the Ready sandboxes (rounded down)

@@ -3,6 +3,7 @@ package gc
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -50,9 +51,15 @@ func (b Budget) PerPass(ready int) int {
 	return max(b.MinPerPass, min(b.MaxPerPass, byFraction))
 }
 
-// budget refuses, class by class, a pass that would take more steps of the
-// class than the budget allows: it marks every due action of a tripped
-// class not due and returns the trips. A unit taken already this hour
+// budget holds back, class by class, the steps over what the budget allows
+// this pass. Orphan stops are all or nothing: a pass that would stop more
+// live pods than allowed stops none (a surge of them is what a wrong source
+// looks like). Every other class takes up to what is allowed, the steps
+// eligible longest first, and leaves the rest for later passes: two pods
+// leaking at once on a small node are reclaimed one a pass, not paused for
+// good. A class trips when it may take nothing (its hour is spent), or, for
+// orphan stops, when the pass is over its budget: every due action of it is
+// held and the trip returned. A unit taken already this hour
 // (Input.BudgetAdmitted: a step that failed and is retried) is neither
 // counted nor held: it was within the budget when first taken.
 func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
@@ -113,6 +120,10 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 		if c.units <= allowed {
 			continue
 		}
+		if allowed > 0 && !allOrNothing(class) {
+			p.throttle(c.actions, allowed, notDue, class)
+			continue
+		}
 		t := Trip{Class: class, Due: c.units, Allowed: allowed, PerPass: perPass, HourSpent: spent,
 			MaxPerHour: b.MaxPerHour, ReadySandbox: ready, Refused: len(c.actions)}
 		pods := make(map[string]PodRef)
@@ -135,4 +146,23 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 		trips = append(trips, t)
 	}
 	return trips
+}
+
+// allOrNothing reports whether a pass over the budget of class takes none
+// of its steps, rather than as many as allowed.
+func allOrNothing(class string) bool { return class == ClassOrphanStop }
+
+// throttle keeps the allowed steps eligible longest (then by key) and holds
+// the rest until a later pass. Only classes of one action a unit come here.
+func (p *planner) throttle(actions []*Action, allowed int, notDue map[string]waiting, class string) {
+	byAge := slices.Clone(actions)
+	slices.SortFunc(byAge, func(x, y *Action) int {
+		if c := x.EligibleSince.Compare(y.EligibleSince); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Key, y.Key)
+	})
+	for _, a := range byAge[allowed:] {
+		notDue[a.Key] = waiting{budget: class, throttled: true}
+	}
 }

@@ -639,7 +639,7 @@ func (p *planner) resolve() Result {
 	r.Actions = make([]Action, 0, len(sorted)-len(notDue))
 	for _, a := range sorted {
 		if w, deferred := notDue[a.Key]; deferred {
-			r.Deferred = append(r.Deferred, Deferred{Action: *a, GraceLeft: w.graceLeft, WaitsFor: w.waitsFor, Budget: w.budget})
+			r.Deferred = append(r.Deferred, Deferred{Action: *a, GraceLeft: w.graceLeft, WaitsFor: w.waitsFor, Budget: w.budget, Throttled: w.throttled})
 			continue
 		}
 		r.Actions = append(r.Actions, *a)
@@ -688,7 +688,8 @@ func (p *planner) clock(key, uid string) (since time.Time, left time.Duration) {
 type waiting struct {
 	graceLeft time.Duration
 	waitsFor  string
-	budget    string // the budget class that refused it
+	budget    string // the budget class that holds it back
+	throttled bool   // ... until a later pass, the class not paused
 }
 
 // directlyIn reports whether path is a direct child of root (both clean

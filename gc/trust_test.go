@@ -85,8 +85,8 @@ func TestOneOrphanOnASmallNodeIsStopped(t *testing.T) {
 }
 
 // Case 6: UNKNOWN stops (a container that may still run) and cgroup kills
-// with processes hurt as much as orphan stops: a pass with more of them than
-// the budget allows does none of them.
+// with processes count against the budget like orphan stops: a pass takes
+// no more of them than it allows (here the floor, 1), the rest wait.
 func TestUnknownStopsAndCgroupKillsCountAgainstTheBudget(t *testing.T) {
 	pol := policy()
 	pol.Budget.MaxPerPass, pol.Budget.MaxFraction = 3, 0.1
@@ -108,8 +108,17 @@ func TestUnknownStopsAndCgroupKillsCountAgainstTheBudget(t *testing.T) {
 			kills++
 		}
 	}
-	if stops != 0 || kills != 0 {
-		t.Fatalf("a pass with 5 UNKNOWN stops and 5 cgroup kills, over a budget of 3 per pass, does %d stops and %d kills", stops, kills)
+	if stops != 1 || kills != 1 {
+		t.Fatalf("a pass with 5 UNKNOWN stops and 5 cgroup kills, over a budget of 1 per pass, does %d stops and %d kills", stops, kills)
+	}
+	throttled := 0
+	for _, d := range r.Deferred {
+		if d.Throttled && strings.Contains(d.Why(), "waits for a later pass") {
+			throttled++
+		}
+	}
+	if throttled != 8 || len(r.Trips) != 0 {
+		t.Fatalf("%d steps wait for a later pass, trips %+v: want 8 waiting and no class paused", throttled, r.Trips)
 	}
 }
 
@@ -267,9 +276,10 @@ func TestBudgetClassesCoverEveryHarmfulStep(t *testing.T) {
 	}
 }
 
-// A pod log dir removal over the budget holds back every one of the pass;
-// the budget's trip names its class.
-func TestAPassOverTheBudgetTakesNoneOfTheClass(t *testing.T) {
+// Pod log dirs over the budget: the pass takes what the budget allows, the
+// dirs eligible longest, and leaves the rest for later passes; once the
+// hour is spent the class is paused, and the trip names it.
+func TestAPassOverTheBudgetTakesWhatTheBudgetAllows(t *testing.T) {
 	in := Input{Now: now, Policy: policy()}
 	in.Policy.Budget = Budget{MaxPerPass: 3, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 20}
 	var live []string
@@ -279,23 +289,29 @@ func TestAPassOverTheBudgetTakesNoneOfTheClass(t *testing.T) {
 		in.Sandboxes = append(in.Sandboxes, sb("s"+uid, uid, true, time.Hour))
 	}
 	in.Oracle = present(live...)
+	in.EligibleSince = map[string]time.Time{}
 	for i := range 4 {
 		uid := fmt.Sprintf("gone%d", i)
 		in.Sandboxes = append(in.Sandboxes, sb("s"+uid, uid, false, time.Hour))
 		in.PodLogDirs = append(in.PodLogDirs, logDir(uid))
+		in.EligibleSince["pod-log-dir/"+logDir(uid).Path] = now.Add(-time.Duration(i) * time.Minute) // gone3 waited longest
 	}
 	r := Plan(in)
-	removals, logDirs := 0, 0
-	for _, a := range r.Actions {
-		switch a.Kind {
-		case RemoveSandbox:
-			removals++
-		case RemovePodLogDir:
-			logDirs++
-		}
+	if removals, logDirs := countKinds(r, RemoveSandbox), countKinds(r, RemovePodLogDir); removals != 4 || logDirs != 3 || len(r.Trips) != 0 {
+		t.Fatalf("%d sandbox removals, %d log dirs, trips %+v: want the 4 dead sandboxes removed and 3 log dirs, no trip", removals, logDirs, r.Trips)
 	}
-	if removals != 4 || logDirs != 0 || len(r.Trips) != 1 || r.Trips[0].Class != ClassPodLogDir || r.Trips[0].Due != 4 || r.Trips[0].Allowed != 3 {
-		t.Fatalf("%d sandbox removals, %d log dirs, trips %+v: want the 4 dead sandboxes removed and the 4 log dirs held back by the budget", removals, logDirs, r.Trips)
+	if waiting := deferred(r); len(waiting) != 1 || waiting[0] != "remove-pod-log-dir "+logDir("gone0").Path || !r.Deferred[0].Throttled {
+		t.Fatalf("deferred %v: want the log dir eligible for the shortest time", waiting)
+	}
+
+	// The hour spent: the class is paused.
+	in.BudgetAdmitted = map[string]bool{}
+	for i := range 20 {
+		in.BudgetAdmitted[fmt.Sprintf("%s/earlier-%d", ClassPodLogDir, i)] = true
+	}
+	r = Plan(in)
+	if removals, logDirs := countKinds(r, RemoveSandbox), countKinds(r, RemovePodLogDir); removals != 4 || logDirs != 0 || len(r.Trips) != 1 || r.Trips[0].Class != ClassPodLogDir || r.Trips[0].Due != 4 || r.Trips[0].Allowed != 0 {
+		t.Fatalf("%d sandbox removals, %d log dirs, trips %+v: want the 4 dead sandboxes removed and the 4 log dirs held back by the spent hour", removals, logDirs, r.Trips)
 	}
 	if !strings.Contains(r.Trips[0].Message, "pod-log-dir") {
 		t.Fatalf("trip message %q does not name the class", r.Trips[0].Message)
@@ -363,8 +379,8 @@ func TestARetriedStepDoesNotCountAgainstThePass(t *testing.T) {
 	in.Policy.Budget = Budget{MaxPerPass: 1, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 20}
 	in.Sandboxes = []cri.Sandbox{sb("slive", "live", true, time.Hour)}
 	in.PodLogDirs = []nodefs.PodLogDir{logDir("g1"), logDir("g2")}
-	if r := Plan(in); len(r.Trips) != 1 {
-		t.Fatalf("two log dirs over a budget of one: trips %+v", r.Trips)
+	if r := Plan(in); len(r.Actions) != 1 || len(r.Deferred) != 1 || !r.Deferred[0].Throttled {
+		t.Fatalf("two log dirs over a budget of one: due %v, deferred %v", due(r), deferred(r))
 	}
 	in.BudgetAdmitted = map[string]bool{ClassPodLogDir + "/pod-log-dir/" + logDir("g1").Path: true}
 	r := Plan(in)
@@ -372,4 +388,14 @@ func TestARetriedStepDoesNotCountAgainstThePass(t *testing.T) {
 	if len(r.Trips) != 0 {
 		t.Fatalf("trips %+v", r.Trips)
 	}
+}
+
+func countKinds(r Result, k Kind) int {
+	n := 0
+	for _, a := range r.Actions {
+		if a.Kind == k {
+			n++
+		}
+	}
+	return n
 }

@@ -41,8 +41,9 @@ type Policy struct {
 // hurt a live workload or user data (BudgetClasses) is counted on its own,
 // with these limits: a pass may take max(MinPerPass, min(MaxPerPass,
 // ⌊MaxFraction × Ready sandboxes⌋)) steps of a class, and no more than what
-// is left of MaxPerHour; a pass whose due steps of a class exceed that takes
-// none of them (the class trips).
+// is left of MaxPerHour. A pass with more orphan stops due than that takes
+// none of them (the class trips); of the other classes it takes what is
+// allowed and leaves the rest for later passes (see planner.budget).
 type Budget struct {
 	MaxPerPass  int
 	MaxFraction float64
@@ -191,8 +192,9 @@ type Kept struct {
 	Reason string
 }
 
-// Trip is the budget's verdict on one class in a pass that would take more
-// steps of it than allowed: the pass takes none of them.
+// Trip is the budget's verdict on a class the pass refuses: orphan stops
+// over the pass's budget, or any class whose hour is spent. The pass takes
+// none of its steps.
 type Trip struct {
 	Class        string // a BudgetClasses entry
 	Due          int    // steps of the class due this pass (for orphan stops: pods)
@@ -249,13 +251,19 @@ type Deferred struct {
 	GraceLeft time.Duration
 	// WaitsFor is the key of an action this one depends on that is not due.
 	WaitsFor string
-	// Budget is the budget class that refused it this pass.
+	// Budget is the budget class that held it back this pass.
 	Budget string
+	// Throttled: the class took what the budget allows this pass, the steps
+	// eligible longest; this one waits for a later pass (the class is not
+	// paused).
+	Throttled bool
 }
 
 // Why says in words why the action is not due.
 func (d Deferred) Why() string {
 	switch {
+	case d.Throttled:
+		return "waits for a later pass: the blast-radius budget takes only so many " + d.Budget + " steps a pass"
 	case d.Budget != "":
 		return "refused by the blast-radius budget (" + d.Budget + ")"
 	case d.WaitsFor != "":

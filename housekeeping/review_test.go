@@ -305,3 +305,42 @@ func TestTornDownMarksDoNotGrowWithoutAnOracle(t *testing.T) {
 		t.Fatalf("podstate keeps %d pods (retention %s) but the loop keeps %d torn-down marks, and the number only grows", pods, podstate.DefaultRetention, marks)
 	}
 }
+
+// Two pods leaking at the same moment on a small node (a budget of one a
+// pass, the floor): both log dirs are reclaimed, one a pass, not refused
+// together for good. Found by the fresh-clone CI run, where two orphaned pod
+// dirs came due in one pass.
+func TestTwoLeaksAtOnceOnASmallNodeAreReclaimedOneAPass(t *testing.T) {
+	root := podDirs(t, testUID(80))
+	podLogs := t.TempDir()
+	a, b := mkPodLogDir(t, podLogs, testUID(81)), mkPodLogDir(t, podLogs, testUID(82))
+	rt := &fakeRuntime{}
+	files := &removingFiles{}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: 30 * time.Second, KubeletRoot: root,
+		Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+		Policy:   reviewPolicy(podLogs)}, log)
+	loop.started = now.Add(-time.Hour)
+	for pass := range 2 {
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(pass) * 30 * time.Second)}, nil)
+		if r := loop.Pass(context.Background()); len(r.Plan.Trips) > 0 {
+			t.Fatalf("pass %d: the class was paused: %s", pass+1, r.Plan.Trips[0].Message)
+		}
+		if len(files.done) != pass+1 {
+			t.Fatalf("pass %d: done %v, want one more log dir a pass", pass+1, files.done)
+		}
+	}
+	if !strings.Contains(strings.Join(files.done, " "), a) || !strings.Contains(strings.Join(files.done, " "), b) {
+		t.Fatalf("done %v, want both %s and %s", files.done, a, b)
+	}
+}
+
+// removingFiles removes the pod log dirs it is asked to, and records them.
+type removingFiles struct{ nodeRecorder }
+
+func (f *removingFiles) RemovePodLogDir(ctx context.Context, path string) error {
+	if err := os.RemoveAll(path); err != nil {
+		return err
+	}
+	return f.nodeRecorder.RemovePodLogDir(ctx, path)
+}

@@ -170,7 +170,7 @@ func New(build BuildInfo) *Metrics {
 		}),
 		breakerTrips: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: nameBreakerTrips,
-			Help: "Housekeeping passes in which the blast-radius budget refused a class of destructive step (orphan-stop, unknown-stop, cgroup-kill, cgroup-cpu, pod-dir, pod-log-dir): the pass would have taken more of them than budget.* allows, so it took none.",
+			Help: "Housekeeping passes in which the blast-radius budget refused a class of destructive step (orphan-stop, unknown-stop, cgroup-kill, cgroup-cpu, pod-dir, pod-log-dir): orphan stops over the pass's budget, or a class whose hourly budget is spent.",
 		}, []string{labelClass}),
 		budgetPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: nameBudgetPaused,

@@ -189,11 +189,16 @@ func podCgroupPaths(t *testing.T, p lab.Pod) []string {
 
 // tearDownKeepingDir runs a pod and tears it down the way kubelet does a
 // deleted pod whose volumes it could not clean: sandbox stopped and removed
-// while the plugin watches, pod dir left behind.
-func tearDownKeepingDir(t *testing.T, h *housekeeper, k *kubelet, name string) lab.Pod {
+// while the plugin watches, pod dir left behind. prepare (may be nil) fills
+// the pod dir before the sandbox runs, as kubelet sets up volumes: what a
+// pod dir gains after its teardown is kubelet adding a pod of that UID again.
+func tearDownKeepingDir(t *testing.T, h *housekeeper, k *kubelet, name string, prepare func(dir string)) lab.Pod {
 	t.Helper()
 	p := newPod(t, name)
 	k.admit(t, p)
+	if prepare != nil {
+		prepare(k.podDir(p))
+	}
 	sb, err := node.RunPod(t.Context(), p)
 	if err != nil {
 		t.Fatal(err)
@@ -250,8 +255,9 @@ func TestOrphanPodCgroupWithVolumesLeftOnlyLosesCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	torn := tearDownKeepingDir(t, h, k, "volume-left")
-	mkdirAll(t, filepath.Join(k.podDir(torn), "volumes", "kubernetes.io~empty-dir", "cache"))
+	torn := tearDownKeepingDir(t, h, k, "volume-left", func(dir string) {
+		mkdirAll(t, filepath.Join(dir, "volumes", "kubernetes.io~empty-dir", "cache"))
+	})
 	proc, paths := fakeOrphanCgroup(t, torn.UID)
 	shares := cpuShares(t, paths)
 	// The pod dir must first be an orphan for leak_grace, then the cgroup
@@ -308,30 +314,34 @@ func TestOrphanedPodDirsAreRemovedWithKubeletsRules(t *testing.T) {
 	}
 	_ = node.StopPod(t.Context(), sb) // a NotReady sandbox is still a sandbox
 
-	clean := tearDownKeepingDir(t, h, k, "clean").UID
-	mounted := tearDownKeepingDir(t, h, k, "mounted").UID
-	escaping := tearDownKeepingDir(t, h, k, "escaping").UID
-	symlinked := tearDownKeepingDir(t, h, k, "symlinked").UID
+	clean := tearDownKeepingDir(t, h, k, "clean", func(dir string) {
+		mkdirAll(t, filepath.Join(dir, "volumes", "kubernetes.io~empty-dir", "cache"))
+		mkdirAll(t, filepath.Join(dir, "containers", "app"))
+		if err := os.WriteFile(filepath.Join(dir, "etc-hosts"), []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}).UID
+	var mountPoint string
+	mounted := tearDownKeepingDir(t, h, k, "mounted", func(dir string) {
+		mountPoint = filepath.Join(dir, "volumes", "kubernetes.io~empty-dir", "data")
+		mkdirAll(t, mountPoint)
+		if err := unix.Mount(outside, mountPoint, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(mountPoint, unix.MNT_DETACH) })
+	}).UID
+	escaping := tearDownKeepingDir(t, h, k, "escaping", func(dir string) {
+		mkdirAll(t, filepath.Join(dir, "plugins"))
+		if err := os.Symlink(outside, filepath.Join(dir, "plugins", "escape")); err != nil {
+			t.Fatal(err)
+		}
+	}).UID
+	symlinked := tearDownKeepingDir(t, h, k, "symlinked", nil).UID
 	// A pod dir that is itself a symlink escaping the root: refused, never followed.
 	if err := os.RemoveAll(podDir(symlinked)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(outside, podDir(symlinked)); err != nil {
-		t.Fatal(err)
-	}
-	mkdirAll(t, filepath.Join(podDir(clean), "volumes", "kubernetes.io~empty-dir", "cache"))
-	mkdirAll(t, filepath.Join(podDir(clean), "containers", "app"))
-	if err := os.WriteFile(filepath.Join(podDir(clean), "etc-hosts"), []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mountPoint := filepath.Join(podDir(mounted), "volumes", "kubernetes.io~empty-dir", "data")
-	mkdirAll(t, mountPoint)
-	if err := unix.Mount(outside, mountPoint, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(mountPoint, unix.MNT_DETACH) })
-	mkdirAll(t, filepath.Join(podDir(escaping), "plugins"))
-	if err := os.Symlink(outside, filepath.Join(podDir(escaping), "plugins", "escape")); err != nil {
 		t.Fatal(err)
 	}
 
