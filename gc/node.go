@@ -55,7 +55,7 @@ func (p *planner) orphanedPodDirRules() map[string]nodefs.PodDir {
 		if p.listed(d.UID) || p.in.Oracle.Disabled || !p.in.Oracle.PodDirs.Present(d.UID) {
 			continue
 		}
-		pod := PodRef{UID: d.UID}
+		pod := p.podRef(d.UID)
 		object := "pod dir " + d.Path
 		if !p.in.TornDown[d.UID] {
 			p.keep(object, pod, "no sandbox or container listed, but this plugin did not see the pod torn down: "+
@@ -110,7 +110,7 @@ func (p *planner) podCgroupRules(orphanDirs map[string]nodefs.PodDir) {
 			continue
 		}
 		cg := l.Pods[uid]
-		pod := PodRef{UID: uid}
+		pod := p.podRef(uid)
 		dir, orphanDir := orphanDirs[uid]
 		switch {
 		case p.gone(uid):
@@ -137,6 +137,28 @@ func (p *planner) podCgroupRules(orphanDirs map[string]nodefs.PodDir) {
 	}
 }
 
+// podRef names the pod of a UID that has no listed sandbox, for logs and
+// the report: from what this plugin knew of the pod, else from the pod's
+// log dir (<ns>_<name>_<uid>), else by UID alone.
+func (p *planner) podRef(uid string) PodRef {
+	if ref, ok := p.in.PodNames[uid]; ok && ref.Name != "" {
+		ref.UID = uid
+		return ref
+	}
+	if p.logDirNames == nil {
+		p.logDirNames = make(map[string]PodRef, len(p.in.PodLogDirs))
+		for _, d := range p.in.PodLogDirs {
+			if d.PodName != "" {
+				p.logDirNames[d.UID] = PodRef{UID: d.UID, Namespace: d.Namespace, Name: d.PodName}
+			}
+		}
+	}
+	if ref, ok := p.logDirNames[uid]; ok {
+		return ref
+	}
+	return PodRef{UID: uid}
+}
+
 func (p *planner) proposeCgroup(cg podcgroups.PodCgroup, kind Kind, rule, reason string) {
 	p.leaks[LeakPodCgroup]++
 	key := "pod-cgroup/" + cg.UID
@@ -147,5 +169,5 @@ func (p *planner) proposeCgroup(cg podcgroups.PodCgroup, kind Kind, rule, reason
 	if len(cg.Paths) > 0 {
 		path = cg.Paths[0]
 	}
-	p.propose(Action{Kind: kind, Rule: rule, Reason: reason, Pod: PodRef{UID: cg.UID}, Key: key, Path: path, Cgroup: &cg})
+	p.propose(Action{Kind: kind, Rule: rule, Reason: reason, Pod: p.podRef(cg.UID), Key: key, Path: path, Cgroup: &cg})
 }

@@ -176,3 +176,57 @@ func TestAPodDirWithAListedSandboxIsNeverOrphaned(t *testing.T) {
 		t.Fatalf("actions %v, leaks %v for the pod dir of a pod with a sandbox", due(r), r.Leaks)
 	}
 }
+
+// An SRE finds a pod by namespace/name: actions on objects named by UID
+// alone (a pod cgroup, a pod dir) carry the pod's name when the plugin knew
+// the pod, or its log dir names it. The name never decides anything.
+func TestNodeActionsNameTheirPod(t *testing.T) {
+	long := now.Add(-time.Hour)
+	logDir := nodefs.PodLogDir{Path: "/var/log/pods/ns_web_u1", Name: "ns_web_u1", Namespace: "ns", PodName: "web", UID: "u1"}
+	for _, tc := range []struct {
+		name    string
+		names   map[string]PodRef
+		logDirs []nodefs.PodLogDir
+		want    PodRef
+	}{
+		{"from what the plugin knew of the pod", map[string]PodRef{"u1": {Namespace: "ns", Name: "web"}}, nil,
+			PodRef{UID: "u1", Namespace: "ns", Name: "web"}},
+		{"from the pod's log dir", nil, []nodefs.PodLogDir{logDir}, PodRef{UID: "u1", Namespace: "ns", Name: "web"}},
+		{"what the plugin knew wins over a log dir", map[string]PodRef{"u1": {Namespace: "ns", Name: "api"}},
+			[]nodefs.PodLogDir{logDir}, PodRef{UID: "u1", Namespace: "ns", Name: "api"}},
+		{"a legacy <uid> log dir names nothing", nil, []nodefs.PodLogDir{{Path: "/var/log/pods/u1", Name: "u1", UID: "u1"}},
+			PodRef{UID: "u1"}},
+		{"unknown: the UID alone", map[string]PodRef{"u2": {Namespace: "ns", Name: "other"}}, nil, PodRef{UID: "u1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := policy()
+			pol.LeakGrace, pol.RemoveOrphanedPodDirs = time.Minute, true
+			r := Plan(Input{Now: now, Policy: pol, Oracle: present("u1"), PodDirs: []nodefs.PodDir{podDir("u1", false)},
+				PodCgroups: cgroups("u1"), PodLogDirs: tc.logDirs, PodNames: tc.names, TornDown: map[string]bool{"u1": true},
+				EligibleSince: map[string]time.Time{"pod-dir/u1": long, "pod-cgroup/u1": long}})
+			kinds := map[Kind]bool{}
+			for _, a := range r.Actions {
+				if a.Kind != RemovePodDir && a.Kind != RemovePodCgroup {
+					continue
+				}
+				kinds[a.Kind] = true
+				if a.Pod != tc.want {
+					t.Errorf("%s names %+v, want %+v", a.Kind, a.Pod, tc.want)
+				}
+			}
+			if !kinds[RemovePodDir] || !kinds[RemovePodCgroup] {
+				t.Fatalf("planned %v, want a pod dir and a pod cgroup removal", r.Actions)
+			}
+		})
+	}
+}
+
+func TestALogLinkNamesThePodUIDOfItsTarget(t *testing.T) {
+	pol := policy()
+	link := nodefs.ContainerLogLink{Path: pol.ContainerLogsDir + "/web_ns_app-c1.log", Name: "web_ns_app-c1.log", ContainerID: "c1",
+		PodName: "web", Namespace: "ns", ContainerName: "app", PodUID: "u1", Dangling: true}
+	r := Plan(Input{Now: now, Policy: pol, Oracle: present(), ContainerLogLinks: []nodefs.ContainerLogLink{link}})
+	if len(r.Actions) != 1 || r.Actions[0].Pod != (PodRef{UID: "u1", Namespace: "ns", Name: "web"}) {
+		t.Fatalf("actions = %+v, want one link removal naming ns/web u1", r.Actions)
+	}
+}

@@ -109,7 +109,10 @@ type planner struct {
 	// containerUIDs are the pod UIDs of all listed containers; built on
 	// first use (see listed).
 	containerUIDs map[string]struct{}
-	leaks         map[string]int
+	// logDirNames are the pods named by pod log dirs, by UID; built on
+	// first use (see podRef).
+	logDirNames map[string]PodRef
+	leaks       map[string]int
 	// skipped are the pods with a life event after the listing, by UID.
 	skipped map[string]PodRef
 }
@@ -527,7 +530,7 @@ func (p *planner) logLinkRules() {
 		if !l.Dangling || !directlyIn(l.Path, p.in.Policy.ContainerLogsDir) {
 			continue
 		}
-		pod := PodRef{Namespace: l.Namespace, Name: l.PodName}
+		pod := PodRef{UID: l.PodUID, Namespace: l.Namespace, Name: l.PodName}
 		if what := p.unreadableLinked(l); what != "" {
 			p.keep("log link "+l.Path, pod, "its container is %s", what)
 			continue
@@ -540,7 +543,9 @@ func (p *planner) logLinkRules() {
 		why := "dangling link of a container the runtime no longer lists"
 		var deps []string
 		if listed {
-			pod.UID = c.Labels[podstate.LabelPodUID]
+			if uid := c.Labels[podstate.LabelPodUID]; uid != "" {
+				pod.UID = uid
+			}
 			why = "dangling link of an exited container"
 			if c.State != cri.ContainerExited {
 				removal, removing := p.removal[c.ID]

@@ -111,6 +111,11 @@ type Input struct {
 	// also what a pod kubelet has not started yet looks like (waiting for a
 	// volume, the network or an image), and its cgroup and dir are live.
 	TornDown map[string]bool
+	// PodNames are the namespace and name of pods this plugin has known,
+	// by UID (podstate, and the torn-down pods it remembers). Only for logs
+	// and the report: a cgroup or a pod dir names its pod by UID alone, and
+	// an SRE looks for the pod by namespace/name. Nothing is decided by them.
+	PodNames map[string]PodRef
 }
 
 // Kind is what an action does.

@@ -356,6 +356,14 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		if !p.LastLifeEvent.IsZero() {
 			in.LastLifeEvent[p.UID] = p.LastLifeEvent
 		}
+		// Only a pod with nothing left can own a cgroup or dir the plan
+		// names by UID: its name is kept for the log.
+		if p.Phase == podstate.PhaseRemoved {
+			if in.PodNames == nil {
+				in.PodNames = make(map[string]gc.PodRef)
+			}
+			in.PodNames[p.UID] = gc.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}
+		}
 		// Without an oracle no pod dir is ever orphaned: no mark to keep.
 		if !l.opts.OracleDisabled {
 			l.noteTeardown(p, snap.TakenAt)
@@ -394,8 +402,14 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		}
 	}
 	in.TornDown = make(map[string]bool, len(l.tornDown))
-	for uid := range l.tornDown {
+	for uid, mark := range l.tornDown {
 		in.TornDown[uid] = true
+		if _, ok := in.PodNames[uid]; !ok && mark.pod.Name != "" {
+			if in.PodNames == nil {
+				in.PodNames = make(map[string]gc.PodRef)
+			}
+			in.PodNames[uid] = mark.pod
+		}
 	}
 	return in
 }

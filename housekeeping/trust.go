@@ -80,6 +80,8 @@ func (l *Loop) confirmGone(ctx context.Context, missing []podstate.NRISandbox) [
 // tornDownMark is a pod this plugin saw torn down.
 type tornDownMark struct {
 	at time.Time // when it was first seen torn down (a listing's time)
+	// pod names the pod in logs after podstate has forgotten it.
+	pod gc.PodRef
 	// seen are its pod dir's volume dirs, mount points and leftovers at the
 	// first inspection after the mark; nil until then. More of them later
 	// means kubelet is setting up a pod of that UID again.
@@ -96,7 +98,7 @@ func (l *Loop) noteTeardown(p podstate.PodView, now time.Time) {
 	case !p.TornDown:
 		delete(l.tornDown, p.UID)
 	case mark == nil || p.LastLifeEvent.After(mark.at):
-		l.tornDown[p.UID] = &tornDownMark{at: now}
+		l.tornDown[p.UID] = &tornDownMark{at: now, pod: gc.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}}
 	}
 }
 

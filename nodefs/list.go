@@ -129,6 +129,10 @@ type ContainerLogLink struct {
 	PodName       string
 	Namespace     string
 	ContainerName string
+	// PodUID is the UID in the name of the pod log dir the target points
+	// into, when that dir's namespace and pod name are the link's; else
+	// empty. Only for naming the pod in logs.
+	PodUID string
 	// Truncated is true when the name is at the 255-byte limit, where kubelet
 	// cuts it: ContainerID (rarely ContainerName) may be cut short, so match
 	// it as a prefix, as the runtime does for short IDs.
@@ -207,6 +211,7 @@ func ListContainerLogLinks(ctx context.Context, dir, podLogsDir string) ([]Conta
 			continue
 		}
 		l.Dangling = dangling
+		l.PodUID = targets.podUID(dir, l)
 		links = append(links, l)
 	}
 	return links, skipped, nil
@@ -269,6 +274,25 @@ func openLogTargets(podLogsDir string) (logTargets, error) {
 }
 
 func (t logTargets) close() { unix.Close(t.fd) }
+
+// podUID is the UID of the pod log dir a link's target points into, when
+// that dir names the link's pod; "" otherwise. It only parses the path.
+func (t logTargets) podUID(linkDir string, l ContainerLogLink) string {
+	abs := l.Target
+	if !filepath.IsAbs(abs) {
+		abs = filepath.Join(linkDir, abs)
+	}
+	rel, ok := strings.CutPrefix(filepath.Clean(abs), t.dir+"/")
+	if !ok {
+		return ""
+	}
+	first, _, _ := strings.Cut(rel, "/")
+	d, err := ParsePodLogDirName(first)
+	if err != nil || d.Namespace != l.Namespace || d.PodName != l.PodName {
+		return ""
+	}
+	return d.UID
+}
 
 // examine says whether target, as stored in a link in linkDir, dangles.
 // reason is set instead (and dangling is meaningless) when that cannot be

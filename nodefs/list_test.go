@@ -619,3 +619,44 @@ func TestListContainerLogLinksErrors(t *testing.T) {
 		})
 	}
 }
+
+// A link's target names the pod log dir of its pod: its UID names the pod
+// in logs, but only when that dir's namespace and pod name are the link's.
+func TestContainerLogLinkPodUIDComesFromATargetOfItsOwnPod(t *testing.T) {
+	const uid = "8a5b8c3e-1f2d-4c5b-9a6e-7d8f9a0b1c2d"
+	for _, tc := range []struct {
+		rule, target, want string
+	}{
+		{"the target's pod log dir names the link's pod", "ns_web_" + uid + "/app/0.log", uid},
+		{"a relative target is read relative to the link", "../pods/ns_web_" + uid + "/app/0.log", uid},
+		{"another pod's dir names nothing", "ns_api_" + uid + "/app/0.log", ""},
+		{"a legacy <uid> dir names nothing", uid + "/app/0.log", ""},
+		{"a target outside the pod logs dir names nothing", "/elsewhere/ns_web_" + uid + "/app/0.log", ""},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			base := t.TempDir()
+			dir, logs := filepath.Join(base, "containers"), filepath.Join(base, "pods")
+			mkdirAll(t, dir)
+			mkdirAll(t, logs)
+			target := tc.target
+			if !filepath.IsAbs(target) && !strings.HasPrefix(target, "..") {
+				target = filepath.Join(logs, target)
+			}
+			name := "web_ns_app-" + testCID + ".log"
+			symlink(t, target, filepath.Join(dir, name))
+			links, skipped, err := ListContainerLogLinks(context.Background(), dir, logs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" && len(links) == 0 {
+				return // skipped (outside the pod logs dir): names nothing either
+			}
+			if len(links) != 1 {
+				t.Fatalf("links = %+v, skipped = %+v", links, skipped)
+			}
+			if links[0].PodUID != tc.want {
+				t.Errorf("PodUID = %q, want %q", links[0].PodUID, tc.want)
+			}
+		})
+	}
+}

@@ -190,8 +190,12 @@ func section(tw *tabwriter.Writer, title string, items []Item, withAction bool) 
 	}
 	for _, it := range items {
 		pod := "-"
-		if it.Pod.Name != "" || it.Pod.UID != "" {
-			pod = fmt.Sprintf("%s/%s", it.Pod.Namespace, it.Pod.Name)
+		switch {
+		case it.Pod.Name != "":
+			pod = it.Pod.Namespace + "/" + it.Pod.Name
+		case it.Pod.UID != "":
+			// A pod known by UID alone (its cgroup or dir, nothing else).
+			pod = "uid " + it.Pod.UID
 		}
 		if withAction {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.Action, it.Rule, pod, shorten(it.Object), it.Why)

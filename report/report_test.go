@@ -136,3 +136,16 @@ func TestTheReportDoesNotCallAnUncheckedSourceTrusted(t *testing.T) {
 		t.Fatalf("text:\n%s", text.String())
 	}
 }
+
+func TestAPodKnownByUIDAloneIsShownByItsUID(t *testing.T) {
+	snap, r := plan()
+	r.Actions = append(r.Actions, gc.Action{Kind: gc.RemovePodCgroup, Rule: gc.RuleCgroupPodGone, Pod: gc.PodRef{UID: "u9"},
+		Path: "/sys/fs/cgroup/kubepods/podu9", Reason: "its pod is gone"})
+	var buf bytes.Buffer
+	if err := Text(&buf, Build(now, snap, r, "")); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, "uid u9") || strings.Contains(out, " / ") {
+		t.Errorf("the cgroup's pod is not shown by its UID:\n%s", out)
+	}
+}

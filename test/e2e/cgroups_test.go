@@ -368,4 +368,24 @@ func TestOrphanedPodDirsAreRemovedWithKubeletsRules(t *testing.T) {
 	if !strings.Contains(h.logs.String(), "orphaned pod dir that kubelet could not remove") || !strings.Contains(h.logs.String(), "pod_uid="+mounted) {
 		t.Error("the refusal is not explained in the log")
 	}
+	// The pod dir is named by UID only; the plugin saw the pod torn down
+	// and names it as an SRE looks for it.
+	removal := logLine(h.logs.String(), "action=remove-pod-dir", "pod_uid="+clean)
+	if !strings.Contains(removal, "pod_name=clean") || !strings.Contains(removal, "pod_namespace=e2e") {
+		t.Errorf("the removal does not name the pod e2e/clean: %q", removal)
+	}
+}
+
+// logLine is the first line of logs that has every one of parts ("" if none).
+func logLine(logs string, parts ...string) string {
+	for _, line := range strings.Split(logs, "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return line
+		}
+	}
+	return ""
 }
