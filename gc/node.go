@@ -111,6 +111,12 @@ func (p *planner) podCgroupRules(orphanDirs map[string]nodefs.PodDir) {
 		}
 		cg := l.Pods[uid]
 		pod := p.podRef(uid)
+		if !cg.Inspected {
+			// Found by name only: whoever listed the cgroups took the pod
+			// for a listed one. Nothing is known to act on.
+			p.keep("pod cgroup "+uid, pod, "not looked into this pass (its pod had listed objects when the cgroups were listed)")
+			continue
+		}
 		dir, orphanDir := orphanDirs[uid]
 		switch {
 		case p.gone(uid):

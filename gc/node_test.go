@@ -14,7 +14,7 @@ import (
 func cgroups(uids ...string) *podcgroups.Listing {
 	l := &podcgroups.Listing{Ready: true, Pods: map[string]podcgroups.PodCgroup{}}
 	for _, u := range uids {
-		l.Pods[u] = podcgroups.PodCgroup{UID: u, QOS: podcgroups.QOSBestEffort, Paths: []string{"/sys/fs/cgroup/memory/kubepods/besteffort/pod" + u}, Procs: 1}
+		l.Pods[u] = podcgroups.PodCgroup{UID: u, QOS: podcgroups.QOSBestEffort, Paths: []string{"/sys/fs/cgroup/memory/kubepods/besteffort/pod" + u}, Procs: 1, Inspected: true}
 	}
 	return l
 }

@@ -113,7 +113,7 @@ func randomInput(seed int64, pods int) Input {
 			uid := fmt.Sprintf("uid-%d", i)
 			if rng.Intn(2) == 0 {
 				cgs.Pods[uid] = podcgroups.PodCgroup{UID: uid, Paths: []string{"/sys/fs/cgroup/memory/kubepods/pod" + uid},
-					Procs: rng.Intn(3), CPUReduced: rng.Intn(3) == 0}
+					Procs: rng.Intn(3), CPUReduced: rng.Intn(3) == 0, Inspected: rng.Intn(8) != 0}
 			}
 			if i >= pods && rng.Intn(2) == 0 {
 				dirs.UIDs[uid] = struct{}{}
@@ -413,6 +413,9 @@ func checkContract(t *testing.T, in Input, r Result) {
 		case RemovePodCgroup, ReducePodCgroupCPU, RemovePodDir:
 			if listedUID[a.Pod.UID] {
 				fail("touches the cgroup or pod dir of a pod with a listed sandbox or container")
+			}
+			if a.Kind != RemovePodDir && !in.PodCgroups.Pods[a.Pod.UID].Inspected {
+				fail("acts on a pod cgroup that was not looked into")
 			}
 			if a.Kind == RemovePodDir && (!in.Policy.RemoveOrphanedPodDirs || blocked[a.Pod.UID]) {
 				fail("removes a pod dir without pod_dirs.remove_orphaned or despite a blocker")

@@ -253,7 +253,7 @@ func TestTheOracleIsTrustedUpToAFewOrphans(t *testing.T) {
 // Every class of step that can hurt a live workload or user data is
 // counted; removing what is dead is not.
 func TestBudgetClassesCoverEveryHarmfulStep(t *testing.T) {
-	cg := func(procs int) *podcgroups.PodCgroup { return &podcgroups.PodCgroup{Procs: procs} }
+	cg := func(procs int) *podcgroups.PodCgroup { return &podcgroups.PodCgroup{Procs: procs, Inspected: true} }
 	for _, tc := range []struct {
 		a     Action
 		class string

@@ -352,6 +352,7 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		EligibleSince: l.eligible,
 	}
 	in.BudgetAdmitted = l.budgetSpent(snap.TakenAt)
+	listed := listedUIDs(snap)
 	for _, p := range view.Pods {
 		if !p.LastLifeEvent.IsZero() {
 			in.LastLifeEvent[p.UID] = p.LastLifeEvent
@@ -378,12 +379,13 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		l.warnOnce("pod log dirs are not cleaned this pass", err)
 	}
 	l.noteSkipped(skipped)
-	if in.ContainerLogLinks, skipped, err = nodefs.ListContainerLogLinks(ctx, l.opts.Policy.ContainerLogsDir, l.opts.Policy.PodLogsDir); err != nil {
+	if in.ContainerLogLinks, skipped, err = nodefs.ListContainerLogLinks(ctx, l.opts.Policy.ContainerLogsDir, l.opts.Policy.PodLogsDir,
+		listedRunning(snap).lacksLink); err != nil {
 		l.warnOnce("container log links are not cleaned this pass", err)
 	}
 	l.noteSkipped(skipped)
 	if l.opts.Cgroups != nil {
-		cgs := podcgroups.Discover(ctx, *l.opts.Cgroups)
+		cgs := podcgroups.Discover(ctx, *l.opts.Cgroups, listed.lacks)
 		if !cgs.Ready {
 			l.warnOnce("pod cgroups are not cleaned this pass", cgs.Err)
 		}
@@ -392,7 +394,7 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		}
 		in.PodCgroups = &cgs
 	}
-	in.PodDirs = l.inspectPodDirs(ctx, in.Oracle.PodDirs, snap)
+	in.PodDirs = l.inspectPodDirs(ctx, in.Oracle.PodDirs, listed)
 	// A torn-down pod whose dir is gone needs remembering no longer.
 	if in.Oracle.PodDirs.Ready {
 		for uid := range l.tornDown {
@@ -414,16 +416,22 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 	return in
 }
 
-// inspectPodDirs looks into the kubelet pod dirs of pods with no sandbox and
-// no container listed: the candidates for orphaned pod dirs. Pods with
-// listed objects (nearly all) cost nothing here.
-func (l *Loop) inspectPodDirs(ctx context.Context, dirs nodefs.PodDirs, snap cri.Snapshot) []nodefs.PodDir {
-	if !dirs.Ready || len(dirs.UIDs) == 0 {
-		return nil
-	}
-	listed := make(map[string]struct{}, len(snap.Sandboxes))
+// podUIDs is a set of pod UIDs.
+type podUIDs map[string]struct{}
+
+func (u podUIDs) has(uid string) bool   { _, ok := u[uid]; return ok }
+func (u podUIDs) lacks(uid string) bool { return !u.has(uid) }
+
+// listedUIDs are the pods with any sandbox or container in the listing,
+// managed or not, readable or not: the planner never touches their pod
+// cgroups and dirs, so those are never looked into (gc's listed).
+func listedUIDs(snap cri.Snapshot) podUIDs {
+	listed := make(podUIDs, len(snap.Sandboxes))
 	for _, s := range snap.Sandboxes {
 		listed[s.UID] = struct{}{}
+		if uid := s.Labels[podstate.LabelPodUID]; uid != "" {
+			listed[uid] = struct{}{}
+		}
 	}
 	for _, c := range snap.Containers {
 		listed[c.Labels[podstate.LabelPodUID]] = struct{}{}
@@ -431,9 +439,47 @@ func (l *Loop) inspectPodDirs(ctx context.Context, dirs nodefs.PodDirs, snap cri
 	for _, m := range snap.Malformed {
 		listed[m.PodUID] = struct{}{}
 	}
+	return listed
+}
+
+// runningContainers are the IDs of the listed containers that are not
+// exited.
+type runningContainers map[string]struct{}
+
+// listedRunning are the listing's containers that are not exited: the plan
+// keeps their log links whatever the links' targets (log rotation leaves
+// a target missing briefly), so those links need not be examined. A
+// container the plan removes this pass has its link examined next pass.
+func listedRunning(snap cri.Snapshot) runningContainers {
+	ids := make(runningContainers, len(snap.Containers))
+	for _, c := range snap.Containers {
+		if c.State != cri.ContainerExited {
+			ids[c.ID] = struct{}{}
+		}
+	}
+	return ids
+}
+
+// lacksLink is false for the link of a listed container that is not
+// exited. A truncated name may be a prefix of any ID: always examined.
+func (r runningContainers) lacksLink(l nodefs.ContainerLogLink) bool {
+	if l.Truncated {
+		return true
+	}
+	_, ok := r[l.ContainerID]
+	return !ok
+}
+
+// inspectPodDirs looks into the kubelet pod dirs of pods with no sandbox and
+// no container listed: the candidates for orphaned pod dirs. Pods with
+// listed objects (nearly all) cost nothing here.
+func (l *Loop) inspectPodDirs(ctx context.Context, dirs nodefs.PodDirs, listed podUIDs) []nodefs.PodDir {
+	if !dirs.Ready || len(dirs.UIDs) == 0 {
+		return nil
+	}
 	var out []nodefs.PodDir
 	for uid := range dirs.UIDs {
-		if _, ok := listed[uid]; ok {
+		if listed.has(uid) {
 			continue
 		}
 		d, err := nodefs.InspectPodDir(ctx, l.opts.KubeletRoot, uid)

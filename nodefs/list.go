@@ -8,7 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -170,8 +170,11 @@ type ContainerLogLink struct {
 //     skipped.
 //
 // Each link costs one readlink and at most one lstat per component of its
-// target below podLogsDir; ctx is checked between links.
-func ListContainerLogLinks(ctx context.Context, dir, podLogsDir string) ([]ContainerLogLink, []Skipped, error) {
+// target below podLogsDir; ctx is checked between links. A link whose name
+// parses but that candidate says no to (nil: every link) costs nothing
+// more and is left out: the caller knows no rule can act on it, e.g. the
+// link of a listed running container.
+func ListContainerLogLinks(ctx context.Context, dir, podLogsDir string, candidate func(ContainerLogLink) bool) ([]ContainerLogLink, []Skipped, error) {
 	entries, err := readDir(ctx, dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("container logs dir %s: %w", dir, err)
@@ -197,6 +200,9 @@ func ListContainerLogLinks(ctx context.Context, dir, podLogsDir string) ([]Conta
 		l, err := ParseContainerLogLinkName(e.Name())
 		if err != nil {
 			skipped = append(skipped, Skipped{path, err.Error()})
+			continue
+		}
+		if candidate != nil && !candidate(l) {
 			continue
 		}
 		l.Path = path
@@ -368,6 +374,6 @@ func readDir(ctx context.Context, dir string) ([]fs.DirEntry, error) {
 			return nil, err
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].Name() < all[j].Name() })
+	slices.SortFunc(all, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return all, nil
 }

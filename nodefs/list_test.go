@@ -217,7 +217,7 @@ func TestListContainerLogLinks(t *testing.T) {
 	symlink(t, loop, filepath.Join(dir, loop)) // points at itself: ELOOP for a stat
 	mkdirAll(t, filepath.Join(dir, asDir))
 
-	links, skipped, err := ListContainerLogLinks(context.Background(), dir, logs)
+	links, skipped, err := ListContainerLogLinks(context.Background(), dir, logs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ const testPodLogDir = "default_nginx_" + testUUID
 func listOneLink(t *testing.T, dir, pods, target string) (l ContainerLogLink, reason string) {
 	t.Helper()
 	symlink(t, target, filepath.Join(dir, testLinkName))
-	links, skipped, err := ListContainerLogLinks(context.Background(), dir, pods)
+	links, skipped, err := ListContainerLogLinks(context.Background(), dir, pods, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -609,7 +609,7 @@ func TestListContainerLogLinksErrors(t *testing.T) {
 			if tt.ctx != nil {
 				ctx = tt.ctx()
 			}
-			links, skipped, err := ListContainerLogLinks(ctx, dir, pods)
+			links, skipped, err := ListContainerLogLinks(ctx, dir, pods, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want(base)) || tt.is != nil && !errors.Is(err, tt.is) {
 				t.Fatalf("err = %v, want it to name %q (and be %v)", err, tt.want(base), tt.is)
 			}
@@ -644,7 +644,7 @@ func TestContainerLogLinkPodUIDComesFromATargetOfItsOwnPod(t *testing.T) {
 			}
 			name := "web_ns_app-" + testCID + ".log"
 			symlink(t, target, filepath.Join(dir, name))
-			links, skipped, err := ListContainerLogLinks(context.Background(), dir, logs)
+			links, skipped, err := ListContainerLogLinks(context.Background(), dir, logs, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -658,5 +658,28 @@ func TestContainerLogLinkPodUIDComesFromATargetOfItsOwnPod(t *testing.T) {
 				t.Errorf("PodUID = %q, want %q", links[0].PodUID, tc.want)
 			}
 		})
+	}
+}
+
+// A link the caller rules out (its container is listed running) is not
+// examined at all: neither listed nor skipped, whatever its target.
+func TestOnlyCandidateLinksAreExamined(t *testing.T) {
+	base := t.TempDir()
+	dir, logs := filepath.Join(base, "containers"), filepath.Join(base, "pods")
+	mkdirAll(t, dir)
+	mkdirAll(t, logs)
+	running, gone := "web_ns_app-"+testCID+".log", "web_ns_app-abcdef012345.log"
+	symlink(t, "/outside/0.log", filepath.Join(dir, running)) // examined, it would be skipped
+	symlink(t, filepath.Join(logs, "ns_web_x", "app", "0.log"), filepath.Join(dir, gone))
+	notRunning := func(l ContainerLogLink) bool { return l.ContainerID != testCID }
+	links, skipped, err := ListContainerLogLinks(context.Background(), dir, logs, notRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(links) != 1 || links[0].Name != gone || !links[0].Dangling || len(skipped) != 0 {
+		t.Fatalf("links = %+v, skipped = %+v; want only %s, dangling", links, skipped, gone)
+	}
+	if _, skipped, _ := ListContainerLogLinks(context.Background(), dir, logs, nil); len(skipped) != 1 {
+		t.Fatalf("without a filter the outside link is not skipped (%+v): the test proves nothing", skipped)
 	}
 }

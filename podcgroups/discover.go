@@ -52,7 +52,7 @@ type PodCgroup struct {
 	Driver Driver
 	Root   string // Options.Root it was found under; Destroy checks Paths against it
 	// Paths is the pod cgroup directory in every hierarchy where it exists
-	// (absolute), in the order of Listing.Hierarchies.
+	// (absolute), in the order of Listing.Hierarchies; nil unless Inspected.
 	Paths []string
 	// Containers are the names of the pod cgroup's subdirectories in any
 	// hierarchy (container IDs, or cri-containerd-<id>.scope), sorted; for
@@ -65,6 +65,10 @@ type PodCgroup struct {
 	// CPUReduced: every cpu.shares (v1) or cpu.weight (v2) of the pod
 	// cgroup is already at the minimum ReduceCPU sets, and there is one.
 	CPUReduced bool
+	// Inspected: Containers, Procs and CPUReduced were read. A pod cgroup
+	// that was not (its pod has listed objects) is known by name and
+	// Paths only, and nothing may be done to it.
+	Inspected bool
 }
 
 // Skipped is a directory next to pod cgroups that is not one, and why. It is
@@ -92,7 +96,13 @@ type Listing struct {
 // opts.Mountpoint. It never returns partial data: any error other than a
 // missing root or QoS directory makes the listing not ready. A root that
 // exists in no hierarchy gives a ready, empty listing (no pod cgroups).
-func Discover(ctx context.Context, opts Options) Listing {
+//
+// Every pod cgroup is found by name (one directory listing per QoS class
+// and hierarchy); only those inspect says yes to (nil: all) are looked
+// into: their descendants, processes and CPU (PodCgroup.Inspected). A pod
+// with a listed sandbox or container is never a candidate, and on a busy
+// node its cgroups are most of the tree.
+func Discover(ctx context.Context, opts Options, inspect func(uid string) bool) Listing {
 	if !filepath.IsAbs(opts.Mountpoint) || filepath.Clean(opts.Mountpoint) != opts.Mountpoint {
 		return Listing{Err: fmt.Errorf("cgroups mountpoint %q is not a clean absolute path", opts.Mountpoint)}
 	}
@@ -112,11 +122,12 @@ func Discover(ctx context.Context, opts Options) Listing {
 		return Listing{Err: err, Driver: driver, Hierarchies: hierarchies}
 	}
 	s := scan{
-		driver: driver,
-		root:   opts.Root,
-		pods:   map[string]PodCgroup{},
-		pids:   map[string]map[int]struct{}{},
-		cpuMin: map[string]bool{},
+		inspect: inspect,
+		driver:  driver,
+		root:    opts.Root,
+		pods:    map[string]PodCgroup{},
+		pids:    map[string]map[int]struct{}{},
+		cpuMin:  map[string]bool{},
 	}
 	for _, h := range hierarchies {
 		for _, p := range parents {
@@ -126,6 +137,9 @@ func Discover(ctx context.Context, opts Options) Listing {
 		}
 	}
 	for uid, pod := range s.pods {
+		if !pod.Inspected {
+			continue
+		}
 		pod.Procs = len(s.pids[uid])
 		pod.CPUReduced = s.cpuMin[uid]
 		sort.Strings(pod.Containers)
@@ -136,6 +150,7 @@ func Discover(ctx context.Context, opts Options) Listing {
 
 // scan accumulates one Discover pass.
 type scan struct {
+	inspect func(uid string) bool // nil: every pod
 	driver  Driver
 	root    string
 	pods    map[string]PodCgroup
@@ -157,7 +172,7 @@ func (s *scan) parent(ctx context.Context, h Hierarchy, p podParent) error {
 		return fmt.Errorf("cgroup %s cannot be read: %w", dir, err)
 	}
 	for _, e := range entries {
-		path := filepath.Join(dir, e.Name())
+		path := dir + "/" + e.Name() // dir is clean, the name one component
 		switch {
 		case e.Type()&fs.ModeSymlink != 0:
 			// cgroup file systems have no symlinks; someone made this.
@@ -180,13 +195,21 @@ func (s *scan) parent(ctx context.Context, h Hierarchy, p podParent) error {
 	return nil
 }
 
-// pod adds one pod cgroup directory to the listing.
+// pod adds one pod cgroup directory to the listing, and looks into it
+// when the pod is to be inspected.
 func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) error {
 	pod, seen := s.pods[uid]
 	if seen && pod.QOS != qos {
 		// A pod has one QoS class for life; two means a leftover from
 		// something this package does not understand. Leave it alone.
 		s.skipped = append(s.skipped, Skipped{path, fmt.Sprintf("pod %s was already found as %s at %s", uid, pod.QOS, pod.Paths[0])})
+		return nil
+	}
+	if !seen {
+		pod = PodCgroup{UID: uid, QOS: qos, Driver: s.driver, Root: s.root, Inspected: s.inspect == nil || s.inspect(uid)}
+	}
+	if !pod.Inspected {
+		s.pods[uid] = pod // by name only: not even its path is kept
 		return nil
 	}
 	dirs, err := cgroupDirs(ctx, path)
@@ -196,8 +219,7 @@ func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) erro
 	if len(dirs) == 0 {
 		return nil // removed since the parent was read
 	}
-	if !seen {
-		pod = PodCgroup{UID: uid, QOS: qos, Driver: s.driver, Root: s.root}
+	if s.pids[uid] == nil {
 		s.pids[uid] = map[int]struct{}{}
 	}
 	pod.Paths = append(pod.Paths, path)

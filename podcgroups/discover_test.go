@@ -102,7 +102,7 @@ func TestDiscoverCgroupfsHybrid(t *testing.T) {
 	// QoS cgroups with control files of their own.
 	writeFile(t, filepath.Join(mp, "cpu,cpuacct", "kubepods", "besteffort", "cpu.shares"), "2\n")
 
-	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "auto"})
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "auto"}, nil)
 	if !l.Ready || l.Err != nil {
 		t.Fatalf("not ready: %v", l.Err)
 	}
@@ -117,13 +117,13 @@ func TestDiscoverCgroupfsHybrid(t *testing.T) {
 			filepath.Join(mp, "cpu,cpuacct", "kubepods", "pod"+uidA),
 			filepath.Join(mp, "memory", "kubepods", "pod"+uidA),
 			filepath.Join(mp, "unified", "kubepods", "pod"+uidA),
-		}, Containers: []string{ctrID}, Procs: 2},
+		}, Containers: []string{ctrID}, Procs: 2, Inspected: true},
 		uidB: {UID: uidB, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{
 			filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidB),
-		}, Procs: 0},
+		}, Procs: 0, Inspected: true},
 		uidStatic: {UID: uidStatic, QOS: QOSBestEffort, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{
 			filepath.Join(mp, "pids", "kubepods", "besteffort", "pod"+uidStatic),
-		}, Containers: []string{"abc"}, Procs: 2},
+		}, Containers: []string{"abc"}, Procs: 2, Inspected: true},
 	}
 	if !reflect.DeepEqual(l.Pods, want) {
 		t.Errorf("pods\n got %+v\nwant %+v", l.Pods, want)
@@ -158,7 +158,7 @@ func TestDiscoverSystemdHybrid(t *testing.T) {
 		cgroup(t, filepath.Join(mp, "memory", root, "kubepods-besteffort.slice", name))
 	}
 
-	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"})
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil)
 	if !l.Ready {
 		t.Fatalf("not ready: %v", l.Err)
 	}
@@ -171,8 +171,8 @@ func TestDiscoverSystemdHybrid(t *testing.T) {
 		pathsB = append(pathsB, filepath.Join(mp, h, root, "kubepods-besteffort.slice", "kubepods-besteffort-pod"+under(uidB)+".slice"))
 	}
 	want := map[string]PodCgroup{
-		uidA: {UID: uidA, QOS: QOSGuaranteed, Driver: DriverSystemd, Root: "kubepods", Paths: pathsA, Containers: []string{scope}, Procs: 1},
-		uidB: {UID: uidB, QOS: QOSBestEffort, Driver: DriverSystemd, Root: "kubepods", Paths: pathsB, Containers: []string{scope}, Procs: 1},
+		uidA: {UID: uidA, QOS: QOSGuaranteed, Driver: DriverSystemd, Root: "kubepods", Paths: pathsA, Containers: []string{scope}, Procs: 1, Inspected: true},
+		uidB: {UID: uidB, QOS: QOSBestEffort, Driver: DriverSystemd, Root: "kubepods", Paths: pathsB, Containers: []string{scope}, Procs: 1, Inspected: true},
 	}
 	if !reflect.DeepEqual(l.Pods, want) {
 		t.Errorf("pods\n got %+v\nwant %+v", l.Pods, want)
@@ -190,7 +190,7 @@ func TestDiscoverPureV2(t *testing.T) {
 	cgroup(t, filepath.Join(mp, "system.slice"), 2)
 	cgroup(t, filepath.Join(mp, "kubepods", "burstable", "pod"+uidA, ctrID), 30)
 
-	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "cgroupfs"})
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "cgroupfs"}, nil)
 	if !l.Ready {
 		t.Fatalf("not ready: %v", l.Err)
 	}
@@ -198,7 +198,7 @@ func TestDiscoverPureV2(t *testing.T) {
 		t.Errorf("hierarchies %+v, want %+v", l.Hierarchies, want)
 	}
 	want := PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods",
-		Paths: []string{filepath.Join(mp, "kubepods", "burstable", "pod"+uidA)}, Containers: []string{ctrID}, Procs: 1}
+		Paths: []string{filepath.Join(mp, "kubepods", "burstable", "pod"+uidA)}, Containers: []string{ctrID}, Procs: 1, Inspected: true}
 	if got := l.Pods[uidA]; len(l.Pods) != 1 || !reflect.DeepEqual(got, want) {
 		t.Errorf("pods %+v, want only %+v", l.Pods, want)
 	}
@@ -227,7 +227,7 @@ func TestDiscoverDriverChoice(t *testing.T) {
 			if tc.dir {
 				cgroup(t, filepath.Join(mp, "memory", "kubepods", "pod"+uidB))
 			}
-			l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: tc.driver})
+			l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: tc.driver}, nil)
 			if !l.Ready || l.Driver != tc.want {
 				t.Fatalf("driver %q ready %v (%v), want %q", l.Driver, l.Ready, l.Err, tc.want)
 			}
@@ -244,7 +244,7 @@ func TestDiscoverDriverChoice(t *testing.T) {
 func TestDiscoverRootWithDashesSystemd(t *testing.T) {
 	mp := hybridTree(t)
 	cgroup(t, filepath.Join(mp, "memory", "my_pods.slice", "my_pods-burstable.slice", "my_pods-burstable-pod"+under(uidA)+".slice"))
-	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "my-pods"})
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "my-pods"}, nil)
 	if !l.Ready || l.Driver != DriverSystemd || len(l.Pods) != 1 || l.Pods[uidA].QOS != QOSBurstable {
 		t.Fatalf("got %+v", l)
 	}
@@ -256,7 +256,7 @@ func TestDiscoverSameUIDTwoQoS(t *testing.T) {
 	mp := hybridTree(t)
 	cgroup(t, filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidA))
 	cgroup(t, filepath.Join(mp, "pids", "kubepods", "besteffort", "pod"+uidA))
-	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"})
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil)
 	if !l.Ready || l.Pods[uidA].QOS != QOSBurstable || len(l.Pods[uidA].Paths) != 1 {
 		t.Fatalf("got %+v", l)
 	}
@@ -267,7 +267,7 @@ func TestDiscoverSameUIDTwoQoS(t *testing.T) {
 
 func TestDiscoverRootMissingIsReadyAndEmpty(t *testing.T) {
 	mp := hybridTree(t)
-	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"})
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil)
 	if !l.Ready || len(l.Pods) != 0 || len(l.Skipped) != 0 {
 		t.Fatalf("got %+v", l)
 	}
@@ -326,7 +326,7 @@ func TestDiscoverNotReady(t *testing.T) {
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			l := Discover(ctx, opts)
+			l := Discover(ctx, opts, nil)
 			if l.Ready || l.Err == nil || len(l.Pods) != 0 {
 				t.Fatalf("ready %v, err %v, %d pods: want not ready with no pods", l.Ready, l.Err, len(l.Pods))
 			}
@@ -353,7 +353,7 @@ func TestDiscoverTellsWhetherCPUIsAlreadyReduced(t *testing.T) {
 		}
 	}
 	cgroup(t, filepath.Join(mp, "memory", "kubepods", "pod"+uidStatic))
-	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "cgroupfs"})
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "cgroupfs"}, nil)
 	if !l.Ready {
 		t.Fatal(l.Err)
 	}
@@ -361,5 +361,33 @@ func TestDiscoverTellsWhetherCPUIsAlreadyReduced(t *testing.T) {
 		if got := l.Pods[uid].CPUReduced; got != want {
 			t.Errorf("pod %s: CPUReduced = %v, want %v", uid, got, want)
 		}
+	}
+}
+
+// A pod with listed objects is found by name in every hierarchy, and nothing
+// below its pod cgroup is read: on a busy node those are most of the tree.
+func TestOnlyCandidatesAreLookedInto(t *testing.T) {
+	mp := t.TempDir()
+	for _, h := range []string{"cpu,cpuacct", "memory"} {
+		cgroup(t, filepath.Join(mp, h), 1)
+		cgroup(t, filepath.Join(mp, h, "kubepods", "besteffort", "pod"+uidA, ctrID), 10)
+		// A cgroup.procs that does not parse fails any listing that reads it.
+		cgroup(t, filepath.Join(mp, h, "kubepods", "besteffort", "pod"+uidB, ctrID))
+		writeFile(t, filepath.Join(mp, h, "kubepods", "besteffort", "pod"+uidB, ctrID, "cgroup.procs"), "not a pid\n")
+	}
+	onlyA := func(uid string) bool { return uid == uidA }
+	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "cgroupfs"}, onlyA)
+	if !l.Ready {
+		t.Fatalf("not ready: %v (a pod that is not a candidate was looked into)", l.Err)
+	}
+	a, b := l.Pods[uidA], l.Pods[uidB]
+	if !a.Inspected || a.Procs != 1 || !reflect.DeepEqual(a.Containers, []string{ctrID}) || len(a.Paths) != 2 {
+		t.Errorf("candidate %+v, want it looked into in both hierarchies", a)
+	}
+	if _, found := l.Pods[uidB]; !found || b.Inspected || b.Procs != 0 || b.Containers != nil || b.Paths != nil {
+		t.Errorf("listed pod %+v, want it found by name in both hierarchies and nothing more", b)
+	}
+	if all := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "cgroupfs"}, nil); all.Ready {
+		t.Error("inspecting every pod read the bad cgroup.procs without failing: the test proves nothing")
 	}
 }

@@ -10,8 +10,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,7 +46,7 @@ func readDir(ctx context.Context, dir string) ([]fs.DirEntry, error) {
 			return nil, err
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].Name() < all[j].Name() })
+	slices.SortFunc(all, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return all, nil
 }
 

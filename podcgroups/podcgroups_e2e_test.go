@@ -149,7 +149,7 @@ func (l *lab) cleanup() {
 
 func discover(t *testing.T, root string) Listing {
 	t.Helper()
-	l := Discover(context.Background(), Options{Mountpoint: realMountpoint, Root: root, Driver: "auto"})
+	l := Discover(context.Background(), Options{Mountpoint: realMountpoint, Root: root, Driver: "auto"}, nil)
 	if !l.Ready {
 		t.Fatalf("not ready: %v", l.Err)
 	}
