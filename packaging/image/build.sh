@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the nri-housekeeper container image without a container engine: a
 # static binary (CGO_ENABLED=0, -trimpath) and the image's default config,
-# packed by packaging/image/mkimage into an OCI image-layout tarball.
+# packed by packaging/image/main.go (go-containerregistry, in a module of its
+# own) into a reproducible OCI image-layout tarball.
 #
 #   packaging/image/build.sh [OUT.tar]      (default bin/nri-housekeeper-image.tar)
 #
@@ -17,6 +18,7 @@
 #   PLATFORMS    space-separated os/arch[/variant] (linux/<go env GOARCH>), e.g.
 #                "linux/amd64 linux/arm64": one multi-platform image
 #   GO           the go command (go)
+#   SOURCE_DATE_EPOCH  created time and mtimes in the image (the epoch)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -34,7 +36,8 @@ REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-$GO build -o "$work/mkimage" ./packaging/image/mkimage
+# Its own module: go-containerregistry is not a dependency of the plugin.
+(cd packaging/image && $GO build -o "$work/image" .)
 args=()
 for platform in $PLATFORMS; do
 	IFS=/ read -r os arch variant <<<"$platform"
@@ -50,7 +53,7 @@ done
 names=(-name "$IMAGE_REPO:$IMAGE_TAG")
 [[ -z $IMAGE_LOCAL ]] || names+=(-name "$IMAGE_LOCAL")
 
-"$work/mkimage" -o "$OUT" "${names[@]}" "${args[@]}" \
+"$work/image" -o "$OUT" "${names[@]}" "${args[@]}" \
 	-env PATH=/ \
 	-label org.opencontainers.image.title=nri-housekeeper \
 	-label "org.opencontainers.image.description=containerd NRI plugin that reclaims leaked Kubernetes pod state" \
