@@ -1,8 +1,9 @@
 // Tests of the Helm chart in nri-housekeeper/: it is rendered exactly as
 // `helm template` renders it (Helm's own install action in client-only
 // dry-run mode, the code behind the command), every object is checked
-// against the Kubernetes API schema, and the DaemonSet against what a node
-// agent of this plugin needs. packaging/daemonset/daemonset.yaml must be the
+// against the Kubernetes API schema (the Prometheus Operator's objects
+// against its CRDs, monitoring_test.go), and the DaemonSet against what a
+// node agent of this plugin needs. packaging/daemonset/daemonset.yaml must be the
 // render with the default values (go test -run Manifest -update rewrites it).
 package helm_test
 
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -32,7 +34,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/applyconfigurations"
@@ -84,7 +88,12 @@ func render(t *testing.T, vals map[string]any) (string, error) {
 // only, dry run, no cluster.
 func install(t *testing.T, vals map[string]any) (*release.Release, error) {
 	t.Helper()
-	chrt := loadChart(t)
+	return installChart(t, loadChart(t), vals)
+}
+
+// installChart is install with a chart loaded from elsewhere (an archive).
+func installChart(t *testing.T, chrt *chart.Chart, vals map[string]any) (*release.Release, error) {
+	t.Helper()
 	inst := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
 	inst.DryRun, inst.DryRunOption = true, "true"
 	inst.ClientOnly = true
@@ -117,17 +126,20 @@ func mustRender(t *testing.T, vals map[string]any) string {
 
 // objects are the rendered objects, decoded strictly into the API types.
 type objects struct {
-	sa  *corev1.ServiceAccount
-	cm  *corev1.ConfigMap
-	ds  *appsv1.DaemonSet
-	raw map[string][]byte // kind -> JSON
+	sa         *corev1.ServiceAccount
+	cm         *corev1.ConfigMap
+	ds         *appsv1.DaemonSet
+	podMonitor *monitoringv1.PodMonitor     // monitoring.podMonitor.enabled
+	rule       *monitoringv1.PrometheusRule // monitoring.prometheusRule.enabled
+	raw        map[string][]byte            // kind -> JSON
 }
 
 // decode splits a render into its documents and checks each one against the
 // Kubernetes API twice: strictly decoded into the typed structs of k8s.io/api
 // (unknown, duplicate or wrongly cased fields and wrong types fail), and validated against
 // the OpenAPI-derived structural schema the API server uses for server-side
-// apply (client-go's applyconfigurations type converter).
+// apply (client-go's applyconfigurations type converter). The Prometheus
+// Operator's kinds are decoded into its Go types and checked against its CRDs.
 func decode(t *testing.T, manifest string) objects {
 	t.Helper()
 	docs, err := splitYAML(manifest)
@@ -155,6 +167,12 @@ func decode(t *testing.T, manifest string) objects {
 		case "DaemonSet":
 			o.ds = &appsv1.DaemonSet{}
 			target = o.ds
+		case "PodMonitor":
+			o.podMonitor = &monitoringv1.PodMonitor{}
+			target = o.podMonitor
+		case "PrometheusRule":
+			o.rule = &monitoringv1.PrometheusRule{}
+			target = o.rule
 		default:
 			t.Fatalf("unexpected %s rendered", kind)
 		}
@@ -210,14 +228,24 @@ func checkSchema(doc []byte) (string, []byte, error) {
 	return u.GetKind(), j, nil
 }
 
-// typedCheck decodes the object into its registered Go type of k8s.io/api,
-// case-sensitive and strict, as the API server decodes (encoding/json alone
-// would take hostPid for hostPID).
+// apiTypes are the Go types objects are decoded into: the built-in kinds of
+// k8s.io/api and the Prometheus Operator's monitoring.coreos.com/v1.
+var apiTypes = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(scheme.AddToScheme(s))
+	utilruntime.Must(monitoringv1.AddToScheme(s))
+	return s
+}()
+
+// typedCheck decodes the object into its registered Go type, case-sensitive
+// and strict, as the API server decodes built-in kinds (encoding/json alone
+// would take hostPid for hostPID); the Operator's kinds into the Go types the
+// Operator reads them with.
 func typedCheck(u *unstructured.Unstructured, j []byte) error {
 	gvk := u.GroupVersionKind()
-	typed, err := scheme.Scheme.New(gvk)
+	typed, err := apiTypes.New(gvk)
 	if err != nil {
-		return fmt.Errorf("%s: not a built-in API type: %w", gvk, err)
+		return fmt.Errorf("%s: not a known API type: %w", gvk, err)
 	}
 	strict, err := sjson.UnmarshalStrict(j, typed)
 	if err != nil {
@@ -230,8 +258,12 @@ func typedCheck(u *unstructured.Unstructured, j []byte) error {
 }
 
 // structuralCheck validates the object against the OpenAPI-derived schema
-// the API server uses for server-side apply.
+// the API server uses for server-side apply; the Prometheus Operator's kinds,
+// which that schema does not know, against their CRDs (crdCheck).
 func structuralCheck(u *unstructured.Unstructured) error {
+	if u.GroupVersionKind().GroupVersion() == monitoringv1.SchemeGroupVersion {
+		return crdCheck(u)
+	}
 	if _, err := applyconfigurations.NewTypeConverter(scheme.Scheme).ObjectToTyped(u); err != nil {
 		return fmt.Errorf("%s: %w", u.GroupVersionKind(), err)
 	}
@@ -642,12 +674,17 @@ func TestValues(t *testing.T) {
 		"port out of range":   {"metrics": map[string]any{"port": 70000}},
 		// orphans.max_per_pass and orphans.max_fraction are deprecated
 		// aliases in the plugin; the chart renders only the current keys.
-		"deprecated orphans.max_per_pass":  {"config": map[string]any{"orphans": map[string]any{"max_per_pass": 1}}},
-		"deprecated orphans.max_fraction":  {"config": map[string]any{"orphans": map[string]any{"max_fraction": 0.2}}},
-		"unknown budget key":               {"config": map[string]any{"budget": map[string]any{"max_per_day": 1}}},
-		"budget fraction above one":        {"config": map[string]any{"budget": map[string]any{"max_fraction": 1.5}}},
-		"budget fraction string above one": {"config": map[string]any{"budget": map[string]any{"max_fraction": "1.5"}}},
-		"negative budget count":            {"config": map[string]any{"budget": map[string]any{"min_per_pass": -1}}},
+		"deprecated orphans.max_per_pass":    {"config": map[string]any{"orphans": map[string]any{"max_per_pass": 1}}},
+		"deprecated orphans.max_fraction":    {"config": map[string]any{"orphans": map[string]any{"max_fraction": 0.2}}},
+		"unknown budget key":                 {"config": map[string]any{"budget": map[string]any{"max_per_day": 1}}},
+		"budget fraction above one":          {"config": map[string]any{"budget": map[string]any{"max_fraction": 1.5}}},
+		"budget fraction string above one":   {"config": map[string]any{"budget": map[string]any{"max_fraction": "1.5"}}},
+		"negative budget count":              {"config": map[string]any{"budget": map[string]any{"min_per_pass": -1}}},
+		"unknown podMonitor key":             {"monitoring": map[string]any{"podMonitor": map[string]any{"enabled": true, "intervall": "30s"}}},
+		"podMonitor interval not a duration": {"monitoring": map[string]any{"podMonitor": map[string]any{"enabled": true, "interval": "30 seconds"}}},
+		"podMonitor namespace not a name":    {"monitoring": map[string]any{"podMonitor": map[string]any{"enabled": true, "namespace": "Monitoring"}}},
+		"rule label not a string":            {"monitoring": map[string]any{"prometheusRule": map[string]any{"enabled": true, "additionalRuleLabels": map[string]any{"tier": 1}}}},
+		"unknown monitoring object":          {"monitoring": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}},
 	} {
 		t.Run("refused: "+name, func(t *testing.T) {
 			if out, err := render(t, vals); err == nil {
@@ -725,15 +762,20 @@ func TestNotes(t *testing.T) {
 	}
 }
 
-// TestLint runs helm lint (strict: warnings fail too).
+// TestLint runs helm lint (strict: warnings fail too), with the default
+// values and with the Prometheus Operator's objects on.
 func TestLint(t *testing.T) {
-	linter := lint.All(chartDir, map[string]any{}, namespace, false)
-	for _, m := range linter.Messages {
-		if m.Severity >= support.WarningSev {
-			t.Errorf("helm lint: %s", m)
-		} else {
-			t.Logf("helm lint: %s", m)
-		}
+	for name, vals := range map[string]map[string]any{"defaults": {}, "monitoring": monitoringValues()} {
+		t.Run(name, func(t *testing.T) {
+			linter := lint.All(chartDir, vals, namespace, false)
+			for _, m := range linter.Messages {
+				if m.Severity >= support.WarningSev {
+					t.Errorf("helm lint: %s", m)
+				} else {
+					t.Logf("helm lint: %s", m)
+				}
+			}
+		})
 	}
 }
 
