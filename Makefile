@@ -16,14 +16,14 @@ LDFLAGS := -X main.version=$(VERSION)
 LAB := test/e2e/lab/lab.sh
 E2E_TIMEOUT ?= 60m
 
-.PHONY: all build test unit lint fuzz e2e e2e-tools lab-install demo bench clean
+.PHONY: all build test unit lint fuzz rules prometheus-tools e2e e2e-tools lab-install demo bench clean
 
 all: build
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nri-housekeeper
 
-test: lint unit fuzz chart e2e
+test: lint unit fuzz chart image-test rules e2e
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -45,6 +45,17 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzPlanKeepsTheSafetyContract$$' -fuzztime $(FUZZTIME) ./gc/
 
+# The alerting rules: promtool checks them and runs their unit tests
+# (alerts_test.yaml). prometheus-tools installs Debian's prometheus package
+# (promtool, and the prometheus the e2e test runs) without starting it.
+OBSERVABILITY := packaging/observability
+rules: prometheus-tools
+	promtool check rules $(OBSERVABILITY)/alerts.yaml
+	promtool test rules $(OBSERVABILITY)/alerts_test.yaml
+
+prometheus-tools:
+	@$(OBSERVABILITY)/prometheus-tools.sh
+
 lab-install:
 	$(LAB) install
 
@@ -53,7 +64,7 @@ e2e-tools:
 	@command -v systemd-analyze >/dev/null || { apt-get update >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends systemd >/dev/null; }
 
-e2e: lab-install e2e-tools image
+e2e: lab-install e2e-tools prometheus-tools image
 	NRIHK_IMAGE_TAR=$(abspath $(IMAGE_TAR)) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/... ./podcgroups/
 
 demo: lab-install build
@@ -73,13 +84,17 @@ bench:
 IMAGE_TAR ?= bin/nri-housekeeper-image.tar
 HELM_VERSION ?= v3.22.0
 CHART := packaging/helm/nri-housekeeper
-.PHONY: image chart helm-template daemonset-manifest
+.PHONY: image image-test chart helm-template daemonset-manifest
 
 # The container image without a container engine: static binary in an OCI image-layout
 # tarball (ctr images import, nerdctl/podman load, skopeo copy oci-archive:...).
 # PLATFORMS="linux/amd64 linux/arm64" for a multi-arch image.
 image:
 	VERSION=$(VERSION) packaging/image/build.sh $(IMAGE_TAR)
+
+# The image builder's tests (own Go module, so go-containerregistry stays out of go.mod).
+image-test:
+	cd packaging/image && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # Chart tests (own Go module, so Helm stays out of go.mod): helm-template render, API schema
 # checks, DaemonSet checks, helm lint, daemonset.yaml == render.
