@@ -57,6 +57,8 @@ const (
 	fieldAttempts = "attempts"
 	fieldRetryAt  = "retry_at"
 	fieldDepends  = "depends_on"
+	// fieldWithSandbox: a container removed by its sandbox's removal.
+	fieldWithSandbox = "with_sandbox"
 )
 
 // Options configure an Executor.
@@ -184,25 +186,119 @@ func (e *Executor) Execute(ctx context.Context, actions []gc.Action, now time.Ti
 		waves[a.Kind] = append(waves[a.Kind], i)
 	}
 
+	// Dead containers whose sandbox goes too are removed by its
+	// RemovePodSandbox: they leave the RemoveContainer wave.
+	carried := e.carriedBySandboxes(actions, now)
+	if len(carried) > 0 {
+		var left []int
+		for _, i := range waves[gc.RemoveContainer] {
+			if !carriedAction(carried, i) {
+				left = append(left, i)
+			}
+		}
+		waves[gc.RemoveContainer] = left
+	}
+
 	// One semaphore for the whole call: at most MaxParallel calls at once.
 	sem := make(chan struct{}, e.opts.MaxParallel)
+	w := wave{actions: actions, now: now, recheck: recheck, out: out, done: done, settle: settle, carried: carried}
 	for _, kind := range gc.Kinds {
-		e.runWave(ctx, sem, actions, waves[kind], now, recheck, out, done, settle)
+		e.runWave(ctx, sem, w, waves[kind])
 	}
 	return out
 }
 
+// carriedBySandboxes finds the whole-sandbox reclaims of a batch: a
+// RemoveSandbox whose every dependency is the RemoveContainer of one of its
+// own dead containers, due now. containerd's RemovePodSandbox (v2.4.2,
+// internal/cri/server/sandbox_remove.go) stops the sandbox, then removes
+// every container whose SandboxID is the sandbox's before removing it, so
+// one StopPodSandbox + RemovePodSandbox does it all: one call per pod, not
+// one per container more. It returns the RemoveContainer actions each such
+// sandbox carries, by the sandbox action's index. Containers that must be
+// stopped first (UNKNOWN), depend on anything, or are backing off keep
+// their own call, and so does a sandbox backing off. Dry runs carry
+// nothing: every step is shown as it would run alone.
+func (e *Executor) carriedBySandboxes(actions []gc.Action, now time.Time) map[int][]int {
+	if e.opts.DryRun {
+		return nil
+	}
+	backingOff := func(key string) bool { b := e.backoffs[key]; return b != nil && now.Before(b.retryAt) }
+	byKey := make(map[string][]int, len(actions))
+	for i, a := range actions {
+		byKey[a.Key] = append(byKey[a.Key], i)
+	}
+	var carried map[int][]int
+	taken := map[int]bool{}
+	for si, s := range actions {
+		if s.Kind != gc.RemoveSandbox || len(s.DependsOn) == 0 || backingOff(s.Key) || len(byKey[s.Key]) != 1 {
+			continue
+		}
+		var containers []int
+		for _, dep := range s.DependsOn {
+			idx := byKey[dep]
+			if len(idx) != 1 {
+				containers = nil
+				break
+			}
+			c := actions[idx[0]]
+			if c.Kind != gc.RemoveContainer || c.SandboxID != s.SandboxID || c.StopFirst || len(c.DependsOn) > 0 ||
+				backingOff(c.Key) || taken[idx[0]] {
+				containers = nil
+				break
+			}
+			containers = append(containers, idx[0])
+		}
+		if containers == nil {
+			continue
+		}
+		if carried == nil {
+			carried = map[int][]int{}
+		}
+		carried[si] = containers
+		for _, c := range containers {
+			taken[c] = true
+		}
+	}
+	return carried
+}
+
+func carriedAction(carried map[int][]int, i int) bool {
+	for _, cs := range carried {
+		if slices.Contains(cs, i) {
+			return true
+		}
+	}
+	return false
+}
+
+// wave is what every wave of one Execute call shares.
+type wave struct {
+	actions []gc.Action
+	now     time.Time
+	recheck Recheck
+	out     []Outcome
+	done    map[string]Result
+	settle  func(int, Outcome)
+	carried map[int][]int // see carriedBySandboxes
+}
+
 // runWave runs the actions of one kind (indexes into actions) and settles
 // each of them before returning.
-func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.Action, wave []int, now time.Time,
-	recheck Recheck, out []Outcome, done map[string]Result, settle func(int, Outcome)) {
+func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, indexes []int) {
+	actions, now, recheck, out, done, settle := w.actions, w.now, w.recheck, w.out, w.done, w.settle
 	var wg sync.WaitGroup
 	var started []int
 	notStarted := 0
-	for _, i := range wave {
+	// A sandbox's carried containers settle with it, whatever became of it.
+	settleCarrying := func(i int, o Outcome) {
+		settle(i, o)
+		e.settleCarried(w, i, o)
+	}
+	for _, i := range indexes {
 		a := actions[i]
 		if err := ctx.Err(); err != nil {
-			settle(i, Outcome{Action: a, Result: Skipped, Err: err})
+			settleCarrying(i, Outcome{Action: a, Result: Skipped, Err: err})
 			notStarted++
 			continue
 		}
@@ -210,10 +306,10 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.
 			// Nothing runs, so nothing fails: every dependency counts as
 			// satisfied and the report shows the whole plan.
 			e.entry(a).Info(verbsOf(a).would)
-			settle(i, Outcome{Action: a, Result: Would})
+			settleCarrying(i, Outcome{Action: a, Result: Would})
 			continue
 		}
-		if dep, res, ok := unsatisfied(a, done); !ok {
+		if dep, res, ok := unsatisfied(a, done, w.carriedKeys(i)); !ok {
 			var err error
 			if res == "" {
 				// Not in this run, or (a planner bug) not of an earlier kind.
@@ -222,14 +318,14 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.
 				err = fmt.Errorf("%s: dependency %s did not succeed (%s)", a.Key, dep, res)
 			}
 			e.entry(a).WithField(fieldDepends, dep).Debugf("skipped: %s: dependency did not succeed", verbsOf(a).do)
-			settle(i, Outcome{Action: a, Result: Skipped, Err: err})
+			settleCarrying(i, Outcome{Action: a, Result: Skipped, Err: err})
 			continue
 		}
 		if b := e.backoffs[a.Key]; b != nil && now.Before(b.retryAt) {
 			e.entry(a).WithFields(logrus.Fields{fieldAttempts: b.failures, fieldRetryAt: b.retryAt.Format(time.RFC3339)}).
 				Debugf("backing off: %s", verbsOf(a).do)
 			err := fmt.Errorf("%s: backing off after %d failure(s): %w", a.Key, b.failures, b.lastErr)
-			settle(i, Outcome{Action: a, Result: Backoff, Err: err, RetryAt: b.retryAt})
+			settleCarrying(i, Outcome{Action: a, Result: Backoff, Err: err, RetryAt: b.retryAt})
 			continue
 		}
 
@@ -247,7 +343,7 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.
 			if acquired {
 				<-sem
 			}
-			settle(i, Outcome{Action: a, Result: Skipped, Err: err})
+			settleCarrying(i, Outcome{Action: a, Result: Skipped, Err: err})
 			notStarted++
 			continue
 		}
@@ -283,7 +379,7 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.
 				entry.Warnf("not done: checked again right before it: %s", verbsOf(o.Action).do)
 				e.aborted[o.Action.Key] = o.Err.Error()
 			}
-			settle(i, o)
+			settleCarrying(i, o)
 			continue
 		}
 		delete(e.aborted, o.Action.Key)
@@ -299,7 +395,7 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.
 				fieldTook: o.Took, fieldAttempts: b.failures, fieldRetryAt: b.retryAt.Format(time.RFC3339),
 			}).Warnf("failed to %s", verbsOf(o.Action).do)
 		}
-		settle(i, o)
+		settleCarrying(i, o)
 	}
 	if notStarted > 0 {
 		e.log.WithError(ctx.Err()).Debugf("context ended: %d action(s) not started", notStarted)
@@ -308,13 +404,52 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, actions []gc.
 
 // unsatisfied returns the first dependency of a that has not succeeded in
 // this run, with its result ("" when it is not in the run at all).
-func unsatisfied(a gc.Action, done map[string]Result) (dep string, res Result, ok bool) {
+func unsatisfied(a gc.Action, done map[string]Result, carried map[string]bool) (dep string, res Result, ok bool) {
 	for _, dep := range a.DependsOn {
+		if carried[dep] {
+			continue // carried out by a itself
+		}
 		if res := done[dep]; res != Success {
 			return dep, res, false
 		}
 	}
 	return "", "", true
+}
+
+// carriedKeys are the keys of the containers action i carries (nil: none).
+func (w wave) carriedKeys(i int) map[string]bool {
+	cs := w.carried[i]
+	if len(cs) == 0 {
+		return nil
+	}
+	keys := make(map[string]bool, len(cs))
+	for _, c := range cs {
+		keys[w.actions[c].Key] = true
+	}
+	return keys
+}
+
+// settleCarried settles the containers a sandbox action carried, after the
+// sandbox: removed with it when it was removed; otherwise not started, for
+// the next plan to decide again (a failure backs off the sandbox alone).
+// Each keeps its own outcome, log line and metric.
+func (e *Executor) settleCarried(w wave, i int, sandbox Outcome) {
+	for _, c := range w.carried[i] {
+		a := w.actions[c]
+		o := Outcome{Action: a, Took: sandbox.Took}
+		if sandbox.Result == Success {
+			o.Result = Success
+			delete(e.backoffs, a.Key)
+			delete(e.aborted, a.Key)
+			e.entry(a).WithFields(logrus.Fields{fieldTook: sandbox.Took, fieldWithSandbox: a.SandboxID}).
+				Info(verbsOf(a).done + " with its sandbox")
+		} else {
+			o.Result = Skipped
+			o.Err = fmt.Errorf("%s: to be removed with sandbox %s, which was not (%s)", a.Key, a.SandboxID, sandbox.Result)
+			e.entry(a).WithField(fieldWithSandbox, a.SandboxID).Debugf("skipped: %s: its sandbox was not removed", verbsOf(a).do)
+		}
+		w.settle(c, o)
+	}
 }
 
 // fail records a failure of key and returns its backoff: the delay doubles

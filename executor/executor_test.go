@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -819,4 +821,77 @@ func TestNodeActionsReachTheirCalls(t *testing.T) {
 			t.Errorf("no call %s (calls %v)", c, f.calls)
 		}
 	}
+}
+
+// A sandbox removed with all its dead containers is one StopPodSandbox and
+// one RemovePodSandbox (containerd's RemovePodSandbox removes the
+// sandbox's containers); each container keeps its own outcome and log line.
+// Containers that need more than that keep their own call.
+func TestAWholeSandboxReclaimIsOneStopAndOneRemove(t *testing.T) {
+	unknown := rmCtr("c-unknown")
+	unknown.StopFirst, unknown.Timeout = true, 2*time.Second
+	other := rmCtr("c-other")
+	other.SandboxID = "another-sandbox"
+	for _, tc := range []struct {
+		rule      string
+		actions   []gc.Action
+		fail      []string
+		backoff   string // a key in backoff
+		dryRun    bool
+		wantCalls []string
+		want      map[string]Result
+	}{
+		{"dead containers go with their sandbox", []gc.Action{rmCtr("c1"), rmCtr("c2"), rmSb("sb", "container/c1", "container/c2"), rmLink("/l/c1", "container/c1")}, nil, "", false,
+			[]string{"StopPodSandbox sb", "RemovePodSandbox sb", "RemoveContainerLogLink /l/c1"},
+			map[string]Result{"container/c1": Success, "container/c2": Success, "sandbox/sb": Success, "log-link//l/c1": Success}},
+		{"a failed sandbox removal leaves its containers for the next plan", []gc.Action{rmCtr("c1"), rmSb("sb", "container/c1"), rmLink("/l/c1", "container/c1")},
+			[]string{"RemovePodSandbox sb"}, "", false,
+			[]string{"StopPodSandbox sb", "RemovePodSandbox sb"},
+			map[string]Result{"container/c1": Skipped, "sandbox/sb": Error, "log-link//l/c1": Skipped}},
+		{"an UNKNOWN container is stopped and removed on its own", []gc.Action{unknown, rmSb("sb", "container/c-unknown")}, nil, "", false,
+			[]string{"StopContainer c-unknown", "RemoveContainer c-unknown", "StopPodSandbox sb", "RemovePodSandbox sb"},
+			map[string]Result{"container/c-unknown": Success, "sandbox/sb": Success}},
+		{"a container of another sandbox is not carried", []gc.Action{other, rmSb("sb", "container/c-other")}, nil, "", false,
+			[]string{"RemoveContainer c-other", "StopPodSandbox sb", "RemovePodSandbox sb"},
+			map[string]Result{"container/c-other": Success, "sandbox/sb": Success}},
+		{"a sandbox backing off does not carry its containers", []gc.Action{rmCtr("c1"), rmSb("sb", "container/c1")}, nil, "sandbox/sb", false,
+			[]string{"RemoveContainer c1"},
+			map[string]Result{"container/c1": Success, "sandbox/sb": Backoff}},
+		{"a dry run shows every step alone", []gc.Action{rmCtr("c1"), rmSb("sb", "container/c1")}, nil, "", true,
+			nil, map[string]Result{"container/c1": Would, "sandbox/sb": Would}},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			f := newFake(tc.fail...)
+			log, hook := logtest.NewNullLogger()
+			log.SetLevel(logrus.DebugLevel)
+			e := New(f, f, Options{MaxParallel: 4, DryRun: tc.dryRun, BackoffMin: time.Minute, BackoffMax: time.Hour}, log)
+			e.jitter = noJitter
+			if tc.backoff != "" {
+				e.fail(tc.backoff, errors.New("earlier failure"), t0)
+			}
+			out := e.Execute(context.Background(), tc.actions, t0, nil)
+			if got := f.called(); !slices.Equal(got, tc.wantCalls) {
+				t.Errorf("calls = %q, want %q", got, tc.wantCalls)
+			}
+			if got := results(out); !maps.Equal(got, tc.want) {
+				t.Errorf("results = %v, want %v", got, tc.want)
+			}
+			if tc.rule == "dead containers go with their sandbox" {
+				for _, id := range []string{"c1", "c2"} {
+					if !loggedWith(hook, "removed container with its sandbox", logging.FieldContainerID, id) {
+						t.Errorf("no log line for container %s removed with its sandbox", id)
+					}
+				}
+			}
+		})
+	}
+}
+
+func loggedWith(hook *logtest.Hook, msg, field, value string) bool {
+	for _, e := range hook.AllEntries() {
+		if e.Message == msg && e.Data[field] == value {
+			return true
+		}
+	}
+	return false
 }

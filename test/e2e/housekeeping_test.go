@@ -289,6 +289,13 @@ func TestReclaimsTheLeakOfKubernetes107730(t *testing.T) {
 			t.Errorf("plugin log has no %q", want)
 		}
 	}
+	// The dead containers went with their sandbox: one RemovePodSandbox,
+	// each container still logged.
+	for _, id := range ctrs {
+		if logLine(logs, `msg="removed container with its sandbox"`, "container_id="+id) == "" {
+			t.Errorf("container %s was not removed with its sandbox:\n%s", id, logs)
+		}
+	}
 }
 
 func TestReclaimsALeakAcrossAContainerdKill9(t *testing.T) {
