@@ -50,6 +50,11 @@ type Options struct {
 	// Debounce delays a pass after Wake so that a burst of stop/remove events
 	// (a node draining) costs one listing, not one per event.
 	Debounce time.Duration
+	// WakeInterval is the least time from one pass's start to a pass an
+	// event wakes (default WakeIntervalFor(Period, Debounce)). A wake only
+	// starts leak_grace clocks a little sooner; under pod churn it must not
+	// turn every stop into a pass.
+	WakeInterval time.Duration
 	// StartupDelay: no action before this long after the loop started.
 	StartupDelay time.Duration
 	Policy       gc.Policy
@@ -169,6 +174,9 @@ func New(state *podstate.State, runtime Runtime, opts Options, log logrus.FieldL
 	if opts.Debounce <= 0 {
 		opts.Debounce = time.Second
 	}
+	if opts.WakeInterval <= 0 {
+		opts.WakeInterval = WakeIntervalFor(opts.Period, opts.Debounce)
+	}
 	return &Loop{
 		state: state, runtime: runtime, opts: opts, log: log, now: time.Now, started: time.Now(),
 		resync: make(chan struct{}, 1), wake: make(chan struct{}, 1),
@@ -190,30 +198,47 @@ func notify(c chan struct{}) {
 	}
 }
 
-// Run passes once at start, then every period and when woken, until ctx ends.
-// After a failed listing it retries sooner (1s doubling up to the period):
-// a pre-registered plugin starts before containerd serves CRI.
+// WakeIntervalFor is the default Options.WakeInterval: a third of the
+// period, at most 10 s, at least the debounce. Actions wait leak_grace
+// (minutes) anyway, and without events the next pass comes within a
+// period: starting a clock up to 10 s later than the event changes no
+// reclaim a user could tell from the period's own jitter, while a rollout's
+// hundreds of stop events cost a pass every 10 s instead of every second.
+func WakeIntervalFor(period, debounce time.Duration) time.Duration {
+	return max(debounce, min(period/3, 10*time.Second))
+}
+
+// Run passes once at start, then a period after each pass and when woken,
+// until ctx ends. After a failed listing it retries sooner (1s doubling up
+// to the period): a pre-registered plugin starts before containerd serves
+// CRI.
 func (l *Loop) Run(ctx context.Context) error {
 	ticker := time.NewTicker(l.opts.Period)
 	defer ticker.Stop()
 	var retry <-chan time.Time
 	retryWait := time.Duration(0)
 	for {
+		started := time.Now()
 		if r := l.Pass(ctx); r.Err != nil {
 			retryWait = min(max(2*retryWait, time.Second), l.opts.Period)
 			retry = time.After(retryWait)
 		} else {
 			retryWait, retry = 0, nil
 		}
-		if !l.waitForTrigger(ctx, ticker.C, retry) {
+		// The period counts from the last pass, whatever started it: a pass
+		// an event woke is not followed by a periodic one right after.
+		ticker.Reset(l.opts.Period)
+		if !l.waitForTrigger(ctx, ticker.C, retry, started.Add(l.opts.WakeInterval)) {
 			return nil
 		}
 	}
 }
 
 // waitForTrigger blocks until the next pass is due: the period, a resync, a
-// retry, or the end of the debounce after a wake. It is false when ctx ends.
-func (l *Loop) waitForTrigger(ctx context.Context, tick, retry <-chan time.Time) bool {
+// retry, or the end of the debounce after a wake, but not before earliest
+// (Options.WakeInterval after the last pass started). It is false when ctx
+// ends.
+func (l *Loop) waitForTrigger(ctx context.Context, tick, retry <-chan time.Time, earliest time.Time) bool {
 	var debounce <-chan time.Time
 	for {
 		select {
@@ -229,7 +254,7 @@ func (l *Loop) waitForTrigger(ctx context.Context, tick, retry <-chan time.Time)
 			return true
 		case <-l.wake:
 			if debounce == nil {
-				debounce = time.After(l.opts.Debounce)
+				debounce = time.After(max(l.opts.Debounce, time.Until(earliest)))
 			}
 		}
 	}

@@ -177,7 +177,7 @@ func TestPassReconcilesAndLogsPhaseTransitions(t *testing.T) {
 func TestWakeIsDebouncedAndResyncIsImmediate(t *testing.T) {
 	rt := &fakeRuntime{}
 	log, _ := testLogger()
-	loop := New(podstate.New(0), rt, Options{Period: time.Hour, Debounce: 600 * time.Millisecond}, log)
+	loop := New(podstate.New(0), rt, Options{Period: time.Hour, Debounce: 600 * time.Millisecond, WakeInterval: 600 * time.Millisecond}, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
@@ -205,6 +205,46 @@ func TestWakeIsDebouncedAndResyncIsImmediate(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// Under churn every stop event wakes the loop: the passes those wakes
+// start are bounded by WakeInterval, and the period counts from the last
+// pass, so no periodic pass follows a woken one right after.
+func TestChurnWakesAPassAtMostEveryWakeInterval(t *testing.T) {
+	rt := &fakeRuntime{}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: 1500 * time.Millisecond, Debounce: 50 * time.Millisecond, WakeInterval: time.Second}, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { _ = loop.Run(ctx); close(done) }()
+	waitCalls(t, rt, 1)
+	start := time.Now()
+	for time.Since(start) < 3*time.Second {
+		loop.Wake()
+		time.Sleep(10 * time.Millisecond)
+	}
+	passes := rt.calls.Load() - 1
+	cancel()
+	<-done
+	// One a second, give or take one at the edges; every 50 ms debounce
+	// would be some 60, and periodic passes on top of woken ones 5.
+	if passes < 2 || passes > 4 {
+		t.Fatalf("3 s of wakes every 10 ms caused %d passes, want about 3 (one per WakeInterval)", passes)
+	}
+}
+
+func TestWakeIntervalForThePeriod(t *testing.T) {
+	for _, tc := range []struct{ period, debounce, want time.Duration }{
+		{30 * time.Second, time.Second, 10 * time.Second}, // the default: a third of the period
+		{2 * time.Second, time.Second, time.Second},       // never below the debounce
+		{time.Hour, time.Second, 10 * time.Second},        // at most 10 s
+		{6 * time.Second, time.Second, 2 * time.Second},
+	} {
+		if got := WakeIntervalFor(tc.period, tc.debounce); got != tc.want {
+			t.Errorf("WakeIntervalFor(%v, %v) = %v, want %v", tc.period, tc.debounce, got, tc.want)
+		}
+	}
 }
 
 func waitCalls(t *testing.T, rt *fakeRuntime, n int64) {
