@@ -150,7 +150,8 @@ type ContainerLogLink struct {
 // (logs.container_logs_dir). Only symlinks whose names parse and whose target
 // state is known are returned; every other entry is in skipped with the
 // reason. err is set when dir itself cannot be read or podLogsDir
-// (logs.pod_logs_dir) cannot be opened, and then nothing is returned.
+// (logs.pod_logs_dir) cannot be opened (looked at only when a link needs
+// examining), and then nothing is returned.
 //
 // Whether a link dangles is decided without ever following a symlink or
 // leaving podLogsDir's file system, so that a link onto a dead NFS mount
@@ -179,11 +180,15 @@ func ListContainerLogLinks(ctx context.Context, dir, podLogsDir string, candidat
 	if err != nil {
 		return nil, nil, fmt.Errorf("container logs dir %s: %w", dir, err)
 	}
-	targets, err := openLogTargets(podLogsDir)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer targets.close()
+	// Opened at the first link that needs it: reading the mount table
+	// costs more than the rest of the listing on a node with hundreds of
+	// pods, and most passes have no candidate link at all.
+	var targets *logTargets
+	defer func() {
+		if targets != nil {
+			targets.close()
+		}
+	}()
 	var (
 		links   []ContainerLogLink
 		skipped []Skipped
@@ -204,6 +209,13 @@ func ListContainerLogLinks(ctx context.Context, dir, podLogsDir string, candidat
 		}
 		if candidate != nil && !candidate(l) {
 			continue
+		}
+		if targets == nil {
+			t, err := openLogTargets(podLogsDir)
+			if err != nil {
+				return nil, nil, err
+			}
+			targets = &t
 		}
 		l.Path = path
 		l.Target, err = os.Readlink(path)

@@ -564,6 +564,8 @@ func TestListContainerLogLinksErrors(t *testing.T) {
 			rule: "a pod logs dir that is not a directory is an error naming it",
 			setup: func(t *testing.T, base string) (string, string) {
 				mkdirAll(t, filepath.Join(base, "containers"))
+				// A link to examine: the pod logs dir is opened for it.
+				symlink(t, "/var/log/pods/x/0.log", filepath.Join(base, "containers", testLinkName))
 				writeFile(t, filepath.Join(base, "pods"), "")
 				return filepath.Join(base, "containers"), filepath.Join(base, "pods")
 			},
@@ -573,6 +575,8 @@ func TestListContainerLogLinksErrors(t *testing.T) {
 			rule: "a relative pod logs dir is an error",
 			setup: func(t *testing.T, base string) (string, string) {
 				mkdirAll(t, filepath.Join(base, "containers"))
+				// A link to examine: the pod logs dir is opened for it.
+				symlink(t, "/var/log/pods/x/0.log", filepath.Join(base, "containers", testLinkName))
 				return filepath.Join(base, "containers"), "var/log/pods"
 			},
 			want: func(string) string { return `pod logs dir "var/log/pods" is not an absolute path` },
@@ -581,6 +585,8 @@ func TestListContainerLogLinksErrors(t *testing.T) {
 			rule: "the whole file system as the pod logs dir is an error",
 			setup: func(t *testing.T, base string) (string, string) {
 				mkdirAll(t, filepath.Join(base, "containers"))
+				// A link to examine: the pod logs dir is opened for it.
+				symlink(t, "/var/log/pods/x/0.log", filepath.Join(base, "containers", testLinkName))
 				return filepath.Join(base, "containers"), "/"
 			},
 			want: func(string) string { return `pod logs dir "/" is the whole file system` },

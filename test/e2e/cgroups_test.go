@@ -30,7 +30,7 @@ const cgroupMount = "/sys/fs/cgroup"
 func cgroupRoot() string { return strings.TrimPrefix(node.CgroupRoot, "/") }
 
 // hierarchies are this machine's cgroup mounts (v1 controllers and cgroup2).
-func hierarchies(t *testing.T) []string {
+func hierarchies(t testing.TB) []string {
 	t.Helper()
 	var out []string
 	entries, err := os.ReadDir(cgroupMount)
@@ -55,7 +55,7 @@ func hierarchies(t *testing.T) []string {
 // fakeOrphanCgroup makes the cgroup of a pod kubelet no longer has, with a
 // live process in its container cgroup in every hierarchy, the way a leaked
 // pod cgroup looks. It returns the process and the pod cgroup dirs.
-func fakeOrphanCgroup(t *testing.T, uid string) (*exec.Cmd, []string) {
+func fakeOrphanCgroup(t testing.TB, uid string) (*exec.Cmd, []string) {
 	t.Helper()
 	proc := exec.Command("sleep", "600")
 	if err := proc.Start(); err != nil {
@@ -84,7 +84,7 @@ func fakeOrphanCgroup(t *testing.T, uid string) (*exec.Cmd, []string) {
 
 // mkdirCgroup makes h/rel level by level; a new cpuset cgroup gets its
 // parent's CPUs and memory nodes, or no process could join it.
-func mkdirCgroup(t *testing.T, h, rel string) string {
+func mkdirCgroup(t testing.TB, h, rel string) string {
 	t.Helper()
 	p := h
 	for _, c := range strings.Split(rel, "/") {

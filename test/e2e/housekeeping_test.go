@@ -40,7 +40,7 @@ type kubelet struct {
 	lab      *lab.Lab
 }
 
-func newKubelet(t *testing.T, l *lab.Lab) *kubelet {
+func newKubelet(t testing.TB, l *lab.Lab) *kubelet {
 	dir := t.TempDir()
 	k := &kubelet{root: filepath.Join(dir, "kubelet"), linksDir: filepath.Join(dir, "containers"), lab: l}
 	for _, d := range []string{filepath.Join(k.root, "pods"), k.linksDir} {
@@ -54,7 +54,7 @@ func newKubelet(t *testing.T, l *lab.Lab) *kubelet {
 func (k *kubelet) podDir(p lab.Pod) string { return filepath.Join(k.root, "pods", p.UID) }
 
 // admit creates the pod dir, as kubelet does before RunPodSandbox.
-func (k *kubelet) admit(t *testing.T, p lab.Pod) {
+func (k *kubelet) admit(t testing.TB, p lab.Pod) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(k.podDir(p), "volumes"), 0o755); err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func (k *kubelet) admit(t *testing.T, p lab.Pod) {
 }
 
 // forget removes the pod dir, as kubelet does once a pod is deleted.
-func (k *kubelet) forget(t *testing.T, p lab.Pod) {
+func (k *kubelet) forget(t testing.TB, p lab.Pod) {
 	t.Helper()
 	if err := os.RemoveAll(k.podDir(p)); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,421 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/housekeeping"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+	"github.com/nri-housekeeper/nri-housekeeper/test/e2e/lab"
+)
+
+// The cost of the plugin on a busy node, on the real lab (issue: "a pass
+// costs what the listing costs"). Benchmarks, not tests: each takes minutes.
+//
+//	go test -tags e2e -run '^$' -bench 'Lab' -benchtime 1x -timeout 90m ./test/e2e/
+//
+// NRIHK_BENCH_PODS (300) live pods, each a sandbox with one running
+// container, are made once and shared.
+
+func benchPods() int {
+	if n, err := strconv.Atoi(os.Getenv("NRIHK_BENCH_PODS")); err == nil && n > 0 {
+		return n
+	}
+	return 300
+}
+
+// busyNode is the lab with its live pods and the kubelet stand-in that
+// admitted them.
+var busyNode struct {
+	once sync.Once
+	k    *kubelet
+	err  error
+}
+
+func liveBusyNode(b *testing.B) *kubelet {
+	busyNode.once.Do(func() {
+		// The kubelet root outlives this benchmark: later ones share it.
+		dir, err := os.MkdirTemp("", "nrihk-busy-")
+		if err != nil {
+			busyNode.err = err
+			return
+		}
+		k := &kubelet{root: filepath.Join(dir, "kubelet"), linksDir: filepath.Join(dir, "containers"), lab: node}
+		for _, d := range []string{filepath.Join(k.root, "pods"), k.linksDir} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				busyNode.err = err
+				return
+			}
+		}
+		start := time.Now()
+		busyNode.err = makePods(context.Background(), k, "live", benchPods(), func(lab.Pod, string, string) error { return nil })
+		busyNode.k = k
+		b.Logf("%d live pods made in %v", benchPods(), time.Since(start).Round(time.Second))
+	})
+	if busyNode.err != nil {
+		b.Fatal(busyNode.err)
+	}
+	return busyNode.k
+}
+
+// makePods runs n pods (sandbox + one running container, pod dir admitted)
+// four at a time; then calls each with the pod, its sandbox and container.
+func makePods(ctx context.Context, k *kubelet, prefix string, n int, then func(p lab.Pod, sandbox, container string) error) error {
+	sem := make(chan struct{}, 4)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			p := lab.Pod{Name: fmt.Sprintf("%s-%04d", prefix, i), Namespace: "bench", UID: lab.NewUID()}
+			if err := os.MkdirAll(filepath.Join(k.podDir(p), "volumes"), 0o755); err != nil {
+				errs <- err
+				return
+			}
+			sb, err := node.RunPod(ctx, p)
+			if err != nil {
+				errs <- fmt.Errorf("pod %s: %w", p.Name, err)
+				return
+			}
+			c, err := node.RunContainer(ctx, p, sb, "app", 0)
+			if err != nil {
+				errs <- fmt.Errorf("pod %s: %w", p.Name, err)
+				return
+			}
+			if err := then(p, sb, c); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// selfCPU is the CPU time this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchLoop is the loop the plugin runs (cgroups enabled, as by default),
+// in this process, against the lab.
+func benchLoop(b *testing.B, k *kubelet, client *cri.Client, grace time.Duration) *housekeeping.Loop {
+	podLogs, err := nodefs.NewRemover(node.LogRoot)
+	if err != nil {
+		b.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	files := executor.Node{PodLogs: podLogs, Links: podLogs, KubeletRoot: k.root}
+	return housekeeping.New(podstate.New(0), client, housekeeping.Options{
+		Period: time.Hour, KubeletRoot: k.root,
+		Cgroups: &podcgroups.Options{Mountpoint: cgroupMount, Root: cgroupRoot(), Driver: "cgroupfs"},
+		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, LeakGrace: grace, StopTimeout: time.Second,
+			Budget:     gc.Budget{MaxPerPass: 1000, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 100000},
+			PodLogsDir: node.LogRoot, ContainerLogsDir: k.linksDir},
+		Executor: executor.New(client, files, executor.Options{MaxParallel: 4}, log),
+	}, log)
+}
+
+// BenchmarkLabPassBesideTheListing times, in one run and interleaved, the
+// bare CRI listing (ListPodSandbox + ListContainers) and a whole pass of the
+// plugin on the same node; with 30 leaked pod cgroups (no sandbox, a
+// process inside) too, which the pass must find, every one.
+func BenchmarkLabPassBesideTheListing(b *testing.B) {
+	for _, leaked := range []int{0, 30} {
+		b.Run(fmt.Sprintf("leaked-cgroups=%d", leaked), func(b *testing.B) {
+			k := liveBusyNode(b)
+			for range leaked {
+				fakeOrphanCgroup(b, lab.NewUID())
+			}
+			client, err := cri.Dial("unix://"+node.CRISocket, 30*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer client.Close()
+			loop := benchLoop(b, k, client, time.Hour)
+			ctx := context.Background()
+			loop.Pass(ctx) // podstate learns the node
+			const rounds = 60
+			var listings, passes []time.Duration
+			var cpu time.Duration
+			for b.Loop() {
+				for range rounds {
+					start := time.Now()
+					if _, err := client.Snapshot(ctx); err != nil {
+						b.Fatal(err)
+					}
+					listings = append(listings, time.Since(start))
+					before := selfCPU()
+					r := loop.Pass(ctx)
+					cpu += selfCPU() - before
+					if r.Err != nil || r.Blocked != "" && !strings.Contains(r.Blocked, "startup") {
+						b.Fatalf("pass: %v %s", r.Err, r.Blocked)
+					}
+					passes = append(passes, r.Duration)
+					if got := r.Plan.Leaks[gc.LeakPodCgroup]; got != leaked {
+						b.Fatalf("the pass found %d leaked pod cgroups, want %d", got, leaked)
+					}
+				}
+			}
+			b.ReportMetric(ms(median(listings)), "listing-ms")
+			b.ReportMetric(ms(median(passes)), "pass-ms")
+			b.ReportMetric(float64(median(passes))/float64(median(listings)), "pass/listing")
+			b.ReportMetric(ms(cpu)/float64(len(passes)), "cpu-ms/pass")
+			b.Logf("%d pods: listing median %v (min %v max %v), pass median %v (min %v max %v), %d rounds",
+				benchPods(), median(listings), slices.Min(listings), slices.Max(listings),
+				median(passes), slices.Min(passes), slices.Max(passes), len(passes))
+		})
+	}
+}
+
+// procCPU is the CPU time a process has used (utime + stime).
+func procCPU(b *testing.B, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ 100
+}
+
+// startPluginBinary runs the plugin binary (external mode) against the lab
+// with cgroups enabled and period; it returns the process and a stop.
+func startPluginBinary(b *testing.B, k *kubelet, period time.Duration, name string) (*exec.Cmd, func()) {
+	dir := b.TempDir()
+	exe := filepath.Join(dir, "nri-housekeeper")
+	if out, err := exec.Command("go", "build", "-o", exe, "github.com/nri-housekeeper/nri-housekeeper/cmd/nri-housekeeper").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	logFile := filepath.Join(dir, "plugin.log")
+	conf := filepath.Join(dir, "config.toml")
+	text := fmt.Sprintf(`[nri]
+socket = %q
+plugin_name = %q
+[runtime]
+endpoint = "unix://%s"
+[housekeeping]
+period = %q
+startup_delay = "0s"
+[pods]
+kubelet_root = %q
+[logs]
+pod_logs_dir = %q
+container_logs_dir = %q
+[cgroups]
+enabled = true
+root = %q
+[log]
+target = "file"
+file = %q
+[metrics]
+address = ""
+`, node.NRISocket, name, node.CRISocket, period.String(), k.root, node.LogRoot, k.linksDir, cgroupRoot(), logFile)
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(exe, "run", "--config", conf)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+	return cmd, stop
+}
+
+// BenchmarkLabIdleCPU runs the plugin binary on the busy node with nothing
+// to do and reads its CPU time: at the default period over
+// NRIHK_BENCH_IDLE (5m), at a 2 s period over a fifth of that.
+func BenchmarkLabIdleCPU(b *testing.B) {
+	window := 5 * time.Minute
+	if d, err := time.ParseDuration(os.Getenv("NRIHK_BENCH_IDLE")); err == nil {
+		window = d
+	}
+	for _, tc := range []struct {
+		period time.Duration
+		window time.Duration
+	}{{30 * time.Second, window}, {2 * time.Second, window / 5}} {
+		b.Run("period="+tc.period.String(), func(b *testing.B) {
+			k := liveBusyNode(b)
+			for b.Loop() {
+				cmd, stop := startPluginBinary(b, k, tc.period, "idle-bench")
+				time.Sleep(5 * time.Second) // connected, synchronized, first pass done
+				before := procCPU(b, cmd.Process.Pid)
+				time.Sleep(tc.window)
+				used := procCPU(b, cmd.Process.Pid) - before
+				stop()
+				b.ReportMetric(100*float64(used)/float64(tc.window), "%-of-a-core")
+				b.Logf("period %v: %v CPU over %v", tc.period, used, tc.window)
+			}
+		})
+	}
+}
+
+// podLifecycle runs one pod the way kubelet does and removes it again:
+// RunPodSandbox, CreateContainer, StartContainer, StopContainer,
+// StopPodSandbox, RemovePodSandbox.
+func podLifecycle(ctx context.Context, i int) error {
+	p := lab.Pod{Name: fmt.Sprintf("churn-%04d", i), Namespace: "bench", UID: lab.NewUID()}
+	sb, err := node.RunPod(ctx, p)
+	if err != nil {
+		return err
+	}
+	c, err := node.RunContainer(ctx, p, sb, "app", 0)
+	if err != nil {
+		return err
+	}
+	if err := node.StopContainer(ctx, c, 1); err != nil {
+		return err
+	}
+	if err := node.StopPod(ctx, sb); err != nil {
+		return err
+	}
+	return node.RemovePod(ctx, sb)
+}
+
+// BenchmarkLabChurnLatency times pod lifecycles on the busy node with the
+// plugin running (default period) and without, in interleaved rounds of
+// 100, and reads the plugin's CPU during its rounds.
+func BenchmarkLabChurnLatency(b *testing.B) {
+	const perRound, rounds = 100, 4
+	k := liveBusyNode(b)
+	ctx := context.Background()
+	var on, off []time.Duration
+	var pluginCPU, pluginTime time.Duration
+	round := func(i int) time.Duration {
+		start := time.Now()
+		for j := range perRound {
+			if err := podLifecycle(ctx, i*perRound+j); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start) / perRound
+	}
+	for b.Loop() {
+		for r := range rounds {
+			off = append(off, round(2*r))
+			cmd, stop := startPluginBinary(b, k, 30*time.Second, "churn-bench")
+			time.Sleep(3 * time.Second)
+			before, start := procCPU(b, cmd.Process.Pid), time.Now()
+			on = append(on, round(2*r+1))
+			pluginCPU += procCPU(b, cmd.Process.Pid) - before
+			pluginTime += time.Since(start)
+			stop()
+		}
+	}
+	b.ReportMetric(ms(median(off)), "off-ms/pod")
+	b.ReportMetric(ms(median(on)), "on-ms/pod")
+	b.ReportMetric(float64(median(on))/float64(median(off)), "on/off")
+	b.ReportMetric(100*float64(pluginCPU)/float64(pluginTime), "plugin-%-of-a-core")
+	b.Logf("per-pod lifecycle, plugin off: %v; on: %v", off, on)
+}
+
+// BenchmarkLabReclaimLeakedPods: NRIHK_BENCH_LEAKED (300) leaked pods (a
+// NotReady sandbox and an exited container each, the pod gone from
+// kubelet) reclaimed by a plain serial StopPodSandbox+RemovePodSandbox loop
+// and by one housekeeping pass, in the same run, round after round.
+func BenchmarkLabReclaimLeakedPods(b *testing.B) {
+	n := 300
+	if v, err := strconv.Atoi(os.Getenv("NRIHK_BENCH_LEAKED")); err == nil && v > 0 {
+		n = v
+	}
+	k := newKubelet(b, node)
+	ctx := context.Background()
+	leak := func() []string {
+		var mu sync.Mutex
+		var sandboxes []string
+		err := makePods(ctx, k, "leak", n, func(p lab.Pod, sb, c string) error {
+			if err := node.StopContainer(ctx, c, 1); err != nil {
+				return err
+			}
+			if err := node.StopPod(ctx, sb); err != nil {
+				return err
+			}
+			mu.Lock()
+			sandboxes = append(sandboxes, sb)
+			mu.Unlock()
+			return os.RemoveAll(k.podDir(p))
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return sandboxes
+	}
+	client, err := cri.Dial("unix://"+node.CRISocket, 30*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer client.Close()
+	var serial, pass []time.Duration
+	for b.Loop() {
+		for range 3 {
+			ids := leak()
+			start := time.Now()
+			for _, id := range ids {
+				if err := node.StopPod(ctx, id); err != nil {
+					b.Fatal(err)
+				}
+				if err := node.RemovePod(ctx, id); err != nil {
+					b.Fatal(err)
+				}
+			}
+			serial = append(serial, time.Since(start))
+
+			leak()
+			// No grace: the first pass finds every leak due.
+			r := benchLoop(b, k, client, 0).Pass(ctx)
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+			removed := 0
+			for _, o := range r.Outcomes {
+				if o.Action.Kind == gc.RemoveSandbox && o.Result == executor.Success {
+					removed++
+				}
+			}
+			if removed != n {
+				b.Fatalf("the pass removed %d sandboxes, want %d: %+v", removed, n, r.Plan.Leaks)
+			}
+			pass = append(pass, r.Duration)
+		}
+	}
+	b.ReportMetric(ms(median(serial)), "serial-loop-ms")
+	b.ReportMetric(ms(median(pass)), "one-pass-ms")
+	b.ReportMetric(float64(median(serial))/float64(median(pass)), "speedup")
+	b.Logf("%d leaked pods: serial loop %v, one pass %v", n, serial, pass)
+}
