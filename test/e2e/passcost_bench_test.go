@@ -113,6 +113,14 @@ func makePods(ctx context.Context, k *kubelet, prefix string, n int, then func(p
 	return <-errs
 }
 
+// benchParallel is max_parallel: NRIHK_BENCH_PARALLEL, else the default 4.
+func benchParallel() int {
+	if n, err := strconv.Atoi(os.Getenv("NRIHK_BENCH_PARALLEL")); err == nil && n > 0 {
+		return n
+	}
+	return 4
+}
+
 func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
@@ -130,7 +138,7 @@ func selfCPU() time.Duration {
 
 // benchLoop is the loop the plugin runs (cgroups enabled, as by default),
 // in this process, against the lab.
-func benchLoop(b *testing.B, k *kubelet, client *cri.Client, grace time.Duration) *housekeeping.Loop {
+func benchLoop(b *testing.B, k *kubelet, client *cri.Client, grace time.Duration, cgroups bool) *housekeeping.Loop {
 	podLogs, err := nodefs.NewRemover(node.LogRoot)
 	if err != nil {
 		b.Fatal(err)
@@ -138,13 +146,16 @@ func benchLoop(b *testing.B, k *kubelet, client *cri.Client, grace time.Duration
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	files := executor.Node{PodLogs: podLogs, Links: podLogs, KubeletRoot: k.root}
+	var cgroupOpts *podcgroups.Options
+	if cgroups {
+		cgroupOpts = &podcgroups.Options{Mountpoint: cgroupMount, Root: cgroupRoot(), Driver: "cgroupfs"}
+	}
 	return housekeeping.New(podstate.New(0), client, housekeeping.Options{
-		Period: time.Hour, KubeletRoot: k.root,
-		Cgroups: &podcgroups.Options{Mountpoint: cgroupMount, Root: cgroupRoot(), Driver: "cgroupfs"},
+		Period: time.Hour, KubeletRoot: k.root, Cgroups: cgroupOpts,
 		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, LeakGrace: grace, StopTimeout: time.Second,
 			Budget:     gc.Budget{MaxPerPass: 1000, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 100000},
 			PodLogsDir: node.LogRoot, ContainerLogsDir: k.linksDir},
-		Executor: executor.New(client, files, executor.Options{MaxParallel: 4}, log),
+		Executor: executor.New(client, files, executor.Options{MaxParallel: benchParallel()}, log),
 	}, log)
 }
 
@@ -164,7 +175,7 @@ func BenchmarkLabPassBesideTheListing(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer client.Close()
-			loop := benchLoop(b, k, client, time.Hour)
+			loop := benchLoop(b, k, client, time.Hour, true)
 			ctx := context.Background()
 			loop.Pass(ctx) // podstate learns the node
 			const rounds = 60
@@ -288,8 +299,10 @@ func BenchmarkLabIdleCPU(b *testing.B) {
 
 // podLifecycle runs one pod the way kubelet does and removes it again:
 // RunPodSandbox, CreateContainer, StartContainer, StopContainer,
-// StopPodSandbox, RemovePodSandbox.
-func podLifecycle(ctx context.Context, i int) error {
+// StopPodSandbox, RemovePodSandbox, and the pod cgroup removed (containerd
+// leaves it to kubelet: left, every pod of a round would be a leak the
+// next rounds look into).
+func podLifecycle(ctx context.Context, hierarchies []string, i int) error {
 	p := lab.Pod{Name: fmt.Sprintf("churn-%04d", i), Namespace: "bench", UID: lab.NewUID()}
 	sb, err := node.RunPod(ctx, p)
 	if err != nil {
@@ -305,7 +318,15 @@ func podLifecycle(ctx context.Context, i int) error {
 	if err := node.StopPod(ctx, sb); err != nil {
 		return err
 	}
-	return node.RemovePod(ctx, sb)
+	if err := node.RemovePod(ctx, sb); err != nil {
+		return err
+	}
+	for _, h := range hierarchies {
+		if err := syscall.Rmdir(filepath.Join(h, node.PodCgroupParent(p))); err != nil && err != syscall.ENOENT {
+			return fmt.Errorf("removing the pod cgroup of %s: %w", p.Name, err)
+		}
+	}
+	return nil
 }
 
 // BenchmarkLabChurnLatency times pod lifecycles on the busy node with the
@@ -315,12 +336,13 @@ func BenchmarkLabChurnLatency(b *testing.B) {
 	const perRound, rounds = 100, 4
 	k := liveBusyNode(b)
 	ctx := context.Background()
+	cgroupHierarchies := hierarchies(b)
 	var on, off []time.Duration
 	var pluginCPU, pluginTime time.Duration
 	round := func(i int) time.Duration {
 		start := time.Now()
 		for j := range perRound {
-			if err := podLifecycle(ctx, i*perRound+j); err != nil {
+			if err := podLifecycle(ctx, cgroupHierarchies, i*perRound+j); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -397,17 +419,24 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 			serial = append(serial, time.Since(start))
 
 			leak()
-			// No grace: the first pass finds every leak due.
-			r := benchLoop(b, k, client, 0).Pass(ctx)
+			// No grace: the first pass finds every leak due. Pod cgroups
+			// are left alone, as by the loop: containerd leaves them (kubelet
+			// removes them), and the pass would reclaim the loop's too.
+			r := benchLoop(b, k, client, 0, false).Pass(ctx)
 			if r.Err != nil {
 				b.Fatal(r.Err)
 			}
 			removed := 0
+			byKind := map[gc.Kind][2]time.Duration{} // count, summed call time
 			for _, o := range r.Outcomes {
 				if o.Action.Kind == gc.RemoveSandbox && o.Result == executor.Success {
 					removed++
 				}
+				k := byKind[o.Action.Kind]
+				byKind[o.Action.Kind] = [2]time.Duration{k[0] + 1, k[1] + o.Took}
 			}
+			b.Logf("pass %v: listing taken %v after its start; outcomes by kind (count, summed time): %v",
+				r.Duration, r.Snapshot.TakenAt.Sub(r.Started), byKind)
 			if removed != n {
 				b.Fatalf("the pass removed %d sandboxes, want %d: %+v", removed, n, r.Plan.Leaks)
 			}
