@@ -696,6 +696,20 @@ func TestValues(t *testing.T) {
 	}
 }
 
+// unstructuredOf decodes one YAML document, strictly, as an object and its JSON.
+func unstructuredOf(t *testing.T, doc string) (*unstructured.Unstructured, []byte) {
+	t.Helper()
+	j, err := yaml.YAMLToJSONStrict([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(j); err != nil {
+		t.Fatal(err)
+	}
+	return u, j
+}
+
 // TestSchemaCheckCatchesMistakes makes sure the schema checks are not
 // vacuous: an unknown field, a wrong type and a misplaced field all fail.
 func TestSchemaCheckCatchesMistakes(t *testing.T) {
@@ -720,14 +734,7 @@ func TestSchemaCheckCatchesMistakes(t *testing.T) {
 			if bad == ds {
 				t.Fatalf("%q not found in the DaemonSet", edit[0])
 			}
-			j, err := yaml.YAMLToJSONStrict([]byte(bad))
-			if err != nil {
-				t.Fatal(err)
-			}
-			u := &unstructured.Unstructured{}
-			if err := u.UnmarshalJSON(j); err != nil {
-				t.Fatal(err)
-			}
+			u, j := unstructuredOf(t, bad)
 			// Each check on its own catches these (quantities: the typed one).
 			for check, err := range map[string]error{"typed": typedCheck(u, j), "structural": structuralCheck(u)} {
 				if err == nil && name == "bad quantity" && check == "structural" {

@@ -526,14 +526,7 @@ func TestOperatorSchemaChecksCatchMistakes(t *testing.T) {
 			if bad == doc {
 				t.Fatalf("%q not found in the %s:\n%s", tc.from, tc.kind, doc)
 			}
-			j, err := yaml.YAMLToJSONStrict([]byte(bad))
-			if err != nil {
-				t.Fatal(err)
-			}
-			u := &unstructured.Unstructured{}
-			if err := u.UnmarshalJSON(j); err != nil {
-				t.Fatal(err)
-			}
+			u, j := unstructuredOf(t, bad)
 			for check, c := range map[string]struct {
 				err  error
 				want bool

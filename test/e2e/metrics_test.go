@@ -4,11 +4,9 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,35 +90,7 @@ func TestMetricsAndHealthOfTheRunningPlugin(t *testing.T) {
 	exe := buildPlugin(t, dir, "nri-housekeeper")
 	addr := freePort(t)
 	logFile := filepath.Join(dir, "plugin.log")
-	conf := filepath.Join(dir, "config.toml")
-	text := fmt.Sprintf(`[housekeeping]
-period = "1s"
-startup_delay = "0s"
-leak_grace = "2s"
-
-[nri]
-socket = %q
-
-[runtime]
-endpoint = "unix://%s"
-
-[pods]
-kubelet_root = %q
-
-[logs]
-pod_logs_dir = %q
-container_logs_dir = %q
-
-[metrics]
-address = %q
-
-[log]
-target = "file"
-file = %q
-`, node.NRISocket, node.CRISocket, k.root, node.LogRoot, k.linksDir, addr, logFile)
-	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	conf := writeConfig(t, dir, binaryConfig{Period: "1s", Grace: "2s", MetricsAddr: addr, LogFile: logFile}.text(k))
 	runBinary(t, exe, conf, logFile)
 	waitFor(t, "/readyz is 200", 10*time.Second, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 })
 	if code, _ := get("http://" + addr + "/healthz"); code != 200 {

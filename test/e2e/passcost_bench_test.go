@@ -233,28 +233,9 @@ func startPluginBinary(b *testing.B, k *kubelet, period time.Duration, name stri
 	}
 	logFile := filepath.Join(dir, "plugin.log")
 	conf := filepath.Join(dir, "config.toml")
-	text := fmt.Sprintf(`[nri]
-socket = %q
-plugin_name = %q
-[runtime]
-endpoint = "unix://%s"
-[housekeeping]
-period = %q
-startup_delay = "0s"
-[pods]
-kubelet_root = %q
-[logs]
-pod_logs_dir = %q
-container_logs_dir = %q
-[cgroups]
-enabled = true
-root = %q
-[log]
-target = "file"
-file = %q
-[metrics]
-address = ""
-`, node.NRISocket, name, node.CRISocket, period.String(), k.root, node.LogRoot, k.linksDir, cgroupRoot(), logFile)
+	// The defaults otherwise: startup_delay 0 aside, as a node runs it.
+	text := binaryConfig{Period: period.String(), Grace: "5m", LogFile: logFile, PluginName: name,
+		Tables: fmt.Sprintf("\n[cgroups]\nenabled = true\nroot = %q\n", cgroupRoot())}.text(k)
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		b.Fatal(err)
 	}
@@ -262,9 +243,16 @@ address = ""
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
+	// A plugin that exited (a bad config) would read as one costing
+	// nothing: stop fails unless it ran to the end and passed.
 	stop := func() {
+		alive := !zombie(cmd.Process.Pid)
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
+		logs, _ := os.ReadFile(logFile)
+		if !alive || !strings.Contains(string(logs), "housekeeping pass") {
+			b.Fatalf("the plugin did not run its passes to the end (alive: %v); its log:\n%s", alive, logs)
+		}
 	}
 	return cmd, stop
 }

@@ -213,33 +213,7 @@ func TestPrometheusEvaluatesTheAlertRulesOnThePlugin(t *testing.T) {
 	dir := t.TempDir()
 	exe := buildPlugin(t, dir, "nri-housekeeper")
 	addr, logFile := freePort(t), filepath.Join(dir, "plugin.log")
-	conf := writeConfig(t, dir, fmt.Sprintf(`dry_run = true
-
-[housekeeping]
-period = "1s"
-startup_delay = "0s"
-leak_grace = "2s"
-
-[nri]
-socket = %q
-
-[runtime]
-endpoint = "unix://%s"
-
-[pods]
-kubelet_root = %q
-
-[logs]
-pod_logs_dir = %q
-container_logs_dir = %q
-
-[metrics]
-address = %q
-
-[log]
-target = "file"
-file = %q
-`, node.NRISocket, node.CRISocket, k.root, node.LogRoot, k.linksDir, addr, logFile))
+	conf := writeConfig(t, dir, binaryConfig{Top: "dry_run = true", Period: "1s", Grace: "2s", MetricsAddr: addr, LogFile: logFile}.text(k))
 	runBinary(t, exe, conf, logFile)
 	waitFor(t, "/readyz is 200", 10*time.Second, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 })
 

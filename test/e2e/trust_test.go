@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -60,6 +61,47 @@ func writeConfig(t *testing.T, dir, text string) string {
 		t.Fatal(err)
 	}
 	return conf
+}
+
+// binaryConfig is the config of the plugin binary run against the lab in
+// external mode: the lab's sockets, k's kubelet_root and log dirs, metrics
+// on metricsAddr ("" for none), logs to logFile, passes every period with
+// leak_grace grace. top goes before the tables (e.g. dry_run), tables after.
+type binaryConfig struct {
+	Period, Grace        string
+	MetricsAddr, LogFile string
+	Top, Tables          string
+	PluginName           string // nri.plugin_name; "" for the default
+}
+
+func (c binaryConfig) text(k *kubelet) string {
+	return fmt.Sprintf(`%s
+[housekeeping]
+period = %q
+startup_delay = "0s"
+leak_grace = %q
+
+[nri]
+socket = %q
+plugin_name = %q
+
+[runtime]
+endpoint = "unix://%s"
+
+[pods]
+kubelet_root = %q
+
+[logs]
+pod_logs_dir = %q
+container_logs_dir = %q
+
+[metrics]
+address = %q
+
+[log]
+target = "file"
+file = %q
+%s`, c.Top, c.Period, c.Grace, node.NRISocket, cmp.Or(c.PluginName, "nri-housekeeper"), node.CRISocket, k.root, node.LogRoot, k.linksDir, c.MetricsAddr, c.LogFile, c.Tables)
 }
 
 // runBinary starts the plugin binary with a config; it is stopped, and its
