@@ -102,12 +102,12 @@ image:
 
 # The image builder's tests (own Go module, so go-containerregistry stays out of go.mod).
 image-test:
-	cd packaging/image && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd packaging/image && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./... && $(GO) test -count=1 ./...
 
 # Chart tests (own Go module, so Helm stays out of go.mod): helm-template render, API schema
 # checks, DaemonSet checks, helm lint, daemonset.yaml == render.
 chart:
-	cd packaging/helm && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd packaging/helm && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./... && $(GO) test -count=1 ./...
 
 helm-template:
 	$(GO) run helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) template nri-housekeeper $(CHART) --namespace kube-system

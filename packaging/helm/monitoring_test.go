@@ -360,6 +360,7 @@ func TestPodMonitorScrapesTheDaemonSetsMetricsPort(t *testing.T) {
 				t.Fatalf("%d endpoints, want 1", len(pm.Spec.PodMetricsEndpoints))
 			}
 			ep := pm.Spec.PodMetricsEndpoints[0]
+			//lint:ignore SA1019 checks that the deprecated targetPort stays unset
 			if ep.Port == nil || ep.PortNumber != nil || ep.TargetPort != nil {
 				t.Fatalf("endpoint %+v: want the port by name", ep)
 			}
