@@ -190,13 +190,13 @@ func (e *Executor) Execute(ctx context.Context, actions []gc.Action, now time.Ti
 	// RemovePodSandbox: they leave the RemoveContainer wave.
 	carried := e.carriedBySandboxes(actions, now)
 	if len(carried) > 0 {
-		var left []int
-		for _, i := range waves[gc.RemoveContainer] {
-			if !carriedAction(carried, i) {
-				left = append(left, i)
+		byOthers := make(map[int]bool)
+		for _, cs := range carried {
+			for _, c := range cs {
+				byOthers[c] = true
 			}
 		}
-		waves[gc.RemoveContainer] = left
+		waves[gc.RemoveContainer] = slices.DeleteFunc(waves[gc.RemoveContainer], func(i int) bool { return byOthers[i] })
 	}
 
 	// One semaphore for the whole call: at most MaxParallel calls at once.
@@ -261,15 +261,6 @@ func (e *Executor) carriedBySandboxes(actions []gc.Action, now time.Time) map[in
 		}
 	}
 	return carried
-}
-
-func carriedAction(carried map[int][]int, i int) bool {
-	for _, cs := range carried {
-		if slices.Contains(cs, i) {
-			return true
-		}
-	}
-	return false
 }
 
 // wave is what every wave of one Execute call shares.

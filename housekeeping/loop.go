@@ -375,6 +375,7 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		Oracle:        gc.Oracle{Disabled: l.opts.OracleDisabled},
 		LastLifeEvent: make(map[string]time.Time, len(view.Pods)),
 		EligibleSince: l.eligible,
+		PodNames:      make(map[string]gc.PodRef),
 	}
 	in.BudgetAdmitted = l.budgetSpent(snap.TakenAt)
 	listed := listedUIDs(snap)
@@ -385,9 +386,6 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		// Only a pod with nothing left can own a cgroup or dir the plan
 		// names by UID: its name is kept for the log.
 		if p.Phase == podstate.PhaseRemoved {
-			if in.PodNames == nil {
-				in.PodNames = make(map[string]gc.PodRef)
-			}
 			in.PodNames[p.UID] = gc.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}
 		}
 		// Without an oracle no pod dir is ever orphaned: no mark to keep.
@@ -432,9 +430,6 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 	for uid, mark := range l.tornDown {
 		in.TornDown[uid] = true
 		if _, ok := in.PodNames[uid]; !ok && mark.pod.Name != "" {
-			if in.PodNames == nil {
-				in.PodNames = make(map[string]gc.PodRef)
-			}
 			in.PodNames[uid] = mark.pod
 		}
 	}

@@ -563,9 +563,7 @@ func TestListContainerLogLinksErrors(t *testing.T) {
 		{
 			rule: "a pod logs dir that is not a directory is an error naming it",
 			setup: func(t *testing.T, base string) (string, string) {
-				mkdirAll(t, filepath.Join(base, "containers"))
-				// A link to examine: the pod logs dir is opened for it.
-				symlink(t, "/var/log/pods/x/0.log", filepath.Join(base, "containers", testLinkName))
+				containersDirWithALink(t, base)
 				writeFile(t, filepath.Join(base, "pods"), "")
 				return filepath.Join(base, "containers"), filepath.Join(base, "pods")
 			},
@@ -574,9 +572,7 @@ func TestListContainerLogLinksErrors(t *testing.T) {
 		{
 			rule: "a relative pod logs dir is an error",
 			setup: func(t *testing.T, base string) (string, string) {
-				mkdirAll(t, filepath.Join(base, "containers"))
-				// A link to examine: the pod logs dir is opened for it.
-				symlink(t, "/var/log/pods/x/0.log", filepath.Join(base, "containers", testLinkName))
+				containersDirWithALink(t, base)
 				return filepath.Join(base, "containers"), "var/log/pods"
 			},
 			want: func(string) string { return `pod logs dir "var/log/pods" is not an absolute path` },
@@ -584,9 +580,7 @@ func TestListContainerLogLinksErrors(t *testing.T) {
 		{
 			rule: "the whole file system as the pod logs dir is an error",
 			setup: func(t *testing.T, base string) (string, string) {
-				mkdirAll(t, filepath.Join(base, "containers"))
-				// A link to examine: the pod logs dir is opened for it.
-				symlink(t, "/var/log/pods/x/0.log", filepath.Join(base, "containers", testLinkName))
+				containersDirWithALink(t, base)
 				return filepath.Join(base, "containers"), "/"
 			},
 			want: func(string) string { return `pod logs dir "/" is the whole file system` },
@@ -624,6 +618,14 @@ func TestListContainerLogLinksErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// containersDirWithALink makes base/containers with one link to examine:
+// the pod logs dir is opened only for a link that needs it.
+func containersDirWithALink(t *testing.T, base string) {
+	t.Helper()
+	mkdirAll(t, filepath.Join(base, "containers"))
+	symlink(t, "/var/log/pods/x/0.log", filepath.Join(base, "containers", testLinkName))
 }
 
 // A link's target names the pod log dir of its pod: its UID names the pod
