@@ -90,7 +90,7 @@ func imageNames(tarball string) ([]string, error) {
 }
 
 // PodOptions are the pod-level privileges of a pod beyond the lab's
-// default (hostNetwork, best-effort, unprivileged).
+// default (best-effort, unprivileged; hostNetwork unless Pod.Network).
 type PodOptions struct {
 	HostPID    bool // the node's PID namespace (pod spec hostPID)
 	Privileged bool // the sandbox may hold privileged containers
@@ -116,8 +116,8 @@ type ContainerSpec struct {
 	Attempt        uint32
 }
 
-func namespaces(o PodOptions) *runtimeapi.NamespaceOption {
-	ns := hostNS()
+func namespaces(p Pod, o PodOptions) *runtimeapi.NamespaceOption {
+	ns := podNamespaces(p)
 	if o.HostPID {
 		ns.Pid = runtimeapi.NamespaceMode_NODE
 	}
@@ -127,7 +127,7 @@ func namespaces(o PodOptions) *runtimeapi.NamespaceOption {
 // sandboxConfigWith is SandboxConfig with the pod options applied.
 func (l *Lab) sandboxConfigWith(p Pod, o PodOptions) *runtimeapi.PodSandboxConfig {
 	cfg := SandboxConfig(p, l.LogRoot, l.CgroupRoot)
-	cfg.Linux.SecurityContext.NamespaceOptions = namespaces(o)
+	cfg.Linux.SecurityContext.NamespaceOptions = namespaces(p, o)
 	cfg.Linux.SecurityContext.Privileged = o.Privileged
 	return cfg
 }
@@ -156,7 +156,7 @@ func (l *Lab) RunContainerSpec(ctx context.Context, p Pod, sandboxID string, o P
 		})
 	}
 	sc := cfg.Linux.SecurityContext
-	sc.NamespaceOptions = namespaces(o)
+	sc.NamespaceOptions = namespaces(p, o)
 	sc.Privileged = c.Privileged
 	sc.ReadonlyRootfs = c.ReadOnlyRootfs
 	if c.RunAsUser != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -24,6 +25,22 @@ const (
 type Pod struct {
 	Name, Namespace, UID string
 	Attempt              uint32
+	// Network, when set, gives the sandbox its own network namespace on the
+	// lab's CNI network (bridge, host-local, portmap). Nil: hostNetwork, the
+	// node's network namespace, no CNI call.
+	Network *PodNetwork
+}
+
+// PodNetwork is a pod network (not hostNetwork) and its hostPorts.
+type PodNetwork struct {
+	Ports []PortMapping // portmap's DNAT rules
+}
+
+// PortMapping is a container port published on the node (a hostPort).
+type PortMapping struct {
+	HostPort, ContainerPort int32
+	Protocol                string // "TCP" (default), "UDP" or "SCTP"
+	HostIP                  string // optional
 }
 
 // NewUID returns a random RFC 4122 version 4 UUID, like a pod's metadata.uid.
@@ -45,22 +62,53 @@ func PodCgroupParent(cgroupRoot string, p Pod) string {
 	return filepath.Join(cgroupRoot, "besteffort", "pod"+p.UID)
 }
 
-func hostNS() *runtimeapi.NamespaceOption {
+// podNamespaces are the kubelet's namespace options of the pod's sandbox and
+// containers: the node's network for hostNetwork pods, else the pod's own.
+func podNamespaces(p Pod) *runtimeapi.NamespaceOption {
+	network := runtimeapi.NamespaceMode_NODE
+	if p.Network != nil {
+		network = runtimeapi.NamespaceMode_POD
+	}
 	return &runtimeapi.NamespaceOption{
-		Network: runtimeapi.NamespaceMode_NODE,
+		Network: network,
 		Pid:     runtimeapi.NamespaceMode_CONTAINER,
 		Ipc:     runtimeapi.NamespaceMode_POD,
 	}
 }
 
-// SandboxConfig is what the kubelet sends in RunPodSandbox for a hostNetwork,
-// best-effort pod.
+// portMappings are the sandbox's port mappings, as the kubelet sends them.
+func portMappings(p Pod) []*runtimeapi.PortMapping {
+	if p.Network == nil {
+		return nil
+	}
+	var out []*runtimeapi.PortMapping
+	for _, m := range p.Network.Ports {
+		proto := runtimeapi.Protocol_TCP
+		switch strings.ToUpper(m.Protocol) {
+		case "UDP":
+			proto = runtimeapi.Protocol_UDP
+		case "SCTP":
+			proto = runtimeapi.Protocol_SCTP
+		}
+		out = append(out, &runtimeapi.PortMapping{Protocol: proto, ContainerPort: m.ContainerPort, HostPort: m.HostPort, HostIp: m.HostIP})
+	}
+	return out
+}
+
+// SandboxConfig is what the kubelet sends in RunPodSandbox for a best-effort
+// pod: hostNetwork unless p.Network is set.
 func SandboxConfig(p Pod, logRoot, cgroupRoot string) *runtimeapi.PodSandboxConfig {
+	hostname := ""
+	if p.Network != nil {
+		// Like the kubelet, a Hostname only for pods with their own network
+		// (and UTS) namespace: runc refuses to set one in the node's.
+		hostname = p.Name
+	}
 	return &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: p.Name, Namespace: p.Namespace, Uid: p.UID, Attempt: p.Attempt},
-		// Like the kubelet, no Hostname for hostNetwork pods: they share the
-		// node's UTS namespace and runc refuses to set a hostname there.
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: p.Name, Namespace: p.Namespace, Uid: p.UID, Attempt: p.Attempt},
+		Hostname:     hostname,
 		LogDirectory: PodLogDir(logRoot, p),
+		PortMappings: portMappings(p),
 		Labels: map[string]string{
 			"io.kubernetes.pod.name":      p.Name,
 			"io.kubernetes.pod.namespace": p.Namespace,
@@ -72,7 +120,7 @@ func SandboxConfig(p Pod, logRoot, cgroupRoot string) *runtimeapi.PodSandboxConf
 		},
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			CgroupParent:    PodCgroupParent(cgroupRoot, p),
-			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: hostNS()},
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: podNamespaces(p)},
 		},
 	}
 }
@@ -97,7 +145,7 @@ func ContainerConfig(p Pod, name string, attempt uint32, image string, args ...s
 		LogPath: filepath.Join(name, fmt.Sprintf("%d.log", attempt)),
 		Linux: &runtimeapi.LinuxContainerConfig{
 			Resources:       &runtimeapi.LinuxContainerResources{CpuPeriod: 100000, CpuShares: 2, OomScoreAdj: 1000},
-			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: hostNS()},
+			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: podNamespaces(p)},
 		},
 	}
 }

@@ -1,6 +1,7 @@
 // Package lab drives the project's real-containerd lab (lab.sh next to this
-// file) for end-to-end tests: a containerd v2 with CRI and NRI and runc, in its
-// own directory, plus a kubelet stand-in that creates pods through CRI.
+// file) for end-to-end tests: a containerd v2 with CRI and NRI, runc and a CNI
+// network (bridge, host-local, portmap), in its own directory, plus a kubelet
+// stand-in that creates pods through CRI.
 //
 // Everything needs root. Typical use:
 //
@@ -10,6 +11,10 @@
 //	pod := lab.Pod{Name: "p", Namespace: "default", UID: lab.NewUID()}
 //	sb, err := l.RunPod(ctx, pod)
 //	ctr, err := l.RunContainer(ctx, pod, sb, "app", 0)
+//
+// Pods are hostNetwork unless Pod.Network is set: then the sandbox gets its own
+// netns on the lab's CNI network (see CNI, SandboxNetwork, SetCNIRange and
+// WipeRuntimeState for leaking attachments on purpose).
 package lab
 
 import (
@@ -52,6 +57,8 @@ type Lab struct {
 
 	conn *grpc.ClientConn
 	rt   runtimeapi.RuntimeServiceClient
+	opts Options  // the CNI knobs for lab.sh
+	cni  CNIPaths // from lab.sh env after up
 }
 
 // Options for Start. Empty fields get lab.sh's defaults: Dir DefaultDir (or
@@ -63,6 +70,16 @@ type Options struct {
 	Dir                          string
 	PluginPath, PluginConfigPath string
 	CgroupRoot                   string
+
+	// The CNI network of pods with a Pod.Network. Empty: lab.sh's defaults,
+	// derived from Dir (different for every Dir). CNIBridge is at most 15
+	// characters; CNISubnet an IPv4 CIDR (the gateway, on the bridge, is its
+	// first address).
+	CNINetwork, CNIBridge, CNISubnet string
+	// host-local's range: addresses of CNISubnet, inclusive; empty: the
+	// subnet's bound. A few addresses let a test exhaust it (RunPodSandbox
+	// then fails with "no IP addresses available"). SetCNIRange changes it.
+	CNIRangeStart, CNIRangeEnd string
 }
 
 // Script is the path of lab.sh.
@@ -89,6 +106,7 @@ func Start(ctx context.Context, opts Options) (*Lab, error) {
 		PluginPath:       opts.PluginPath,
 		PluginConfigPath: opts.PluginConfigPath,
 		CgroupRoot:       firstOf(opts.CgroupRoot, DefaultCgroupRoot),
+		opts:             opts,
 	}
 	l.Dir = filepath.Clean(l.Dir)
 	l.PluginPath = firstOf(l.PluginPath, filepath.Join(l.Dir, "nri/plugins"))
@@ -103,6 +121,10 @@ func Start(ctx context.Context, opts Options) (*Lab, error) {
 	}
 	if _, err := run(ctx, l.env(), "up"); err != nil {
 		_, _ = run(context.WithoutCancel(ctx), l.env(), "down") // leave nothing running
+		return nil, err
+	}
+	if err := l.loadCNI(ctx); err != nil {
+		_, _ = run(context.WithoutCancel(ctx), l.env(), "down")
 		return nil, err
 	}
 	conn, err := grpc.NewClient("unix://"+l.CRISocket,
@@ -121,8 +143,9 @@ func Start(ctx context.Context, opts Options) (*Lab, error) {
 }
 
 // Down runs lab.sh down: removes all pods, stops containerd, shims and launched
-// plugins, unmounts, removes the cgroups and Dir. It fails if a process or
-// mount of the lab is left.
+// plugins, unmounts, removes the cgroups, the network's leftovers on the node
+// (bridge, veths, its /var/lib/cni/results entries, portmap chains) and Dir.
+// It fails if a process, mount or network leftover of the lab is left.
 func (l *Lab) Down(ctx context.Context) error {
 	if l.conn != nil {
 		_ = l.conn.Close()
@@ -203,6 +226,13 @@ func (l *Lab) Env() []string {
 		"LAB_CONTAINERD_LOG="+l.ContainerdLog,
 		"LAB_PAUSE_IMAGE="+PauseImage,
 		"LAB_SLEEPER_IMAGE="+SleeperImage,
+		"LAB_CNI_GATEWAY="+l.cni.Gateway,
+		"LAB_CNI_CONF="+l.cni.ConfFile,
+		"LAB_CNI_CONF_DIR="+l.cni.ConfDir,
+		"LAB_CNI_BIN="+l.cni.BinDir,
+		"LAB_CNI_CACHE_DIR="+l.cni.CacheDir,
+		"LAB_CNI_DATA_DIR="+l.cni.DataDir,
+		"LAB_NETNS_DIR="+l.cni.NetnsDir,
 	)
 }
 
@@ -212,14 +242,27 @@ func (l *Lab) PodLogDir(p Pod) string { return PodLogDir(l.LogRoot, p) }
 // PodCgroupParent is the pod's cgroup parent in this lab, e.g. /kubepods/besteffort/pod<uid>.
 func (l *Lab) PodCgroupParent(p Pod) string { return PodCgroupParent(l.CgroupRoot, p) }
 
-// env are the knobs lab.sh needs to find this lab.
+// env are the knobs lab.sh needs to find this lab. The CNI network is the
+// one lab.sh reported after up, before that the options (empty: lab.sh's
+// defaults, not the caller's environment). lab.sh itself prefers the network
+// it recorded in Dir at the first up.
 func (l *Lab) env() []string {
+	c := l.cni
+	if c.Network == "" {
+		c = CNIPaths{Network: l.opts.CNINetwork, Bridge: l.opts.CNIBridge, Subnet: l.opts.CNISubnet,
+			RangeStart: l.opts.CNIRangeStart, RangeEnd: l.opts.CNIRangeEnd}
+	}
 	return []string{
 		"LAB_DIR=" + l.Dir,
 		"LAB_TOOLS=" + l.Tools,
 		"LAB_NRI_PLUGIN_PATH=" + l.PluginPath,
 		"LAB_NRI_PLUGIN_CONFIG_PATH=" + l.PluginConfigPath,
 		"LAB_CGROUP_ROOT=" + l.CgroupRoot,
+		"LAB_CNI_NAME=" + c.Network,
+		"LAB_CNI_BRIDGE=" + c.Bridge,
+		"LAB_CNI_SUBNET=" + c.Subnet,
+		"LAB_CNI_RANGE_START=" + c.RangeStart,
+		"LAB_CNI_RANGE_END=" + c.RangeEnd,
 	}
 }
 

@@ -1,20 +1,23 @@
 // Command cri is a tiny CRI (runtime.v1) client for the nri-housekeeper e2e
 // lab. It stands in for crictl and builds pod sandbox and container configs
-// the way the kubelet does for hostNetwork, best-effort pods (see
-// lab.SandboxConfig and lab.ContainerConfig): kubelet labels, cgroup parent
+// the way the kubelet does for best-effort pods (see lab.SandboxConfig and
+// lab.ContainerConfig): kubelet labels, cgroup parent
 // <cgroup-root>/besteffort/pod<uid> and a log directory <log-root>/<ns>_<name>_<uid>.
+// Pods are hostNetwork unless -pod-net (or -port) gives them their own network
+// namespace on the lab's CNI network.
 //
 //	cri [-sock PATH] COMMAND [flags]
 //
 // Commands (run `cri COMMAND -h` for flags):
 //
-//	version, status            runtime version / runtime+network conditions
+//	version, status [-v]       runtime version / runtime+network conditions (-v: verbose info, e.g. cniconfig)
 //	runp                       RunPodSandbox, prints the sandbox id
 //	create                     CreateContainer in a pod (found by uid), prints the id
 //	start|stop|rm ID           StartContainer / StopContainer / RemoveContainer
 //	stopp|rmp ID               StopPodSandbox / RemovePodSandbox
 //	pods|ps [-a]               ListPodSandbox / ListContainers (tab separated)
 //	inspectp|inspect ID        verbose PodSandboxStatus / ContainerStatus as JSON
+//	netinfo ID...              a pod sandbox's IP and netns path: "ID IP NETNS"
 //	up                         runp + create + start in one go, prints "POD CTR"
 //	down ID...                 stopp + rmp the given pods
 //	lifecycle                  the full demo: every step with the states in between
@@ -31,6 +34,8 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,7 +61,7 @@ func envOr(k, d string) string {
 
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: cri [-sock PATH] COMMAND [flags]; commands: version status runp create start stop rm stopp rmp pods ps inspectp inspect up down lifecycle leak rmall bench scale")
+		fmt.Fprintln(os.Stderr, "usage: cri [-sock PATH] COMMAND [flags]; commands: version status runp create start stop rm stopp rmp pods ps inspectp inspect netinfo up down lifecycle leak rmall bench scale")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -90,6 +95,25 @@ func die(err error) {
 type podFlags struct {
 	name, ns, uid, logRoot, cgroupRoot string
 	attempt, cattempt                  uint
+	podNet                             bool
+	ports                              portFlags
+}
+
+// portFlags are -port HOSTPORT:CONTAINERPORT[/PROTO] flags.
+type portFlags []lab.PortMapping
+
+func (p *portFlags) String() string { return fmt.Sprint(*p) }
+
+func (p *portFlags) Set(s string) error {
+	spec, proto, _ := strings.Cut(s, "/")
+	h, c, ok := strings.Cut(spec, ":")
+	hp, err1 := strconv.ParseUint(h, 10, 16)
+	cp, err2 := strconv.ParseUint(c, 10, 16)
+	if !ok || err1 != nil || err2 != nil || hp == 0 || cp == 0 {
+		return fmt.Errorf("want HOSTPORT:CONTAINERPORT[/tcp|udp|sctp], not %q", s)
+	}
+	*p = append(*p, lab.PortMapping{HostPort: int32(hp), ContainerPort: int32(cp), Protocol: strings.ToUpper(proto)})
+	return nil
 }
 
 func (p *podFlags) register(fs *flag.FlagSet) {
@@ -100,6 +124,8 @@ func (p *podFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.cgroupRoot, "cgroup-root", envOr("LAB_CGROUP_ROOT", "/kubepods"), "kubepods cgroup root (env LAB_CGROUP_ROOT)")
 	fs.UintVar(&p.attempt, "attempt", 0, "sandbox attempt (a new sandbox for the same pod needs a higher one)")
 	fs.UintVar(&p.cattempt, "cattempt", 0, "container attempt = restart count (a restarted container needs a higher one)")
+	fs.BoolVar(&p.podNet, "pod-net", false, "own network namespace on the lab's CNI network (default: hostNetwork)")
+	fs.Var(&p.ports, "port", "hostPort HOSTPORT:CONTAINERPORT[/PROTO] (repeatable; implies -pod-net)")
 }
 
 func (p *podFlags) ensureUID() {
@@ -109,7 +135,11 @@ func (p *podFlags) ensureUID() {
 }
 
 func (p *podFlags) pod() lab.Pod {
-	return lab.Pod{Name: p.name, Namespace: p.ns, UID: p.uid, Attempt: uint32(p.attempt)}
+	pod := lab.Pod{Name: p.name, Namespace: p.ns, UID: p.uid, Attempt: uint32(p.attempt)}
+	if p.podNet || len(p.ports) > 0 {
+		pod.Network = &lab.PodNetwork{Ports: p.ports}
+	}
+	return pod
 }
 
 func (p *podFlags) sandboxConfig() *cri.PodSandboxConfig {
@@ -166,12 +196,22 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 		}
 		fmt.Printf("%s %s (CRI %s)\n", r.RuntimeName, r.RuntimeVersion, r.RuntimeApiVersion)
 	case "status":
-		r, err := rt.Status(ctx, &cri.StatusRequest{})
+		verbose := fs.Bool("v", false, "also print the verbose info (cniconfig, lastCNILoadStatus, ...)")
+		_ = fs.Parse(args)
+		r, err := rt.Status(ctx, &cri.StatusRequest{Verbose: *verbose})
 		if err != nil {
 			return err
 		}
 		for _, c := range r.Status.GetConditions() {
 			fmt.Printf("%s=%v %s %s\n", c.Type, c.Status, c.Reason, c.Message)
+		}
+		keys := make([]string, 0, len(r.Info))
+		for k := range r.Info {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Printf("%s: %s\n", k, r.Info[k])
 		}
 	case "runp":
 		pf.register(fs)
@@ -252,6 +292,15 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 			}
 			printJSON(v)
 		}
+	case "netinfo":
+		_ = fs.Parse(args)
+		for _, id := range fs.Args() {
+			n, err := lab.SandboxNetwork(ctx, rt, id)
+			if err != nil {
+				return err
+			}
+			fmt.Println(id, orDash(n.IP), orDash(n.NetnsPath))
+		}
 	case "up":
 		pf.register(fs)
 		cname := fs.String("cname", "sleeper", "container name")
@@ -327,6 +376,13 @@ func (p *podFlags) up(ctx context.Context, cname, image string, args []string) (
 	return podID, ctrID, nil
 }
 
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func printJSON(v any) {
 	b, _ := json.MarshalIndent(v, "", "  ")
 	fmt.Println(string(b))
@@ -397,7 +453,8 @@ func showPod(ctx context.Context, id string) {
 			cgroupParent, _ = l["cgroup_parent"].(string)
 		}
 	}
-	fmt.Printf("  pod %s state=%s pid=%v cgroup_parent=%s\n", short(id), r.Status.State, info["pid"], cgroupParent)
+	fmt.Printf("  pod %s state=%s pid=%v ip=%s cgroup_parent=%s\n", short(id), r.Status.State, info["pid"],
+		orDash(r.Status.GetNetwork().GetIp()), cgroupParent)
 }
 
 func showCtr(ctx context.Context, id string) {
