@@ -1,0 +1,428 @@
+package podnet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/utils"
+	"golang.org/x/sys/unix"
+)
+
+// Kinds of Unreadable entries.
+const (
+	KindAttachment  = "cni-attachment"
+	KindReservation = "ip-reservation"
+	KindNetns       = "netns"
+)
+
+// Attachment is one libcni cache entry of one of containerd's networks:
+// libcni writes it after a successful CNI ADD and removes it after a
+// successful CNI DEL, so an entry is an attachment that was never torn down.
+type Attachment struct {
+	Network     string
+	ContainerID string // the pod sandbox's ID
+	IfName      string
+	NetNS       string // the namespace path the ADD ran in, as the runtime passed it
+	// CacheFile is the entry's path: <cacheDir>/results/<Network>-<ContainerID>-<IfName>.
+	CacheFile string
+	// CniArgs and CapabilityArgs are what the runtime passed to ADD, and
+	// what DEL passes again. containerd sets K8S_POD_NAMESPACE,
+	// K8S_POD_NAME, K8S_POD_INFRA_CONTAINER_ID and K8S_POD_UID (see Arg).
+	CniArgs        [][2]string
+	CapabilityArgs map[string]interface{}
+	// ModTime is the cache file's modification time: when the ADD finished.
+	ModTime time.Time
+}
+
+// Arg returns the value of the CNI_ARGS key in a.CniArgs, "" when absent.
+func (a Attachment) Arg(key string) string {
+	for _, kv := range a.CniArgs {
+		if kv[0] == key {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
+// Reservation is one host-local reservation file: IP is taken by Owner.
+type Reservation struct {
+	Network string
+	IP      string
+	Path    string // <HostLocalDir>/<IP>
+	Owner   string // the container ID the file names
+	IfName  string // "" in the old one-line format
+	// ModTime is the file's modification time: when the IP was reserved.
+	ModTime time.Time
+}
+
+// Netns is one network namespace mount containerd made: an nsfs bind mount
+// on <netnsDir>/cni-<uuid>, which keeps the namespace alive with no process
+// in it.
+type Netns struct {
+	Path string
+	// Inode is the nsfs inode of the mounted namespace: its identity. The
+	// mount table and a stat of Path agreed on it when it was listed.
+	Inode uint64
+	// InUse is true when some thread on the node is in the namespace
+	// (/proc/<pid>/task/<tid>/ns/net has this inode). Such a namespace is
+	// never a leak to remove. (Open file descriptors on it are not looked
+	// at.)
+	InUse bool
+	// ModTime is the nsfs inode's time, which the kernel sets when it
+	// first makes a file for the namespace: for containerd's, when it
+	// bind-mounts the namespace it has just made, before CNI ADD and
+	// before its sandbox record names the path.
+	ModTime time.Time
+}
+
+// Unreadable is an entry that could not be read or is not in the format its
+// writer uses. It is skipped, never acted on, and counted; it keeps whatever
+// it may name.
+type Unreadable struct {
+	Kind   string // KindAttachment, KindReservation or KindNetns
+	Path   string
+	Owner  string // the container ID its name or content may name, "" if none can be told
+	Reason string
+}
+
+// Listing is one read of the pod networking objects on the node.
+type Listing struct {
+	// Attachments are the cache entries of cfg's networks; entries of
+	// other networks are not containerd's and are left out.
+	Attachments []Attachment
+	// Reservations are the reservation files in the HostLocalDir of cfg's
+	// networks. host-local's "lock" and "last_reserved_ip.*" files are
+	// left out.
+	Reservations []Reservation
+	// Netns are the nsfs mounts directly in netnsDir whose name is
+	// containerd's format; other files and mounts are left out.
+	Netns []Netns
+	// Unreadable are the entries skipped, of all three kinds.
+	Unreadable []Unreadable
+}
+
+// Owners returns every container ID an attachment, a reservation or an
+// unreadable entry names: the sandboxes that still hold network state.
+func (l Listing) Owners() map[string]bool {
+	owners := map[string]bool{}
+	for _, a := range l.Attachments {
+		owners[a.ContainerID] = true
+	}
+	for _, r := range l.Reservations {
+		owners[r.Owner] = true
+	}
+	for _, u := range l.Unreadable {
+		if u.Owner != "" {
+			owners[u.Owner] = true
+		}
+	}
+	return owners
+}
+
+// ByNetns returns the attachments by the namespace path their ADD ran in
+// (Attachment.NetNS, as containerd passed it: compare it with Netns.Path when
+// List got netnsDir spelt as containerd spells it). Attachments without a
+// namespace path are left out.
+func (l Listing) ByNetns() map[string][]Attachment {
+	m := map[string][]Attachment{}
+	for _, a := range l.Attachments {
+		if a.NetNS != "" {
+			m[a.NetNS] = append(m[a.NetNS], a)
+		}
+	}
+	return m
+}
+
+// List reads the pod networking objects of cfg's networks: libcni's cache
+// entries in <cacheDir>/results (cacheDir is /var/lib/cni for containerd,
+// which never sets another), host-local's reservations in each network's
+// HostLocalDir, and the namespace mounts in netnsDir (/var/run/netns, or
+// <state_dir>/netns with containerd's netns_mounts_under_state_dir).
+//
+// A missing results dir, host-local dir or netnsDir is an empty listing. Any
+// other error reading one of these dirs, the mount table or the threads'
+// namespaces is an error naming the path, and nothing is returned: plan
+// nothing from network data this pass. Entries that cannot be read are in
+// Unreadable, with the reason.
+//
+// Whether a namespace is in use is read from /proc/<pid>/task/<tid>/ns/net of
+// every thread on the node. When that cannot be done (this process is not in
+// the node's PID namespace, or some thread's namespace cannot be read), no
+// namespace is known to be unused, and every namespace mount is Unreadable
+// with the reason.
+func List(ctx context.Context, cfg Config, cacheDir, netnsDir string) (Listing, error) {
+	var l Listing
+	var err error
+	if l.Attachments, l.Unreadable, err = listAttachments(ctx, cfg, cacheDir); err != nil {
+		return Listing{}, err
+	}
+	reservations, unreadable, err := listReservations(ctx, cfg)
+	if err != nil {
+		return Listing{}, err
+	}
+	l.Reservations = reservations
+	l.Unreadable = append(l.Unreadable, unreadable...)
+	netns, unreadable, err := listNetns(ctx, netnsDir)
+	if err != nil {
+		return Listing{}, err
+	}
+	l.Netns = netns
+	l.Unreadable = append(l.Unreadable, unreadable...)
+	return l, nil
+}
+
+// cacheEntry is libcni's cachedInfo (libcni/api.go), field for field, so that
+// a file decodes here exactly when GetCachedAttachments decodes it (a test
+// checks that they agree). Reading the files here, rather than through
+// GetCachedAttachments, ties each entry to its file. The one difference:
+// the result, a map[string]interface{} in libcni, is kept raw and only checked
+// to be what such a map accepts (an object or null), which saves decoding
+// it.
+type cacheEntry struct {
+	Kind           string                 `json:"kind"`
+	ContainerID    string                 `json:"containerId"`
+	Config         []byte                 `json:"config"`
+	IfName         string                 `json:"ifName"`
+	NetworkName    string                 `json:"networkName"`
+	NetNS          string                 `json:"netns,omitempty"`
+	CniArgs        [][2]string            `json:"cniArgs,omitempty"`
+	CapabilityArgs map[string]interface{} `json:"capabilityArgs,omitempty"`
+	RawResult      json.RawMessage        `json:"result,omitempty"`
+}
+
+// maxCacheEntrySize bounds how much of a cache entry is read; libcni's are a
+// few KiB (the network's config and the ADD result).
+const maxCacheEntrySize = 1 << 20
+
+// readCacheEntry reads the cache entry at path, named name. reason says why
+// it is not an attachment to act on ("" when it is): libcni cannot decode it
+// (GetCachedAttachments skips it), or, stricter than libcni, its IDs are not
+// ones libcni's validators accept or name is not libcni's name for what it
+// holds. err is set only when the file is gone (fs.ErrNotExist).
+func readCacheEntry(path, name string) (a Attachment, reason string, err error) {
+	data, info, err := readSmallFile(path, maxCacheEntrySize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Attachment{}, "", err
+	}
+	if err != nil {
+		return Attachment{}, err.Error(), nil
+	}
+	var e cacheEntry
+	if err := json.Unmarshal(data, &e); err != nil {
+		return Attachment{}, fmt.Sprintf("libcni cannot decode it: %v", err), nil
+	}
+	// RawMessage holds valid JSON with no space around it.
+	if r := e.RawResult; len(r) > 0 && r[0] != '{' && string(r) != "null" {
+		return Attachment{}, "libcni cannot decode it: its result is not a JSON object", nil
+	}
+	switch {
+	case e.Kind != cniCacheKind:
+		return Attachment{}, fmt.Sprintf("kind %q, not libcni's %q", e.Kind, cniCacheKind), nil
+	case e.NetworkName == "" || e.IfName == "":
+		return Attachment{}, "no network or interface name in it", nil
+	}
+	if err := utils.ValidateNetworkName(e.NetworkName); err != nil {
+		return Attachment{}, fmt.Sprintf("network name %q: %s", e.NetworkName, err.Msg), nil
+	}
+	if r := validID(e.ContainerID); r != "" {
+		return Attachment{}, r, nil
+	}
+	if r := validIfName(e.IfName); r != "" {
+		return Attachment{}, r, nil
+	}
+	if want := cacheFileName(e.NetworkName, e.ContainerID, e.IfName); name != want {
+		// libcni's DEL reads and removes <network>-<id>-<ifname>: it
+		// would never touch this file.
+		return Attachment{}, fmt.Sprintf("it holds the attachment of %s, whose cache entry is named %q", e.ContainerID, want), nil
+	}
+	return Attachment{
+		Network:        e.NetworkName,
+		ContainerID:    e.ContainerID,
+		IfName:         e.IfName,
+		NetNS:          e.NetNS,
+		CacheFile:      path,
+		CniArgs:        e.CniArgs,
+		CapabilityArgs: e.CapabilityArgs,
+		ModTime:        info.ModTime(),
+	}, "", nil
+}
+
+// listAttachments reads the cache entries of cfg's networks.
+func listAttachments(ctx context.Context, cfg Config, cacheDir string) ([]Attachment, []Unreadable, error) {
+	dir := filepath.Join(cacheDir, "results")
+	entries, err := readDir(ctx, dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("libcni cache dir %s: %w", dir, err)
+	}
+	var (
+		attachments []Attachment
+		unreadable  []Unreadable
+	)
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, fmt.Errorf("libcni cache dir %s: %w", dir, err)
+		}
+		name := e.Name()
+		_, owner, ours := ownerFromCacheName(name, cfg.Networks)
+		if !ours {
+			continue // another network's entry: not containerd's
+		}
+		path := filepath.Join(dir, name)
+		if !e.Type().IsRegular() {
+			unreadable = append(unreadable, Unreadable{KindAttachment, path, owner, fmt.Sprintf("not a regular file (%s)", e.Type())})
+			continue
+		}
+		a, reason, err := readCacheEntry(path, name)
+		switch {
+		case err != nil:
+			continue // removed since the directory was read
+		case reason != "":
+			unreadable = append(unreadable, Unreadable{KindAttachment, path, owner, reason})
+			continue
+		}
+		if _, ok := cfg.Network(a.Network); !ok {
+			continue // named and written for another network whose name starts like one of ours
+		}
+		attachments = append(attachments, a)
+	}
+	return attachments, unreadable, nil
+}
+
+// listReservations reads the reservation files in the host-local dirs of
+// cfg's networks.
+func listReservations(ctx context.Context, cfg Config) ([]Reservation, []Unreadable, error) {
+	var (
+		reservations []Reservation
+		unreadable   []Unreadable
+	)
+	for _, n := range cfg.Networks {
+		if n.HostLocalDir == "" {
+			continue
+		}
+		entries, err := readDir(ctx, n.HostLocalDir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("host-local dir %s of network %s: %w", n.HostLocalDir, n.Name, err)
+		}
+		for _, e := range entries {
+			if err := ctx.Err(); err != nil {
+				return nil, nil, fmt.Errorf("host-local dir %s of network %s: %w", n.HostLocalDir, n.Name, err)
+			}
+			name := e.Name()
+			if isHostLocalBookkeeping(name) {
+				continue
+			}
+			path := filepath.Join(n.HostLocalDir, name)
+			r, reason, err := readReservation(n.Name, path)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				continue // released since the directory was read
+			case reason != "":
+				unreadable = append(unreadable, Unreadable{KindReservation, path, r.Owner, reason})
+				continue
+			}
+			reservations = append(reservations, r)
+		}
+	}
+	return reservations, unreadable, nil
+}
+
+// readReservation reads the reservation file at path of network. reason
+// says why it is not a reservation host-local made ("" when it is); Owner is
+// set even then when the content names a container. err is set only when the
+// file is gone (fs.ErrNotExist).
+func readReservation(network, path string) (r Reservation, reason string, err error) {
+	name := filepath.Base(path)
+	data, info, err := readSmallFile(path, maxReservationSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Reservation{}, "", err
+	}
+	if err != nil {
+		return Reservation{}, err.Error(), nil
+	}
+	owner, ifName, reason := parseReservation(data)
+	r = Reservation{Network: network, IP: name, Path: path, Owner: owner, IfName: ifName, ModTime: info.ModTime()}
+	if !isReservationName(name) {
+		return r, "the name is not an IP address as host-local writes it: not a reservation", nil
+	}
+	return r, reason, nil
+}
+
+// readSmallFile reads a regular file of at most limit bytes without following
+// a symlink. The error names path; it wraps fs.ErrNotExist when the file is
+// gone.
+func readSmallFile(path string, limit int64) ([]byte, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, nil, fmt.Errorf("%s is a symlink, not a regular file", path)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, nil, fmt.Errorf("%s is not a regular file (%s)", path, info.Mode().Type())
+	}
+	if info.Size() > limit {
+		return nil, nil, fmt.Errorf("%s is %d bytes, more than the %d its writer ever writes", path, info.Size(), limit)
+	}
+	// Sized from the stat, so that reading costs one allocation; the
+	// limit still holds when the file grows meanwhile.
+	var buf bytes.Buffer
+	buf.Grow(int(info.Size()) + bytes.MinRead)
+	if _, err := buf.ReadFrom(io.LimitReader(f, limit+1)); err != nil {
+		return nil, nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if int64(buf.Len()) > limit {
+		return nil, nil, fmt.Errorf("%s is more than %d bytes, more than its writer ever writes", path, limit)
+	}
+	return buf.Bytes(), info, nil
+}
+
+// readDir reads all entries of dir, sorted by name, checking ctx between
+// batches. Entry types have lstat semantics.
+func readDir(ctx context.Context, dir string) ([]fs.DirEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var all []fs.DirEntry
+	for {
+		batch, err := f.ReadDir(1024)
+		all = append(all, batch...)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(all, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return all, nil
+}

@@ -1,0 +1,288 @@
+package podnet
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// mountInfoPath is this process's view of the mount table: the mount
+	// namespace the unmounts happen in.
+	mountInfoPath = "/proc/self/mountinfo"
+	// initPIDNamespaceInode is the inode of the node's own PID namespace
+	// (the kernel's PROC_PID_INIT_INO): only from there does /proc show
+	// every thread on the node.
+	initPIDNamespaceInode = 0xEFFFFFFC
+)
+
+// mountEntry is one line of the mount table, the parts used here.
+type mountEntry struct {
+	root   string // for an nsfs mount, the namespace: "net:[<inode>]"
+	fstype string
+}
+
+// mountsIn returns the mounts whose mount point is directly in dir (a real
+// path: no symlinks, as the kernel shows it), by the mount point's base name,
+// in mount table order (the last one is on top).
+func mountsIn(dir string) (map[string][]mountEntry, error) {
+	f, err := os.Open(mountInfoPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	found := map[string][]mountEntry{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		// <id> <parent> <major:minor> <root> <mount point> <options> [<optional>...] - <fstype> <source> <super options>
+		fields := strings.Fields(line)
+		sep := -1
+		for i := 6; i < len(fields); i++ {
+			if fields[i] == "-" {
+				sep = i
+				break
+			}
+		}
+		if len(fields) < 7 || sep < 0 || sep+1 >= len(fields) {
+			return nil, fmt.Errorf("%s: malformed line %q", mountInfoPath, line)
+		}
+		point := unescapeMountPath(fields[4])
+		if filepath.Dir(point) != dir || point == dir {
+			continue
+		}
+		name := filepath.Base(point)
+		found[name] = append(found[name], mountEntry{root: unescapeMountPath(fields[3]), fstype: fields[sep+1]})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", mountInfoPath, err)
+	}
+	return found, nil
+}
+
+// netnsInode returns the inode of the network namespace an nsfs mount
+// holds, from its root in the mount table ("net:[4026532177]").
+func netnsInode(m mountEntry) (uint64, bool) {
+	if m.fstype != "nsfs" {
+		return 0, false
+	}
+	s, ok := strings.CutPrefix(m.root, "net:[")
+	if !ok {
+		return 0, false
+	}
+	s, ok = strings.CutSuffix(s, "]")
+	if !ok {
+		return 0, false
+	}
+	ino, err := strconv.ParseUint(s, 10, 64)
+	return ino, err == nil
+}
+
+// unescapeMountPath undoes the kernel's octal escaping of space, tab,
+// newline and backslash (\040, \011, \012, \134) in mountinfo paths.
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && '0' <= s[i+1] && s[i+1] <= '3' && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return '0' <= c && c <= '7' }
+
+// nsfsStat stats path (following it: the mount on it) and returns the inode
+// of the namespace there and the inode's modification time; ok is false when
+// it is not on nsfs.
+func nsfsStat(path string) (ino uint64, mtime time.Time, ok bool, err error) {
+	var fsst unix.Statfs_t
+	if err := unix.Statfs(path, &fsst); err != nil {
+		return 0, time.Time{}, false, &os.PathError{Op: "statfs", Path: path, Err: err}
+	}
+	if fsst.Type != unix.NSFS_MAGIC {
+		return 0, time.Time{}, false, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, time.Time{}, false, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return st.Ino, time.Unix(st.Mtim.Unix()), true, nil
+}
+
+// listNetns reads the namespace mounts containerd made in netnsDir.
+func listNetns(ctx context.Context, netnsDir string) ([]Netns, []Unreadable, error) {
+	realDir, err := filepath.EvalSymlinks(netnsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("netns dir %s: %w", netnsDir, err)
+	}
+	entries, err := readDir(ctx, netnsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("netns dir %s: %w", netnsDir, err)
+	}
+	mounts, err := mountsIn(realDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("netns dir %s: reading the mount table: %w", netnsDir, err)
+	}
+	var (
+		found      []Netns
+		unreadable []Unreadable
+	)
+	for _, e := range entries {
+		name := e.Name()
+		path := filepath.Join(netnsDir, name)
+		ms := mounts[name]
+		if !IsNetnsName(name) || len(ms) == 0 {
+			continue // not containerd's, or not mounted: not a namespace
+		}
+		if len(ms) > 1 {
+			unreadable = append(unreadable, Unreadable{KindNetns, path, "", fmt.Sprintf("%d mounts are stacked on it; containerd makes one", len(ms))})
+			continue
+		}
+		ino, ok := netnsInode(ms[0])
+		if !ok {
+			continue // another kind of mount: not a network namespace
+		}
+		statIno, mtime, onNsfs, err := nsfsStat(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // removed since the directory was read
+		case err != nil:
+			unreadable = append(unreadable, Unreadable{KindNetns, path, "", err.Error()})
+			continue
+		case !onNsfs || statIno != ino:
+			unreadable = append(unreadable, Unreadable{KindNetns, path, "", fmt.Sprintf("the mount table says net:[%d], a stat says otherwise (nsfs %v, inode %d): changed while being read", ino, onNsfs, statIno)})
+			continue
+		}
+		found = append(found, Netns{Path: path, Inode: ino, ModTime: mtime})
+	}
+	if len(found) == 0 {
+		return nil, unreadable, nil
+	}
+	inUse, err := netnsInUse(ctx)
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return nil, nil, fmt.Errorf("netns dir %s: %w", netnsDir, ctxErr)
+	}
+	if err != nil {
+		// Without every thread's namespace, none of them is known
+		// to be unused.
+		for _, n := range found {
+			unreadable = append(unreadable, Unreadable{KindNetns, n.Path, "", err.Error()})
+		}
+		return nil, unreadable, nil
+	}
+	for i := range found {
+		found[i].InUse = inUse[found[i].Inode]
+	}
+	return found, unreadable, nil
+}
+
+// netnsInUse returns the inodes of the network namespaces some thread on the
+// node is in. The error says why that cannot be told: this process is not in
+// the node's PID namespace (/proc then shows only some threads, and every
+// namespace would look unused), or the namespace of some thread cannot be
+// read (e.g. a security module that denies it). PID 1 is passed over when it
+// cannot be read: the node's init never joins a pod's network namespace (and
+// sandboxes that run this process often hide their own init).
+func netnsInUse(ctx context.Context) (map[uint64]bool, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/pid", &st); err != nil {
+		return nil, fmt.Errorf("cannot tell whether a thread is in it: stat /proc/self/ns/pid: %w", err)
+	}
+	if st.Ino != initPIDNamespaceInode {
+		return nil, fmt.Errorf("cannot tell whether a thread is in it: this process is in PID namespace pid:[%d], not the node's (pid:[%d]), so /proc does not show every thread (run it in the host's PID namespace)", st.Ino, uint64(initPIDNamespaceInode))
+	}
+	pids, err := readNames(ctx, "/proc")
+	if err != nil {
+		return nil, fmt.Errorf("cannot tell whether a thread is in it: %w", err)
+	}
+	inUse := map[uint64]bool{}
+	var (
+		unknown int
+		first   error
+	)
+	for _, pid := range pids {
+		if pid == "" || pid[0] < '0' || pid[0] > '9' {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		taskDir := "/proc/" + pid + "/task"
+		tids, err := readNames(ctx, taskDir)
+		if err != nil {
+			if !gone(err) && pid != "1" {
+				unknown++
+				first = cmp.Or(first, err)
+			}
+			continue
+		}
+		for _, tid := range tids {
+			path := taskDir + "/" + tid + "/ns/net"
+			if err := unix.Stat(path, &st); err != nil {
+				if !gone(err) && pid != "1" {
+					unknown++
+					first = cmp.Or(first, error(&os.PathError{Op: "stat", Path: path, Err: err}))
+				}
+				continue
+			}
+			inUse[st.Ino] = true
+		}
+	}
+	if unknown > 0 {
+		return nil, fmt.Errorf("cannot tell whether a thread is in it: the network namespace of %d threads cannot be read, e.g. %w", unknown, first)
+	}
+	return inUse, nil
+}
+
+// gone reports whether err says a /proc entry's process or thread is gone.
+func gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH)
+}
+
+// readNames reads the names in dir, checking ctx between batches.
+func readNames(ctx context.Context, dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var all []string
+	for {
+		batch, err := f.Readdirnames(1024)
+		all = append(all, batch...)
+		if errors.Is(err, io.EOF) {
+			return all, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", dir, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}

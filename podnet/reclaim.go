@@ -1,0 +1,412 @@
+package podnet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/version"
+	"golang.org/x/sys/unix"
+)
+
+// lockPollInterval is how often ReleaseReservation tries host-local's lock
+// while someone else holds it: flock(2) itself cannot be bounded by a
+// context.
+const lockPollInterval = 10 * time.Millisecond
+
+// RefusedError is returned when a safety rule stops a step: nothing was
+// changed. Retrying does not help until what Reason names has changed.
+type RefusedError struct {
+	Path   string // the cache entry, reservation file or namespace mount
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("refusing to reclaim %s: %s", e.Path, e.Reason)
+}
+
+func refuse(path, format string, args ...any) error {
+	return &RefusedError{Path: path, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Reclaimer undoes the pod networking objects that List found, one at a time,
+// re-checking each right before it acts. The caller has already decided that
+// no containerd record, CRI listing or NRI event knows the owner; these
+// checks are the last line of defence, not the decision. A Reclaimer is safe
+// for concurrent use.
+type Reclaimer struct {
+	cfg      Config
+	cacheDir string
+	cni      *libcni.CNIConfig
+}
+
+// NewReclaimer returns a Reclaimer for cfg's networks and libcni's cache in
+// cacheDir (/var/lib/cni for containerd). Plugins run from cfg.BinDirs; what
+// a plugin prints on stderr is kept only when it fails (in the error).
+func NewReclaimer(cfg Config, cacheDir string) *Reclaimer {
+	// An explicit exec, the same as libcni's default: libcni sets its
+	// default lazily on first use, which races between goroutines.
+	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{}, PluginDecoder: version.PluginDecoder{}}
+	return &Reclaimer{cfg: cfg, cacheDir: cacheDir, cni: libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cacheDir, exec)}
+}
+
+// network returns the network a step acts on, refusing one containerd no
+// longer uses and one whose owner has asked runtimes not to garbage-collect.
+func (r *Reclaimer) network(path, name string) (Network, error) {
+	n, ok := r.cfg.Network(name)
+	if !ok {
+		return Network{}, refuse(path, "containerd no longer uses network %q (configuration from %s)", name, r.cfg.Source)
+	}
+	if n.List.DisableGC {
+		// The CNI spec: a runtime must not garbage-collect such a
+		// network, e.g. because its configuration is shared with
+		// another runtime, whose attachments look stale here.
+		return Network{}, refuse(path, "network %q sets disableGC", name)
+	}
+	return n, nil
+}
+
+// DeleteAttachment runs CNI DEL for one cached attachment through its
+// network's whole chain, last plugin first (port mappings, then the
+// interface, then IPAM inside it), with the RuntimeConf libcni's
+// GCNetworkList uses for a stale attachment: container ID, namespace path,
+// interface, CNI_ARGS and capability args from the cache entry. The plugins
+// clean what they own; libcni removes the cache entry when every plugin
+// succeeded.
+//
+// Right before, it re-checks:
+//   - the network is still one of the Reclaimer's, and does not set
+//     disableGC (else RefusedError);
+//   - a.CacheFile is libcni's cache entry for a (else RefusedError);
+//   - the entry, read again, is gone (nil: a DEL by someone else won the
+//     race) or holds exactly what was listed: namespace path, CNI_ARGS and
+//     capability args (else RefusedError).
+//
+// It never sends the CNI GC verb: the spec forbids GC while ADD or DEL may
+// run on the network, and containerd's ADDs cannot be stopped; a DEL of one
+// attachment is what containerd itself runs alongside its ADDs all the time.
+// A plugin's failure is an error (not a refusal) and leaves the cache entry,
+// so the DEL can be retried.
+func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
+	n, err := r.network(a.CacheFile, a.Network)
+	if err != nil {
+		return err
+	}
+	name := cacheFileName(a.Network, a.ContainerID, a.IfName)
+	path := filepath.Join(r.cacheDir, "results", name)
+	if a.CacheFile != path {
+		return refuse(a.CacheFile, "libcni's cache entry for %s on network %q (%s) is %s", a.ContainerID, a.Network, a.IfName, path)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("CNI DEL of %s: %w", path, err)
+	}
+	cur, reason, err := readCacheEntry(path, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if reason != "" {
+		return refuse(path, "the cache entry can no longer be read as libcni's: %s", reason)
+	}
+	if d := attachmentChange(a, cur); d != "" {
+		return refuse(path, "the cache entry changed since it was listed: %s", d)
+	}
+	rt := &libcni.RuntimeConf{
+		ContainerID:    cur.ContainerID,
+		NetNS:          cur.NetNS,
+		IfName:         cur.IfName,
+		Args:           cur.CniArgs,
+		CapabilityArgs: cur.CapabilityArgs,
+	}
+	if err := r.cni.DelNetworkList(ctx, n.List, rt); err != nil {
+		return fmt.Errorf("CNI DEL of %s (container %s, network %s, interface %s): %w", path, a.ContainerID, a.Network, a.IfName, err)
+	}
+	// libcni ignores a failure to remove the entry.
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("CNI DEL of %s succeeded, but libcni left the cache entry", path)
+	}
+	return nil
+}
+
+// attachmentChange says how cur differs from the listed a ("" when it does
+// not).
+func attachmentChange(a, cur Attachment) string {
+	switch {
+	case cur.NetNS != a.NetNS:
+		return fmt.Sprintf("namespace %q, listed %q", cur.NetNS, a.NetNS)
+	case !slices.Equal(cur.CniArgs, a.CniArgs):
+		return fmt.Sprintf("CNI_ARGS %v, listed %v", cur.CniArgs, a.CniArgs)
+	case !reflect.DeepEqual(cur.CapabilityArgs, a.CapabilityArgs):
+		return "other capability args"
+	}
+	return ""
+}
+
+// ReleaseReservation removes one host-local reservation file, under
+// host-local's own lock: it flocks <HostLocalDir>/lock exclusively, as
+// host-local's disk backend does around every reservation and release, so
+// it never races an ADD or DEL of the network. Waiting for the lock is
+// bounded by ctx.
+//
+// It is for a reservation no cached attachment explains: when libcni still
+// caches the owner's attachment on the network, DeleteAttachment's DEL
+// releases it (host-local included) and this refuses.
+//
+// Right before, it re-checks:
+//   - the network is still one of the Reclaimer's, does not set disableGC,
+//     and uses host-local; res.Path is <its HostLocalDir>/<res.IP>, and IP is
+//     an address as host-local names its files (never "lock" or
+//     "last_reserved_ip.*") (else RefusedError);
+//   - libcni caches no attachment of res.Owner on the network (else
+//     RefusedError);
+//   - under the lock, the file is gone (nil) or still names res.Owner and
+//     res.IfName, in the same format (else RefusedError).
+func (r *Reclaimer) ReleaseReservation(ctx context.Context, res Reservation) error {
+	n, err := r.network(res.Path, res.Network)
+	if err != nil {
+		return err
+	}
+	name := filepath.Base(res.Path)
+	switch {
+	case n.HostLocalDir == "":
+		return refuse(res.Path, "network %q does not use host-local", res.Network)
+	case filepath.Join(n.HostLocalDir, name) != res.Path:
+		return refuse(res.Path, "not a file directly in host-local dir %s of network %q", n.HostLocalDir, res.Network)
+	case isHostLocalBookkeeping(name):
+		return refuse(res.Path, "host-local's own bookkeeping file, never a reservation")
+	case name != res.IP || !isReservationName(name):
+		return refuse(res.Path, "its name is not the reservation's IP address %q", res.IP)
+	}
+	if r := validID(res.Owner); r != "" {
+		return refuse(res.Path, "%s", r)
+	}
+	if res.IfName != "" {
+		if r := validIfName(res.IfName); r != "" {
+			return refuse(res.Path, "%s", r)
+		}
+	}
+	cached, err := r.cachedAttachment(ctx, res.Network, res.Owner, res.IfName)
+	if err != nil {
+		return fmt.Errorf("releasing %s: %w", res.Path, err)
+	}
+	if cached != "" {
+		return refuse(res.Path, "libcni still caches attachment %s of %s: DeleteAttachment's CNI DEL releases the IP with the rest", cached, res.Owner)
+	}
+
+	unlock, err := lockHostLocal(ctx, n.HostLocalDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // the whole host-local dir is gone
+	}
+	if err != nil {
+		return fmt.Errorf("releasing %s: %w", res.Path, err)
+	}
+	defer unlock()
+	cur, reason, err := readReservation(res.Network, res.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	switch {
+	case reason != "":
+		return refuse(res.Path, "no longer a reservation host-local made: %s", reason)
+	case cur.Owner != res.Owner || cur.IfName != res.IfName:
+		return refuse(res.Path, "it now reserves the IP for %s (interface %q), not %s (interface %q)", cur.Owner, cur.IfName, res.Owner, res.IfName)
+	}
+	if err := unix.Unlink(res.Path); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("releasing %s: %w", res.Path, &os.PathError{Op: "unlink", Path: res.Path, Err: err})
+	}
+	return nil
+}
+
+// cachedAttachment returns the cache entry libcni keeps for owner on network
+// (with ifName, or any interface when ifName is ""), or "".
+func (r *Reclaimer) cachedAttachment(ctx context.Context, network, owner, ifName string) (string, error) {
+	dir := filepath.Join(r.cacheDir, "results")
+	if ifName != "" {
+		path := filepath.Join(dir, cacheFileName(network, owner, ifName))
+		_, err := os.Lstat(path)
+		switch {
+		case err == nil:
+			return path, nil
+		case errors.Is(err, fs.ErrNotExist):
+			return "", nil
+		}
+		return "", err
+	}
+	names, err := readNames(ctx, dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("libcni cache dir %s: %w", dir, err)
+	}
+	prefix := network + "-" + owner + "-"
+	for _, name := range names {
+		if strings.HasPrefix(name, prefix) {
+			return filepath.Join(dir, name), nil
+		}
+	}
+	return "", nil
+}
+
+// lockHostLocal takes host-local's lock on its network dir the way host-local
+// takes it (backend/disk NewFileLock and go-filemutex): open <dir>/lock with
+// O_CREAT|O_RDONLY, mode 0750, and flock it exclusively. It polls so that ctx
+// bounds the wait. The error wraps fs.ErrNotExist when dir is gone.
+func lockHostLocal(ctx context.Context, dir string) (unlock func(), err error) {
+	path := filepath.Join(dir, hostLocalLock)
+	fd, err := unix.Open(path, unix.O_CREAT|unix.O_RDONLY|unix.O_CLOEXEC, 0o750)
+	if err != nil {
+		return nil, &os.PathError{Op: "open host-local lock", Path: path, Err: err}
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() {
+				unix.Flock(fd, unix.LOCK_UN)
+				unix.Close(fd)
+			}, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			unix.Close(fd)
+			return nil, &os.PathError{Op: "flock", Path: path, Err: err}
+		}
+		t.Reset(lockPollInterval)
+		select {
+		case <-ctx.Done():
+			unix.Close(fd)
+			return nil, fmt.Errorf("waiting for host-local's lock %s: %w", path, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// RemoveNetns unmounts and removes a namespace mount as containerd's netns
+// Remove does (a lazy unmount, then removing the mount point), so the
+// namespace goes away with its last reference.
+//
+// Right before, it re-checks:
+//   - n.Path is clean, absolute and named in containerd's format (else
+//     RefusedError);
+//   - no libcni cache entry names the namespace (else RefusedError: the DEL
+//     comes first, as containerd tears the network down before it removes
+//     the namespace, so that the plugins can still clean inside it);
+//   - Path is gone (nil), or is still exactly one nsfs mount of the same
+//     namespace (n.Inode) in both the mount table and a stat, and no thread
+//     on the node is in that namespace (else RefusedError, also when that
+//     cannot be told: see List).
+func (r *Reclaimer) RemoveNetns(ctx context.Context, n Netns) error {
+	name := filepath.Base(n.Path)
+	switch {
+	case !filepath.IsAbs(n.Path) || filepath.Clean(n.Path) != n.Path:
+		return refuse(n.Path, "not a clean absolute path")
+	case !IsNetnsName(name):
+		return refuse(n.Path, "not named like containerd's namespace mounts (cni-<uuid>)")
+	}
+	cached, err := r.attachmentIn(ctx, n.Path)
+	if err != nil {
+		return fmt.Errorf("removing %s: %w", n.Path, err)
+	}
+	if cached != "" {
+		return refuse(n.Path, "libcni cache entry %s names it: CNI DEL that attachment first (DeleteAttachment)", cached)
+	}
+	realDir, err := filepath.EvalSymlinks(filepath.Dir(n.Path))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("removing %s: %w", n.Path, err)
+	}
+	path := filepath.Join(realDir, name)
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	mounts, err := mountsIn(realDir)
+	if err != nil {
+		return fmt.Errorf("removing %s: reading the mount table: %w", n.Path, err)
+	}
+	ms := mounts[name]
+	switch len(ms) {
+	case 0:
+		return refuse(n.Path, "no longer a mount point")
+	case 1:
+	default:
+		return refuse(n.Path, "%d mounts are stacked on it", len(ms))
+	}
+	ino, ok := netnsInode(ms[0])
+	switch {
+	case !ok:
+		return refuse(n.Path, "it is now a %s mount of %s, not a network namespace", ms[0].fstype, ms[0].root)
+	case ino != n.Inode:
+		return refuse(n.Path, "another namespace is mounted there: net:[%d], listed net:[%d]", ino, n.Inode)
+	}
+	statIno, _, onNsfs, err := nsfsStat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("removing %s: %w", n.Path, err)
+	case !onNsfs || statIno != ino:
+		return refuse(n.Path, "the mount table says net:[%d], a stat says otherwise (nsfs %v, inode %d)", ino, onNsfs, statIno)
+	}
+	inUse, err := netnsInUse(ctx)
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("removing %s: %w", n.Path, ctxErr)
+	}
+	if err != nil {
+		return refuse(n.Path, "%v", err)
+	}
+	if inUse[ino] {
+		return refuse(n.Path, "a thread is in the namespace")
+	}
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("removing %s: %w", n.Path, &os.PathError{Op: "unmount", Path: path, Err: err})
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing %s after unmounting it: %w", n.Path, err)
+	}
+	return nil
+}
+
+// attachmentIn returns a cache entry, of any network, that names the
+// namespace at netnsPath, or "". An entry counts when its bytes contain the
+// namespace's name (plain ASCII, with 128 random bits): however the runtime
+// spelt the directory, and even when the entry cannot be decoded.
+func (r *Reclaimer) attachmentIn(ctx context.Context, netnsPath string) (string, error) {
+	dir := filepath.Join(r.cacheDir, "results")
+	entries, err := readDir(ctx, dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("libcni cache dir %s: %w", dir, err)
+	}
+	needle := []byte(filepath.Base(netnsPath))
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		data, _, err := readSmallFile(path, maxCacheEntrySize)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if bytes.Contains(data, needle) {
+			return path, nil
+		}
+	}
+	return "", nil
+}

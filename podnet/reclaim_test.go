@@ -1,0 +1,480 @@
+package podnet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// onlyAttachment lists and returns the one attachment of id.
+func onlyAttachment(t *testing.T, cfg Config, n node, id string) Attachment {
+	t.Helper()
+	for _, a := range mustList(t, cfg, n).Attachments {
+		if a.ContainerID == id {
+			return a
+		}
+	}
+	t.Fatalf("no attachment of %s listed", id)
+	return Attachment{}
+}
+
+func TestDeleteAttachment(t *testing.T) {
+	ctx := context.Background()
+	id := containerID(1)
+	const ns = "/var/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a3b"
+
+	t.Run("DEL runs through the whole chain, last plugin first, with the cached values, and the entry goes", func(t *testing.T) {
+		n := newNode(t)
+		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+		n.add(t, cfg, "pods", id, ns)
+		a := onlyAttachment(t, cfg, n, id)
+		if err := NewReclaimer(cfg, n.cacheDir).DeleteAttachment(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		calls := n.pluginCalls(t)
+		if len(calls) != 4 {
+			t.Fatalf("plugin calls:\n%s", strings.Join(calls, "\n"))
+		}
+		// ADD: veth then portmap; DEL: portmap then veth, each
+		// exactly as its ADD (id, interface, namespace, CNI_ARGS,
+		// runtimeConfig from the capability args).
+		for i, want := range []struct{ add, del string }{{calls[0], calls[3]}, {calls[1], calls[2]}} {
+			if !strings.HasPrefix(want.add, "ADD "+id+" eth0 "+ns+" ") || strings.TrimPrefix(want.add, "ADD ") != strings.TrimPrefix(want.del, "DEL ") {
+				t.Errorf("pair %d: ADD %q, DEL %q", i, want.add, want.del)
+			}
+		}
+		if !strings.Contains(calls[2], " "+fakePortmap+" ") || !strings.Contains(calls[3], " "+fakeVeth+" ") {
+			t.Errorf("DEL order:\n%s", strings.Join(calls, "\n"))
+		}
+		if !strings.Contains(calls[2], "K8S_POD_INFRA_CONTAINER_ID="+id) || !strings.Contains(calls[2], `"portMappings":[{"containerPort":80`) {
+			t.Errorf("DEL without the cached args: %s", calls[2])
+		}
+		if exists(t, a.CacheFile) {
+			t.Errorf("%s is still there", a.CacheFile)
+		}
+	})
+
+	t.Run("an entry that is gone is nothing to do: no DEL", func(t *testing.T) {
+		n := newNode(t)
+		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+		n.add(t, cfg, "pods", id, ns)
+		a := onlyAttachment(t, cfg, n, id)
+		if err := os.Remove(a.CacheFile); err != nil {
+			t.Fatal(err)
+		}
+		if err := NewReclaimer(cfg, n.cacheDir).DeleteAttachment(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if calls := n.pluginCalls(t); len(calls) != 2 {
+			t.Fatalf("plugin calls after the ADDs:\n%s", strings.Join(calls[2:], "\n"))
+		}
+	})
+
+	t.Run("a plugin's failure is an error, not a refusal, and keeps the entry for a retry", func(t *testing.T) {
+		n := newNode(t)
+		cfg := n.config(t, map[string]string{"10-pods.conflist": strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "failDel": true`, 1)})
+		n.add(t, cfg, "pods", id, ns)
+		a := onlyAttachment(t, cfg, n, id)
+		err := NewReclaimer(cfg, n.cacheDir).DeleteAttachment(ctx, a)
+		var r *RefusedError
+		if err == nil || errors.As(err, &r) || !strings.Contains(err.Error(), "DEL fails, as configured") || !strings.Contains(err.Error(), a.CacheFile) {
+			t.Fatalf("err = %v, want the plugin's error naming %s", err, a.CacheFile)
+		}
+		if !exists(t, a.CacheFile) {
+			t.Fatal("the cache entry is gone")
+		}
+	})
+
+	refusals := []struct {
+		rule   string
+		change func(t *testing.T, n node, cfg *Config, a *Attachment)
+		want   string
+	}{
+		{"an entry now in another namespace is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
+			n.add(t, *cfg, "pods", id, "/var/run/netns/cni-other")
+		}, `namespace "/var/run/netns/cni-other"`},
+		{"an entry with other CNI_ARGS is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
+			rewriteEntry(t, a.CacheFile, func(m map[string]any) { m["cniArgs"] = [][2]string{{"K8S_POD_NAME", "other"}} })
+		}, "CNI_ARGS"},
+		{"an entry with other capability args is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
+			rewriteEntry(t, a.CacheFile, func(m map[string]any) { delete(m, "capabilityArgs") })
+		}, "capability args"},
+		{"an entry libcni can no longer read is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
+			writeFile(t, a.CacheFile, "{")
+		}, "can no longer be read"},
+		{"a network containerd no longer uses is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
+			*cfg = n.config(t, map[string]string{"10-pods.conflist": n.netConfList("other", nil)})
+		}, `containerd no longer uses network "pods"`},
+		{"a network that sets disableGC is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
+			*cfg = n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", map[string]any{"disableGC": true})})
+		}, "disableGC"},
+		{"a cache file that is not libcni's for the attachment is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
+			a.CacheFile = filepath.Join(n.root, "elsewhere")
+		}, "libcni's cache entry for"},
+		{"an attachment whose interface was changed is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
+			a.IfName = "eth1"
+		}, "libcni's cache entry for"},
+	}
+	for _, tt := range refusals {
+		t.Run(tt.rule+", without a DEL", func(t *testing.T) {
+			n := newNode(t)
+			cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+			n.add(t, cfg, "pods", id, ns)
+			a := onlyAttachment(t, cfg, n, id)
+			path := a.CacheFile
+			tt.change(t, n, &cfg, &a)
+			before := len(n.pluginCalls(t))
+			err := NewReclaimer(cfg, n.cacheDir).DeleteAttachment(ctx, a)
+			wantRefused(t, err, a.CacheFile, tt.want)
+			if calls := n.pluginCalls(t); len(calls) != before {
+				t.Errorf("plugins ran: %s", strings.Join(calls[before:], "\n"))
+			}
+			if !exists(t, path) {
+				t.Errorf("%s is gone", path)
+			}
+		})
+	}
+}
+
+// rewriteEntry changes a libcni cache entry in place.
+func rewriteEntry(t *testing.T, path string, change func(map[string]any)) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	change(m)
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, string(b))
+}
+
+// reservationNode is a node with network "pods" using host-local and one
+// reservation of 10.22.0.2 by id on eth0.
+func reservationNode(t *testing.T, id string) (node, Config, Reservation) {
+	n := newNode(t)
+	cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+	dir := filepath.Join(n.dataDir, "pods")
+	writeFile(t, filepath.Join(dir, "10.22.0.2"), id+"\r\neth0")
+	writeFile(t, filepath.Join(dir, "last_reserved_ip.0"), "10.22.0.2")
+	writeFile(t, filepath.Join(dir, "lock"), "")
+	l := mustList(t, cfg, n)
+	if len(l.Reservations) != 1 {
+		t.Fatalf("reservations = %+v", l.Reservations)
+	}
+	return n, cfg, l.Reservations[0]
+}
+
+func TestReleaseReservation(t *testing.T) {
+	ctx := context.Background()
+	id := containerID(1)
+
+	tests := []struct {
+		rule    string
+		change  func(t *testing.T, n node, cfg *Config, r *Reservation)
+		refused string // "" when the release succeeds
+	}{
+		{"a reservation that still names its owner is removed", func(t *testing.T, n node, cfg *Config, r *Reservation) {}, ""},
+		{"an old one-line reservation that still names its owner is removed", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			writeFile(t, r.Path, id)
+			r.IfName = ""
+		}, ""},
+		{"a reservation that is gone is nothing to do", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			os.Remove(r.Path)
+		}, ""},
+		{"a reservation of another owner is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			writeFile(t, r.Path, containerID(2)+"\r\neth0")
+		}, "now reserves the IP for " + containerID(2)},
+		{"a reservation of another interface is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			writeFile(t, r.Path, id+"\r\neth1")
+		}, `(interface "eth1")`},
+		{"a reservation rewritten in the old format is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			writeFile(t, r.Path, id)
+		}, `(interface "")`},
+		{"a file that is no longer host-local's format is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			writeFile(t, r.Path, "not/an id\r\neth0")
+		}, "no longer a reservation host-local made"},
+		{"host-local's lock file is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			r.Path, r.IP = filepath.Join(filepath.Dir(r.Path), "lock"), "lock"
+		}, "bookkeeping"},
+		{"host-local's last_reserved_ip file is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			r.Path, r.IP = filepath.Join(filepath.Dir(r.Path), "last_reserved_ip.0"), "last_reserved_ip.0"
+		}, "bookkeeping"},
+		{"a path outside the network's host-local dir is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			r.Path = filepath.Join(n.root, "10.22.0.2")
+			writeFile(t, r.Path, id+"\r\neth0")
+		}, "not a file directly in host-local dir"},
+		{"a path below the host-local dir is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			r.Path = filepath.Join(filepath.Dir(r.Path), "sub", "10.22.0.2")
+			writeFile(t, r.Path, id+"\r\neth0")
+		}, "not a file directly in host-local dir"},
+		{"a path whose name is not the IP is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			r.IP = "10.22.0.3"
+		}, "not the reservation's IP address"},
+		{"a network containerd no longer uses is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			*cfg = n.config(t, map[string]string{"10-pods.conflist": n.netConfList("other", nil)})
+		}, `containerd no longer uses network "pods"`},
+		{"a network that no longer uses host-local is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			*cfg = n.config(t, map[string]string{"10-pods.conflist": `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"fake-veth"}]}`})
+		}, "does not use host-local"},
+		{"a network that sets disableGC is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			*cfg = n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", map[string]any{"disableGC": true})})
+		}, "disableGC"},
+		{"a reservation whose attachment libcni still caches is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			n.add(t, *cfg, "pods", id, "/var/run/netns/cni-a")
+		}, "libcni still caches attachment"},
+		{"an old-format reservation whose owner libcni caches on any interface is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			writeFile(t, r.Path, id)
+			r.IfName = ""
+			writeFile(t, filepath.Join(n.cacheDir, "results", "pods-"+id+"-net1"), "{}")
+		}, "libcni still caches attachment"},
+		{"an invalid owner is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			r.Owner = "../x"
+		}, "container ID"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rule, func(t *testing.T) {
+			n, cfg, r := reservationNode(t, id)
+			tt.change(t, n, &cfg, &r)
+			before, _ := os.ReadFile(r.Path)
+			err := NewReclaimer(cfg, n.cacheDir).ReleaseReservation(ctx, r)
+			if tt.refused == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if exists(t, r.Path) {
+					t.Fatalf("%s is still there", r.Path)
+				}
+			} else {
+				wantRefused(t, err, r.Path, tt.refused)
+				if after, _ := os.ReadFile(r.Path); string(after) != string(before) {
+					t.Fatalf("%s changed: %q, was %q", r.Path, after, before)
+				}
+			}
+			dir := filepath.Join(n.dataDir, "pods")
+			for _, keep := range []string{"lock", "last_reserved_ip.0"} {
+				if !exists(t, filepath.Join(dir, keep)) {
+					t.Errorf("host-local's %s is gone", keep)
+				}
+			}
+		})
+	}
+}
+
+// holdHostLocalLock takes host-local's lock on dir as host-local does
+// (go-filemutex: open <dir>/lock O_CREAT|O_RDONLY 0750, flock LOCK_EX).
+func holdHostLocalLock(t *testing.T, dir string) (release func()) {
+	t.Helper()
+	fd, err := unix.Open(filepath.Join(dir, "lock"), unix.O_CREAT|unix.O_RDONLY|unix.O_CLOEXEC, 0o750)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			unix.Flock(fd, unix.LOCK_UN)
+			unix.Close(fd)
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
+	id := containerID(1)
+
+	t.Run("while host-local holds the lock the release waits, bounded by ctx, and changes nothing", func(t *testing.T) {
+		n, cfg, r := reservationNode(t, id)
+		holdHostLocalLock(t, filepath.Dir(r.Path))
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := NewReclaimer(cfg, n.cacheDir).ReleaseReservation(ctx, r)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "host-local's lock") {
+			t.Fatalf("err = %v, want the deadline while waiting for host-local's lock", err)
+		}
+		if waited := time.Since(start); waited < 150*time.Millisecond {
+			t.Fatalf("returned after %v, before the deadline", waited)
+		}
+		if !exists(t, r.Path) {
+			t.Fatal("the reservation was removed under host-local's lock")
+		}
+	})
+
+	t.Run("the release goes ahead once host-local lets go of the lock", func(t *testing.T) {
+		n, cfg, r := reservationNode(t, id)
+		release := holdHostLocalLock(t, filepath.Dir(r.Path))
+		const held = 150 * time.Millisecond
+		time.AfterFunc(held, release)
+		start := time.Now()
+		if err := NewReclaimer(cfg, n.cacheDir).ReleaseReservation(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited < held {
+			t.Fatalf("released after %v, while the lock was held for %v", waited, held)
+		}
+		if exists(t, r.Path) {
+			t.Fatal("the reservation is still there")
+		}
+	})
+
+	t.Run("the content is re-read under the lock: a change made while waiting is refused", func(t *testing.T) {
+		n, cfg, r := reservationNode(t, id)
+		release := holdHostLocalLock(t, filepath.Dir(r.Path))
+		time.AfterFunc(100*time.Millisecond, func() {
+			// What host-local does under its lock: release the IP
+			// and give it to another container.
+			os.WriteFile(r.Path, []byte(containerID(2)+"\r\neth0"), 0o600)
+			release()
+		})
+		err := NewReclaimer(cfg, n.cacheDir).ReleaseReservation(context.Background(), r)
+		wantRefused(t, err, r.Path, "now reserves the IP for "+containerID(2))
+	})
+}
+
+func TestRemoveNetns(t *testing.T) {
+	ctx := context.Background()
+
+	setup := func(t *testing.T, inUse bool) (node, Config, *testNetns, Netns) {
+		n := newNode(t)
+		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+		tn := newNetns(t, netnsPath(n.netnsDir, 1), inUse)
+		l := mustList(t, cfg, n)
+		if len(l.Netns) != 1 {
+			t.Fatalf("netns = %+v, unreadable %+v", l.Netns, l.Unreadable)
+		}
+		return n, cfg, tn, l.Netns[0]
+	}
+
+	t.Run("a namespace mount no thread is in is unmounted and removed", func(t *testing.T) {
+		n, cfg, tn, ns := setup(t, false)
+		if err := NewReclaimer(cfg, n.cacheDir).RemoveNetns(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		if isMounted(t, tn.Path) || exists(t, tn.Path) {
+			t.Fatalf("%s is still there (mounted: %v)", tn.Path, isMounted(t, tn.Path))
+		}
+	})
+
+	t.Run("a namespace mount that is gone is nothing to do", func(t *testing.T) {
+		n, cfg, tn, ns := setup(t, false)
+		if err := unix.Unmount(tn.Path, unix.MNT_DETACH); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(tn.Path)
+		if err := NewReclaimer(cfg, n.cacheDir).RemoveNetns(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	refusals := []struct {
+		rule   string
+		inUse  bool
+		change func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns)
+		want   string
+	}{
+		{"a namespace a thread is in is refused", true, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {}, "a thread is in the namespace"},
+		{"a namespace a process entered since the listing is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
+			enterNetns(t, tn.Path)
+		}, "a thread is in the namespace"},
+		{"another namespace mounted on the path is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
+			if err := unix.Unmount(tn.Path, unix.MNT_DETACH); err != nil {
+				t.Fatal(err)
+			}
+			other := newNetns(t, netnsPath(n.root, 9), false)
+			bindMount(t, other.Path, tn.Path)
+		}, "another namespace is mounted there"},
+		{"a mount point that is no longer mounted is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
+			if err := unix.Unmount(tn.Path, unix.MNT_DETACH); err != nil {
+				t.Fatal(err)
+			}
+		}, "no longer a mount point"},
+		{"stacked mounts are refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
+			bindMount(t, tn.Path, tn.Path)
+		}, "stacked"},
+		{"a namespace a cached attachment names is refused: DEL comes first", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
+			n.add(t, cfg, "pods", containerID(1), tn.Path)
+		}, "CNI DEL that attachment first"},
+		{"a path not named like containerd's is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
+			ns.Path = filepath.Join(filepath.Dir(tn.Path), "mine")
+		}, "not named like containerd's"},
+		{"a relative path is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
+			ns.Path = filepath.Base(tn.Path)
+		}, "not a clean absolute path"},
+	}
+	for _, tt := range refusals {
+		t.Run(tt.rule+", and stays mounted", func(t *testing.T) {
+			n, cfg, tn, ns := setup(t, tt.inUse)
+			tt.change(t, n, cfg, tn, &ns)
+			mounted := isMounted(t, tn.Path)
+			err := NewReclaimer(cfg, n.cacheDir).RemoveNetns(ctx, ns)
+			wantRefused(t, err, ns.Path, tt.want)
+			if isMounted(t, tn.Path) != mounted || !exists(t, tn.Path) {
+				t.Fatalf("%s changed", tn.Path)
+			}
+		})
+	}
+}
+
+// TestNetnsOutsideTheNodesPIDNamespace runs List and RemoveNetns in a child
+// of this test in a new PID namespace: there /proc does not show every
+// thread, so no namespace may look unused.
+func TestNetnsOutsideTheNodesPIDNamespace(t *testing.T) {
+	if dir := os.Getenv("PODNET_TEST_CHILD_NETNS_DIR"); dir != "" {
+		childListAndRemove(t, dir)
+		return
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip(err)
+	}
+	n := newNode(t)
+	tn := newNetns(t, netnsPath(n.netnsDir, 1), false)
+	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", os.Args[0], "-test.run=^TestNetnsOutsideTheNodesPIDNamespace$", "-test.v")
+	cmd.Env = append(os.Environ(), "PODNET_TEST_CHILD_NETNS_DIR="+n.netnsDir)
+	out, err := cmd.CombinedOutput()
+	t.Logf("child:\n%s", out)
+	if err != nil {
+		t.Fatalf("the child failed: %v", err)
+	}
+	if !isMounted(t, tn.Path) {
+		t.Fatal("the namespace was unmounted")
+	}
+}
+
+// childListAndRemove is the child's side of
+// TestNetnsOutsideTheNodesPIDNamespace.
+func childListAndRemove(t *testing.T, netnsDir string) {
+	l, err := List(context.Background(), Config{}, t.TempDir(), netnsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Netns) != 0 || len(l.Unreadable) != 1 || !strings.Contains(l.Unreadable[0].Reason, "not the node's") {
+		t.Fatalf("listing = %+v, want the namespace unreadable", l)
+	}
+	t.Logf("unreadable as wanted: %+v", l.Unreadable[0])
+	var st unix.Stat_t
+	path := l.Unreadable[0].Path
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReclaimer(Config{}, t.TempDir())
+	wantRefused(t, r.RemoveNetns(context.Background(), Netns{Path: path, Inode: st.Ino}), path, "not the node's")
+}

@@ -1,0 +1,117 @@
+// Command fakeplugin is a CNI plugin for podnet's tests. It changes nothing
+// on the node: it appends one line per call to the file its configuration's
+// "log" key names,
+//
+//	<CNI_COMMAND> <CNI_CONTAINERID> <CNI_IFNAME> <CNI_NETNS> <plugin type> <CNI_ARGS> <runtimeConfig JSON>
+//
+// and passes the previous result on (ADD), so that a chain of them behaves
+// like a real chain. With "failDel": true its DEL fails. The plugin type is
+// the binary's name, as libcni finds it: the tests install one binary under
+// several names.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+type conf struct {
+	types.NetConf
+	Log           string          `json:"log"`
+	FailDel       bool            `json:"failDel"`
+	RuntimeConfig json.RawMessage `json:"runtimeConfig"`
+}
+
+func main() {
+	skel.PluginMainFuncs(skel.CNIFuncs{Add: add, Del: del, Check: check}, version.All, "podnet test plugin")
+}
+
+func parse(args *skel.CmdArgs) (*conf, error) {
+	c := &conf{}
+	if err := json.Unmarshal(args.StdinData, c); err != nil {
+		return nil, fmt.Errorf("parsing the configuration: %w", err)
+	}
+	if err := version.ParsePrevResult(&c.NetConf); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func record(c *conf, args *skel.CmdArgs) error {
+	if c.Log == "" {
+		return errors.New(`no "log" in the configuration`)
+	}
+	f, err := os.OpenFile(c.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	rc := string(c.RuntimeConfig)
+	if rc == "" {
+		rc = "{}"
+	}
+	netns := args.Netns
+	if netns == "" {
+		netns = "-"
+	}
+	cniArgs := args.Args
+	if cniArgs == "" {
+		cniArgs = "-"
+	}
+	_, err = fmt.Fprintf(f, "%s %s %s %s %s %s %s\n", os.Getenv("CNI_COMMAND"), args.ContainerID, args.IfName, netns, c.Type, cniArgs, rc)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func add(args *skel.CmdArgs) error {
+	c, err := parse(args)
+	if err != nil {
+		return err
+	}
+	if err := record(c, args); err != nil {
+		return err
+	}
+	if c.PrevResult != nil {
+		return types.PrintResult(c.PrevResult, c.CNIVersion)
+	}
+	_, ipnet, _ := net.ParseCIDR("10.22.0.5/16")
+	ipnet.IP = net.ParseIP("10.22.0.5")
+	iface := 0
+	result := &current.Result{
+		CNIVersion: current.ImplementedSpecVersion,
+		Interfaces: []*current.Interface{{Name: args.IfName, Sandbox: args.Netns}},
+		IPs:        []*current.IPConfig{{Interface: &iface, Address: *ipnet}},
+	}
+	return types.PrintResult(result, c.CNIVersion)
+}
+
+func del(args *skel.CmdArgs) error {
+	c, err := parse(args)
+	if err != nil {
+		return err
+	}
+	if err := record(c, args); err != nil {
+		return err
+	}
+	if c.FailDel {
+		return errors.New("DEL fails, as configured")
+	}
+	return nil
+}
+
+func check(args *skel.CmdArgs) error {
+	c, err := parse(args)
+	if err != nil {
+		return err
+	}
+	return record(c, args)
+}
