@@ -81,6 +81,7 @@ type Config struct {
 	Logs         Logs         // [logs]
 	Cgroups      Cgroups      // [cgroups]
 	PodDirs      PodDirs      // [pod_dirs]
+	Network      Network      // [network]
 	Metrics      Metrics      // [metrics]
 	Log          Log          // [log]
 
@@ -177,6 +178,18 @@ type PodDirs struct {
 	RemoveOrphaned bool // remove_orphaned
 }
 
+// Network is the [network] section: leaked CNI attachments, host-local IP
+// reservations and network namespaces. The networks are the ones containerd
+// reports in CRI Status; ConfDir and BinDir are only used when it reports
+// none (a containerd without CRI Status info).
+type Network struct {
+	Enabled  bool   // enabled
+	CacheDir string // cache_dir; absolute path: libcni's cache (containerd never sets another)
+	ConfDir  string // conf_dir; absolute path: fallback CNI conf dir
+	BinDir   string // bin_dir; absolute path: fallback CNI plugin dir
+	NetnsDir string // netns_dir; "" (from containerd's config) or an absolute path
+}
+
 // Metrics is the [metrics] section.
 type Metrics struct {
 	Address string // address; host:port, "" disables the metrics server
@@ -242,6 +255,13 @@ func Default() Config {
 		},
 		PodDirs: PodDirs{
 			RemoveOrphaned: false,
+		},
+		Network: Network{
+			Enabled:  true,
+			CacheDir: "/var/lib/cni",
+			ConfDir:  "/etc/cni/net.d",
+			BinDir:   "/opt/cni/bin",
+			NetnsDir: "",
 		},
 		Metrics: Metrics{
 			Address: "127.0.0.1:9560",

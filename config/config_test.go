@@ -129,6 +129,8 @@ var badConfigs = []struct {
 	{"relative_path_log_file", "[log]\ntarget = \"file\"\nfile = \"nri-housekeeper.log\"\n", "log.file", 3, "must be an absolute path"},
 	{"empty_path_kubelet_root", "[pods]\nkubelet_root = \"\"\n", "pods.kubelet_root", 2, `must be an absolute path, got ""`},
 	{"cgroups_root_dotdot", "[cgroups]\nroot = \"../kubepods\"\n", "cgroups.root", 2, "invalid cgroup root"},
+	{"relative_path_network_cache_dir", "[network]\ncache_dir = \"var/lib/cni\"\n", "network.cache_dir", 2, "must be an absolute path"},
+	{"relative_path_network_netns_dir", "[network]\nnetns_dir = \"run/netns\"\n", "network.netns_dir", 2, "must be an absolute path"},
 	{"cgroups_root_absolute", "[cgroups]\nroot = \"/kubepods\"\n", "cgroups.root", 2, "relative to cgroups.mountpoint"},
 	{"cgroups_root_empty", "[cgroups]\nroot = \"\"\n", "cgroups.root", 2, "invalid cgroup root"},
 
@@ -370,6 +372,13 @@ root = "custom/kubepods"
 [pod_dirs]
 remove_orphaned = true
 
+[network]
+enabled = false
+cache_dir = "/data/cni"
+conf_dir = "/data/cni/net.d"
+bin_dir = "/data/cni/bin"
+netns_dir = "/run/containerd/netns"
+
 [metrics]
 address = ""
 
@@ -397,6 +406,7 @@ var fullConfigWant = Config{
 	Logs:       Logs{PodLogsDir: "/data/log/pods", ContainerLogsDir: "/data/log/containers"},
 	Cgroups:    Cgroups{Enabled: false, Driver: DriverSystemd, Mountpoint: "/mnt/cgroup", Root: "custom/kubepods"},
 	PodDirs:    PodDirs{RemoveOrphaned: true},
+	Network:    Network{CacheDir: "/data/cni", ConfDir: "/data/cni/net.d", BinDir: "/data/cni/bin", NetnsDir: "/run/containerd/netns"},
 	Metrics:    Metrics{Address: ""},
 	Log:        Log{Level: LevelWarning, Target: TargetFile, File: "/var/log/nri-housekeeper.log"},
 }

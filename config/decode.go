@@ -82,6 +82,13 @@ func schema(c *Config) []section {
 		{"pod_dirs", []field{
 			{"remove_orphaned", &c.PodDirs.RemoveOrphaned},
 		}},
+		{"network", []field{
+			{"enabled", &c.Network.Enabled},
+			{"cache_dir", &c.Network.CacheDir},
+			{"conf_dir", &c.Network.ConfDir},
+			{"bin_dir", &c.Network.BinDir},
+			{"netns_dir", &c.Network.NetnsDir},
+		}},
 		{"metrics", []field{
 			{"address", &c.Metrics.Address},
 		}},

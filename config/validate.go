@@ -86,6 +86,13 @@ func validate(p *problems, c Config) {
 		p.add("cgroups.root", "invalid cgroup root %s (expected a path relative to cgroups.mountpoint, such as \"kubepods\", without . or .. elements)", quote(root))
 	}
 
+	absPath(p, "network.cache_dir", c.Network.CacheDir)
+	absPath(p, "network.conf_dir", c.Network.ConfDir)
+	absPath(p, "network.bin_dir", c.Network.BinDir)
+	if c.Network.NetnsDir != "" {
+		absPath(p, "network.netns_dir", c.Network.NetnsDir)
+	}
+
 	if addr := c.Metrics.Address; addr != "" && !hostPort(addr) {
 		p.add("metrics.address", "invalid address %s (expected host:port such as \"127.0.0.1:9560\" or \":9560\", or \"\" to disable)", quote(addr))
 	}
