@@ -18,6 +18,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 )
 
 // Runtime is the CRI side (implemented by package cri's *Client; tests use a
@@ -29,14 +30,18 @@ type Runtime interface {
 	RemovePodSandbox(ctx context.Context, id string) error
 }
 
-// Files is the node side: log files, kubelet pod dirs and pod cgroups
-// (implemented over packages nodefs and podcgroups).
+// Files is the node side: log files, kubelet pod dirs, pod cgroups and the
+// pod network's objects (implemented over packages nodefs, podcgroups and
+// podnet).
 type Files interface {
 	RemovePodLogDir(ctx context.Context, path string) error
 	RemoveContainerLogLink(ctx context.Context, path string) error
 	RemoveOrphanedPodDir(ctx context.Context, uid string) error
 	DestroyPodCgroup(ctx context.Context, pod podcgroups.PodCgroup) error
 	ReducePodCgroupCPU(ctx context.Context, pod podcgroups.PodCgroup) error
+	DeleteCNIAttachment(ctx context.Context, a podnet.Attachment) error
+	ReleaseIPReservation(ctx context.Context, r podnet.Reservation) error
+	RemoveNetns(ctx context.Context, n podnet.Netns) error
 }
 
 // Defaults of Options (DESIGN.md §5: "10 s doubling to 5 min, with jitter").
@@ -88,8 +93,10 @@ type Recheck func(ctx context.Context, a gc.Action) error
 
 // Rechecked lists the kinds checked again right before they run: the node
 // steps, which run after every CRI call of the pass and rest on the pod
-// being gone or orphaned.
-var Rechecked = []gc.Kind{gc.RemovePodLogDir, gc.RemovePodCgroup, gc.ReducePodCgroupCPU, gc.RemovePodDir}
+// being gone or orphaned, and the network steps, which rest on no source
+// knowing the owner.
+var Rechecked = []gc.Kind{gc.RemovePodLogDir, gc.RemovePodCgroup, gc.ReducePodCgroupCPU, gc.RemovePodDir,
+	gc.RemoveCNIAttachment, gc.ReleaseIPReservation, gc.RemoveNetns}
 
 // Outcome is what became of one action, and how long it took.
 type Outcome struct {
@@ -535,6 +542,27 @@ func (e *Executor) do(ctx context.Context, a gc.Action) error {
 		if err := do(ctx, *a.Cgroup); err != nil {
 			return fmt.Errorf("%s pod cgroup %s: %w", verbsOf(a).do, a.Path, err)
 		}
+	case gc.RemoveCNIAttachment:
+		if a.Attachment == nil {
+			return fmt.Errorf("%s: no CNI attachment in the action", a.Key)
+		}
+		if err := e.files.DeleteCNIAttachment(ctx, *a.Attachment); err != nil {
+			return fmt.Errorf("CNI DEL of %s on network %s: %w", a.Attachment.ContainerID, a.Attachment.Network, err)
+		}
+	case gc.ReleaseIPReservation:
+		if a.Reservation == nil {
+			return fmt.Errorf("%s: no IP reservation in the action", a.Key)
+		}
+		if err := e.files.ReleaseIPReservation(ctx, *a.Reservation); err != nil {
+			return fmt.Errorf("release %s on network %s: %w", a.Reservation.IP, a.Reservation.Network, err)
+		}
+	case gc.RemoveNetns:
+		if a.Netns == nil {
+			return fmt.Errorf("%s: no network namespace in the action", a.Key)
+		}
+		if err := e.files.RemoveNetns(ctx, *a.Netns); err != nil {
+			return fmt.Errorf("remove network namespace %s: %w", a.Path, err)
+		}
 	default:
 		return fmt.Errorf("%s: unknown action kind %q", a.Key, a.Kind)
 	}
@@ -577,6 +605,12 @@ func kindVerbs(kind gc.Kind) verbs {
 		return verbs{"killed the processes of and removed pod cgroup", "would kill the processes of and remove pod cgroup", "destroy"}
 	case gc.ReducePodCgroupCPU:
 		return verbs{"reduced the CPU of pod cgroup", "would reduce the CPU of pod cgroup", "reduce the CPU of"}
+	case gc.RemoveCNIAttachment:
+		return verbs{"deleted CNI attachment", "would delete CNI attachment", "delete CNI attachment"}
+	case gc.ReleaseIPReservation:
+		return verbs{"released IP reservation", "would release IP reservation", "release IP reservation"}
+	case gc.RemoveNetns:
+		return verbs{"removed network namespace", "would remove network namespace", "remove network namespace"}
 	}
 	return verbs{"executed " + string(kind), "would execute " + string(kind), "execute " + string(kind)}
 }

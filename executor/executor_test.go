@@ -18,6 +18,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 )
 
 // call is one call the fake received, with when it started and ended on the
@@ -111,6 +112,18 @@ func (f *fake) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgroup) err
 
 func (f *fake) ReducePodCgroupCPU(_ context.Context, pod podcgroups.PodCgroup) error {
 	return f.do("ReducePodCgroupCPU", pod.UID)
+}
+
+func (f *fake) DeleteCNIAttachment(_ context.Context, a podnet.Attachment) error {
+	return f.do("DeleteCNIAttachment", a.ContainerID)
+}
+
+func (f *fake) ReleaseIPReservation(_ context.Context, r podnet.Reservation) error {
+	return f.do("ReleaseIPReservation", r.IP)
+}
+
+func (f *fake) RemoveNetns(_ context.Context, n podnet.Netns) error {
+	return f.do("RemoveNetns", n.Path)
 }
 
 // called returns the calls as "Method id", in the order they ended.

@@ -16,10 +16,11 @@ const (
 	ClassCgroupCPU   = "cgroup-cpu"   // reducing a pod cgroup's CPU to the minimum
 	ClassPodDir      = "pod-dir"      // removing an orphaned kubelet pod dir
 	ClassPodLogDir   = "pod-log-dir"  // removing a pod's log dir
+	ClassNetwork     = "network"      // a CNI DEL, a reservation release or a netns removal: wrong, it cuts a live pod off
 )
 
 // BudgetClasses lists the classes in the order trips are reported.
-var BudgetClasses = []string{ClassOrphanStop, ClassUnknownStop, ClassCgroupKill, ClassCgroupCPU, ClassPodDir, ClassPodLogDir}
+var BudgetClasses = []string{ClassOrphanStop, ClassUnknownStop, ClassCgroupKill, ClassCgroupCPU, ClassPodDir, ClassPodLogDir, ClassNetwork}
 
 // BudgetClass returns the budget class of an action and the unit it is
 // counted in (the pod for orphan stops, the object otherwise), or "" for an
@@ -39,6 +40,14 @@ func BudgetClass(a Action) (class, unit string) {
 		return ClassPodDir, a.Key
 	case a.Kind == RemovePodLogDir:
 		return ClassPodLogDir, a.Key
+	case a.Kind == RemoveCNIAttachment, a.Kind == ReleaseIPReservation, a.Kind == RemoveNetns:
+		// One leaked sandbox is one unit: its attachments (the pod
+		// network's and containerd's loopback), its reservation and its
+		// netns. A netns no attachment names is a unit of its own.
+		if a.ContainerID != "" {
+			return ClassNetwork, a.ContainerID
+		}
+		return ClassNetwork, a.Key
 	}
 	return "", ""
 }
@@ -63,14 +72,15 @@ func (b Budget) PerPass(ready int) int {
 // (Input.BudgetAdmitted: a step that failed and is retried) is neither
 // counted nor held: it was within the budget when first taken.
 func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
-	// Counted without maps, except for orphan stops (several actions a
-	// pod): every other unit is the action's own key, which is unique.
+	// Counted without maps, except for the classes of several actions a
+	// unit (orphan stops: a pod; network steps: a sandbox): every other
+	// unit is the action's own key, which is unique.
 	type classDue struct {
 		units   int
 		actions []*Action
 	}
 	byClass := make(map[string]*classDue)
-	orphanPods := make(map[string]bool)
+	seenUnits := make(map[string]bool)
 	for _, a := range sorted {
 		if _, held := notDue[a.Key]; held {
 			continue
@@ -84,11 +94,11 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 			c = &classDue{}
 			byClass[class] = c
 		}
-		if class != ClassOrphanStop || !orphanPods[unit] {
+		if !multiActionUnits(class) || !seenUnits[class+"/"+unit] {
 			c.units++
 		}
-		if class == ClassOrphanStop {
-			orphanPods[unit] = true
+		if multiActionUnits(class) {
+			seenUnits[class+"/"+unit] = true
 		}
 		c.actions = append(c.actions, a)
 	}
@@ -152,8 +162,13 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 // of its steps, rather than as many as allowed.
 func allOrNothing(class string) bool { return class == ClassOrphanStop }
 
-// throttle keeps the allowed steps eligible longest (then by key) and holds
-// the rest until a later pass. Only classes of one action a unit come here.
+// multiActionUnits reports whether a unit of class may have several
+// actions (BudgetClass).
+func multiActionUnits(class string) bool { return class == ClassOrphanStop || class == ClassNetwork }
+
+// throttle keeps the allowed units eligible longest (then by key) and holds
+// the rest until a later pass. A unit's actions stay together: a unit is
+// taken whole or not at all.
 func (p *planner) throttle(actions []*Action, allowed int, notDue map[string]waiting, class string) {
 	byAge := slices.Clone(actions)
 	slices.SortFunc(byAge, func(x, y *Action) int {
@@ -162,7 +177,14 @@ func (p *planner) throttle(actions []*Action, allowed int, notDue map[string]wai
 		}
 		return strings.Compare(x.Key, y.Key)
 	})
-	for _, a := range byAge[allowed:] {
-		notDue[a.Key] = waiting{budget: class, throttled: true}
+	taken := make(map[string]bool, allowed)
+	for _, a := range byAge {
+		_, unit := BudgetClass(*a)
+		if !taken[unit] && len(taken) < allowed {
+			taken[unit] = true
+		}
+		if !taken[unit] {
+			notDue[a.Key] = waiting{budget: class, throttled: true}
+		}
 	}
 }

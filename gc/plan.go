@@ -42,6 +42,7 @@ func Plan(in Input) Result {
 	p.podLogDirRules()
 	p.logLinkRules()
 	p.nodeRules()
+	p.networkRules()
 	r := p.resolve()
 	r.OracleUntrusted, r.ListingChecked, r.OracleChecked = oracleUntrusted, in.NRI != nil, !in.Oracle.Disabled
 	return r

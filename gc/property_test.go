@@ -11,6 +11,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -138,6 +139,10 @@ func randomInput(seed int64, pods int) Input {
 		in.ContainerLogLinks = append(in.ContainerLogLinks, nodefs.ContainerLogLink{
 			Path: ctrLogs + "/gone_ns_x-" + next("dead") + ".log", ContainerID: next("dead"), Dangling: true})
 	}
+	// Half the time the network side is on.
+	if rng.Intn(2) == 0 {
+		in.Network = randomNetwork(rng, in)
+	}
 	// Some steps were taken already this hour (retries).
 	first := Plan(in)
 	candidates := first.Actions
@@ -165,6 +170,84 @@ func randomInput(seed int64, pods int) Input {
 		}
 	}
 	return in
+}
+
+// randomNetwork draws the network's objects: attachments and reservations
+// of listed sandboxes and containers, of IDs only containerd's records or
+// an unreadable entry know, of sandboxes NRI may report, and of nobody;
+// network namespaces recorded, named by attachments, in use, or not.
+func randomNetwork(rng *rand.Rand, in Input) *NetworkInput {
+	n := &NetworkInput{Records: cri.Records{Sandboxes: map[string]cri.SandboxRecord{}, Containers: map[string]string{}}, NetnsDir: "/run/netns"}
+	var owners []string
+	for _, s := range in.Sandboxes {
+		owners = append(owners, s.ID)
+	}
+	for _, c := range in.Containers {
+		if rng.Intn(4) == 0 {
+			owners = append(owners, c.ID)
+		}
+	}
+	for _, m := range in.Unreadable {
+		owners = append(owners, m.ID, m.SandboxID)
+	}
+	for i := range 2 + rng.Intn(6) {
+		id := fmt.Sprintf("gone%d", i) // nobody knows these
+		if i%3 == 0 {
+			id = fmt.Sprintf("unlisted%d", i) // randomNRI may report these
+		}
+		owners = append(owners, id)
+	}
+	for i := range rng.Intn(3) {
+		id := fmt.Sprintf("record%d", i)
+		n.Records.Sandboxes[id] = cri.SandboxRecord{Namespace: "k8s.io", NetNSPath: fmt.Sprintf("/run/netns/cni-r%d", i)}
+		owners = append(owners, id)
+	}
+	for i := range rng.Intn(3) {
+		id := fmt.Sprintf("nerdctl%d", i)
+		n.Records.Containers[id] = "default"
+		owners = append(owners, id)
+	}
+	if rng.Intn(8) == 0 {
+		n.Records.Unreadable = []string{"sandbox x in namespace k8s.io: bad metadata"}
+	}
+	netns := func() string {
+		switch rng.Intn(8) {
+		case 0:
+			return ""
+		case 1:
+			return "/proc/42/ns/net" // another runtime's
+		}
+		return fmt.Sprintf("/run/netns/cni-%d", rng.Intn(6))
+	}
+	ip := 0
+	for _, owner := range owners {
+		if owner == "" {
+			continue
+		}
+		network := []string{"pods", "other"}[rng.Intn(2)]
+		if rng.Intn(3) != 0 {
+			n.Listing.Attachments = append(n.Listing.Attachments, podnet.Attachment{Network: network, ContainerID: owner, IfName: "eth0",
+				NetNS: netns(), CacheFile: "/var/lib/cni/results/" + network + "-" + owner + "-eth0"})
+		}
+		if rng.Intn(2) == 0 {
+			ip++
+			n.Listing.Reservations = append(n.Listing.Reservations, podnet.Reservation{Network: network, IP: fmt.Sprintf("10.0.0.%d", ip),
+				Path: fmt.Sprintf("/var/lib/cni/networks/%s/10.0.0.%d", network, ip), Owner: owner, IfName: "eth0"})
+		}
+		if rng.Intn(10) == 0 {
+			n.Listing.Unreadable = append(n.Listing.Unreadable, podnet.Unreadable{Kind: "cni-attachment", Path: "/var/lib/cni/results/x-" + owner, Owner: owner})
+		}
+	}
+	if rng.Intn(10) == 0 {
+		n.Listing.Unreadable = append(n.Listing.Unreadable, podnet.Unreadable{Kind: "cni-attachment", Path: "/var/lib/cni/results/garbled"})
+	}
+	for i := range 6 {
+		n.Listing.Netns = append(n.Listing.Netns, podnet.Netns{Path: fmt.Sprintf("/run/netns/cni-%d", i), Inode: uint64(4026530000 + i), InUse: rng.Intn(3) == 0})
+	}
+	for i := range 3 {
+		n.Listing.Netns = append(n.Listing.Netns, podnet.Netns{Path: fmt.Sprintf("/run/netns/cni-r%d", i), Inode: uint64(4026531000 + i)})
+	}
+	return n
 }
 
 // randomNRI draws what NRI reported, against the listed sandboxes.
@@ -446,11 +529,117 @@ func checkContract(t *testing.T, in Input, r Result) {
 		}
 		due[a.Key] = a
 	}
+	checkNetwork(t, in, r)
 	checkBudget(t, in, r)
 	if !in.Oracle.Ready() && len(r.Actions) > 0 {
 		t.Fatal("actions while the oracle is not ready")
 	}
 }
+
+// checkNetwork fails on any network step whose object a source still
+// knows: an attachment or reservation whose owner is listed (in any state,
+// readable or not), reported by NRI, in containerd's records or named by an
+// unreadable cache entry; a reservation whose owner has a cache entry; a
+// netns in use, recorded or named by a known owner's attachment; any step
+// while a listed entry that names no ID could be the owner.
+func checkNetwork(t *testing.T, in Input, r Result) {
+	t.Helper()
+	var steps []Action
+	for _, a := range append(append([]Action(nil), r.Actions...), deferredActions(r)...) {
+		if a.Kind == RemoveCNIAttachment || a.Kind == ReleaseIPReservation || a.Kind == RemoveNetns {
+			steps = append(steps, a)
+		}
+	}
+	if len(steps) == 0 {
+		return
+	}
+	if in.Network == nil {
+		t.Fatalf("%d network step(s) planned with the network side off", len(steps))
+	}
+	known := map[string]bool{}
+	for _, s := range in.Sandboxes {
+		known[s.ID] = true
+	}
+	for _, c := range in.Containers {
+		known[c.ID] = true
+	}
+	anonymous := false
+	for _, m := range in.Unreadable {
+		known[m.ID], known[m.SandboxID] = true, true
+		anonymous = anonymous || m.ID == ""
+	}
+	if in.NRI != nil {
+		for _, s := range in.NRI.Sandboxes {
+			known[s.ID] = true
+		}
+	}
+	for id := range in.Network.Records.Sandboxes {
+		known[id] = true
+	}
+	for id := range in.Network.Records.Containers {
+		known[id] = true
+	}
+	cached, garbled := map[string]bool{}, false // cached: "<network>/<owner>", "*/<owner>" for an unreadable entry
+	for _, u := range in.Network.Listing.Unreadable {
+		known[u.Owner] = true
+		cached["*/"+u.Owner] = true
+		garbled = garbled || u.Owner == ""
+	}
+	usedNetns, foreign := map[string]bool{}, map[string]bool{}
+	for _, a := range in.Network.Listing.Attachments {
+		if filepath.Dir(a.NetNS) != in.Network.NetnsDir {
+			foreign[a.Network] = true
+		}
+		cached[a.Network+"/"+a.ContainerID] = true
+		if known[a.ContainerID] {
+			usedNetns[a.NetNS] = true
+		}
+	}
+	for _, s := range in.Network.Records.Sandboxes {
+		usedNetns[s.NetNSPath] = true
+	}
+	for _, a := range steps {
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("network step %s %s: %s", a.Kind, a.Key, fmt.Sprintf(format, args...))
+		}
+		if anonymous {
+			fail("planned while a listed entry naming no ID could be the owner")
+		}
+		if budgetClassOf(a) != ClassNetwork {
+			fail("not counted against the network budget")
+		}
+		switch a.Kind {
+		case RemoveCNIAttachment:
+			if a.Attachment == nil || known[a.Attachment.ContainerID] {
+				fail("the attachment's owner is known")
+			}
+			if filepath.Dir(a.Attachment.NetNS) != in.Network.NetnsDir {
+				fail("the attachment ran in a netns outside containerd's")
+			}
+		case ReleaseIPReservation:
+			if a.Reservation == nil || known[a.Reservation.Owner] {
+				fail("the reservation's owner is known")
+			}
+			if cached[a.Reservation.Network+"/"+a.Reservation.Owner] || cached["*/"+a.Reservation.Owner] || garbled {
+				fail("released by hand while a cache entry may still name its owner")
+			}
+			if foreign[a.Reservation.Network] {
+				fail("released by hand on a network another runtime uses")
+			}
+		case RemoveNetns:
+			if a.Netns == nil || a.Netns.InUse || usedNetns[a.Path] {
+				fail("the netns is in use, recorded or named by a known owner's attachment")
+			}
+			if len(in.Network.Records.Unreadable) > 0 {
+				fail("removed while containerd has records whose netns cannot be read")
+			}
+		}
+	}
+}
+
+// budgetClassOf is BudgetClass without the unit.
+func budgetClassOf(a Action) string { c, _ := BudgetClass(a); return c }
 
 // checkBudget fails when a plan takes more steps of a budget class than the
 // budget allows: max(min_per_pass, min(max_per_pass, ⌊max_fraction × Ready⌋))
@@ -482,6 +671,11 @@ func checkBudget(t *testing.T, in Input, r Result) {
 			class = ClassPodDir
 		case a.Kind == RemovePodLogDir:
 			class = ClassPodLogDir
+		case a.Kind == RemoveCNIAttachment || a.Kind == ReleaseIPReservation || a.Kind == RemoveNetns:
+			class = ClassNetwork
+			if a.ContainerID != "" {
+				unit = a.ContainerID // a leaked sandbox: its attachments, reservation and netns
+			}
 		default:
 			continue
 		}

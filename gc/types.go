@@ -13,6 +13,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 )
 
 // Policy is the configuration of the rules (DESIGN.md §4, §6).
@@ -111,6 +112,9 @@ type Input struct {
 	// also what a pod kubelet has not started yet looks like (waiting for a
 	// volume, the network or an image), and its cgroup and dir are live.
 	TornDown map[string]bool
+	// Network is the network side (network.enabled); nil leaves the
+	// network's objects alone.
+	Network *NetworkInput
 	// PodNames are the namespace and name of pods this plugin has known,
 	// by UID (podstate, and the torn-down pods it remembers). Only for logs
 	// and the report: a cgroup or a pod dir names its pod by UID alone, and
@@ -131,12 +135,15 @@ const (
 	RemovePodCgroup        Kind = "remove-pod-cgroup"     // kill its processes, remove its cgroups bottom-up
 	ReducePodCgroupCPU     Kind = "reduce-pod-cgroup-cpu" // CPU to the minimum (kubelet's ReduceCPULimits)
 	RemovePodDir           Kind = "remove-pod-dir"        // <kubelet_root>/pods/<uid>, kubelet's rules
+	RemoveCNIAttachment    Kind = "remove-cni-attachment" // CNI DEL through the network's chain (veth, portmap, IPAM)
+	ReleaseIPReservation   Kind = "release-ip"            // a host-local reservation file, under host-local's lock
+	RemoveNetns            Kind = "remove-netns"          // unmount and remove a network namespace containerd made
 )
 
 // Kinds lists every kind in execution order: an action only depends on
 // actions of earlier kinds.
 var Kinds = []Kind{StopContainer, StopSandbox, RemoveContainer, RemoveSandbox, RemovePodLogDir, RemoveContainerLogLink,
-	RemovePodCgroup, ReducePodCgroupCPU, RemovePodDir}
+	RemovePodCgroup, ReducePodCgroupCPU, RemovePodDir, RemoveCNIAttachment, ReleaseIPReservation, RemoveNetns}
 
 // Rules, named for logs, metrics and the report.
 const (
@@ -152,12 +159,15 @@ const (
 	RuleCgroupOrphaned         = "cgroups.orphaned-pod"
 	RuleCgroupVolumesRemain    = "cgroups.volumes-remain"
 	RuleOrphanedPodDir         = "pod-dirs.orphaned"
+	RuleNetworkAttachment      = "network.attachment-unowned"
+	RuleNetworkReservation     = "network.reservation-unowned"
+	RuleNetworkNetns           = "network.netns-unused"
 )
 
 // Rules lists every rule, for metrics and tests.
 var Rules = []string{RuleContainerPodGone, RuleContainerMaxPerPod, RuleContainerMaxContainers, RuleSandboxPodGone,
 	RuleSandboxNotNewest, RulePodLogDir, RuleDanglingLogLink, RuleOrphanStop, RuleCgroupPodGone, RuleCgroupOrphaned,
-	RuleCgroupVolumesRemain, RuleOrphanedPodDir}
+	RuleCgroupVolumesRemain, RuleOrphanedPodDir, RuleNetworkAttachment, RuleNetworkReservation, RuleNetworkNetns}
 
 // PodRef names the pod an object belongs to.
 type PodRef struct {
@@ -183,6 +193,11 @@ type Action struct {
 	StopFirst bool
 	// Cgroup is the pod cgroup of RemovePodCgroup and ReducePodCgroupCPU.
 	Cgroup *podcgroups.PodCgroup
+	// Attachment, Reservation and Netns are the objects of the network
+	// kinds.
+	Attachment  *podnet.Attachment
+	Reservation *podnet.Reservation
+	Netns       *podnet.Netns
 	// DependsOn lists keys of actions that must succeed first.
 	DependsOn []string
 	// EligibleSince is when the action was first proposed (or the pod's
@@ -287,4 +302,8 @@ const (
 	LeakUnknownCtr = "unknown-container"
 	LeakPodCgroup  = "pod-cgroup"
 	LeakPodDir     = "pod-dir"
+	// The network's leaks.
+	LeakCNIAttachment = "cni-attachment"
+	LeakIPReservation = "ip-reservation"
+	LeakNetns         = "netns"
 )

@@ -68,6 +68,9 @@ type Options struct {
 	// Synchronized reports whether NRI has synchronized since the last
 	// (re)connect; nil means there is no NRI side (the once command).
 	Synchronized func() bool
+	// Network, when set, is the network side (network.enabled): the
+	// network's leaks are looked for and reclaimed; nil leaves them alone.
+	Network *Network
 	// Executor carries out due actions; nil plans only (the report command).
 	Executor Executor
 	// Observer hears what every pass found and did (metrics); nil: nobody.
@@ -312,6 +315,8 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 	// then share a sandbox with the listing.
 	synced := l.opts.Synchronized == nil || l.opts.Synchronized()
 	syncs := l.state.Syncs()
+	// The network's objects are read before the listing (gc.NetworkInput).
+	netListing, netErr := l.listNetwork(ctx)
 	snap, err := l.runtime.Snapshot(ctx)
 	if err != nil {
 		r.Err = err
@@ -352,6 +357,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 
 	in := l.planInput(ctx, snap, view)
 	in.NRI = nri
+	in.Network = l.networkInput(ctx, netListing, netErr)
 	r.Plan = gc.Plan(in)
 	l.eligible = r.Plan.EligibleSince
 	r.Blocked = l.gate(in.Now, r.Plan, synced)

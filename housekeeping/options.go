@@ -51,3 +51,13 @@ const maxOracleSettle = 10 * time.Second
 func OracleSettle(leakGrace time.Duration) time.Duration {
 	return min(maxOracleSettle, leakGrace/2)
 }
+
+// NetworkFromConfig returns the network side of a loop over rt
+// ([network]), or nil when network.enabled is false.
+func NetworkFromConfig(cfg config.Config, rt NetworkRuntime) *Network {
+	if !cfg.Network.Enabled {
+		return nil
+	}
+	return NewNetwork(rt, NetworkOptions{CacheDir: cfg.Network.CacheDir, ConfDir: cfg.Network.ConfDir,
+		BinDir: cfg.Network.BinDir, NetnsDir: cfg.Network.NetnsDir})
+}

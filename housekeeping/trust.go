@@ -151,6 +151,12 @@ func newEntries(before, now map[string]bool) []string {
 // a CRI listing filtered by the pod UID and the pod dir are read again.
 func (l *Loop) recheck(taken time.Time) executor.Recheck {
 	return func(ctx context.Context, a gc.Action) error {
+		switch a.Rule {
+		case gc.RuleNetworkAttachment, gc.RuleNetworkReservation:
+			return l.recheckUnowned(ctx, a.ContainerID)
+		case gc.RuleNetworkNetns:
+			return l.recheckNetnsUnused(ctx, a.Path)
+		}
 		uid := a.Pod.UID
 		if uid == "" {
 			return errors.New("the action names no pod to check")

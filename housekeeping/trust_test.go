@@ -15,6 +15,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
+	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -124,6 +125,21 @@ func (n *nodeRecorder) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgr
 }
 func (n *nodeRecorder) ReducePodCgroupCPU(_ context.Context, pod podcgroups.PodCgroup) error {
 	n.done = append(n.done, "ReducePodCgroupCPU "+pod.UID)
+	return nil
+}
+
+func (n *nodeRecorder) DeleteCNIAttachment(_ context.Context, a podnet.Attachment) error {
+	n.done = append(n.done, "DeleteCNIAttachment "+a.ContainerID)
+	return nil
+}
+
+func (n *nodeRecorder) ReleaseIPReservation(_ context.Context, r podnet.Reservation) error {
+	n.done = append(n.done, "ReleaseIPReservation "+r.IP)
+	return nil
+}
+
+func (n *nodeRecorder) RemoveNetns(_ context.Context, ns podnet.Netns) error {
+	n.done = append(n.done, "RemoveNetns "+ns.Path)
 	return nil
 }
 

@@ -56,12 +56,14 @@ type knownValues struct {
 
 func known() knownValues {
 	return knownValues{
-		phases:    []string{"Running", "Terminating", "Terminated", "Removed"},
-		orphan:    []string{"true", "false"},
-		leakKinds: []string{"sandbox", "container", "unknown-container", "pod-log-dir", "log-link", "orphaned-live-pod", "pod-cgroup", "pod-dir"},
+		phases: []string{"Running", "Terminating", "Terminated", "Removed"},
+		orphan: []string{"true", "false"},
+		leakKinds: []string{"sandbox", "container", "unknown-container", "pod-log-dir", "log-link", "orphaned-live-pod", "pod-cgroup", "pod-dir",
+			"cni-attachment", "ip-reservation", "netns"},
 		actionKinds: []string{
 			"stop-container", "remove-container", "stop-sandbox", "remove-sandbox", "remove-pod-log-dir", "remove-log-link",
 			"remove-pod-cgroup", "reduce-pod-cgroup-cpu", "remove-pod-dir",
+			"remove-cni-attachment", "release-ip", "remove-netns",
 		},
 		rules: []string{
 			"containers.pod-gone", "containers.max-per-pod-container", "containers.max-containers",
@@ -69,13 +71,14 @@ func known() knownValues {
 			"logs.pod-log-dir", "logs.dangling-link",
 			"orphans.stop",
 			"cgroups.pod-gone", "cgroups.orphaned-pod", "cgroups.volumes-remain", "pod-dirs.orphaned",
+			"network.attachment-unowned", "network.reservation-unowned", "network.netns-unused",
 		},
 		actionResults: []string{"success", "error", "would", "backoff", "skipped", "aborted"},
 		passResults:   []string{PassOK, PassSkippedNotReady, PassListingFailed, PassListingUntrusted},
 		criMethods: []string{"ListPodSandbox", "ListContainers", "PodSandboxStatus", "StopContainer", "RemoveContainer", "StopPodSandbox",
-			"RemovePodSandbox", "Version"},
+			"RemovePodSandbox", "Version", "Status", "List", "Get"},
 		nriEvents: []string{"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "CreateContainer", "StartContainer", "StopContainer", "RemoveContainer", "Synchronize"},
-		classes:   []string{"orphan-stop", "unknown-stop", "cgroup-kill", "cgroup-cpu", "pod-dir", "pod-log-dir"},
+		classes:   []string{"orphan-stop", "unknown-stop", "cgroup-kill", "cgroup-cpu", "pod-dir", "pod-log-dir", "network"},
 		sources:   []string{"runtime-listing", "pod-oracle"},
 		actionPairs: [][2]string{
 			// An UNKNOWN container is stopped and removed under the rule
@@ -93,6 +96,9 @@ func known() knownValues {
 			{"remove-pod-cgroup", "cgroups.orphaned-pod"},
 			{"reduce-pod-cgroup-cpu", "cgroups.volumes-remain"},
 			{"remove-pod-dir", "pod-dirs.orphaned"},
+			{"remove-cni-attachment", "network.attachment-unowned"},
+			{"release-ip", "network.reservation-unowned"},
+			{"remove-netns", "network.netns-unused"},
 		},
 	}
 }

@@ -128,6 +128,16 @@ func object(a gc.Action) string {
 		return "pod cgroup " + a.Path
 	case gc.RemovePodDir:
 		return "pod dir " + a.Path
+	case gc.RemoveCNIAttachment:
+		if a.Attachment != nil {
+			return fmt.Sprintf("cni attachment %s of %s on network %s", a.Attachment.IfName, a.Attachment.ContainerID, a.Attachment.Network)
+		}
+	case gc.ReleaseIPReservation:
+		if a.Reservation != nil {
+			return fmt.Sprintf("ip reservation %s on network %s (owner %s)", a.Reservation.IP, a.Reservation.Network, a.Reservation.Owner)
+		}
+	case gc.RemoveNetns:
+		return "network namespace " + a.Path
 	}
 	return fmt.Sprintf("container %s (%s)", a.ContainerID, a.ContainerName)
 }

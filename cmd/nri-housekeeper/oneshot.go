@@ -76,8 +76,9 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	defer client.Close()
 	opts := housekeeping.OptionsFromConfig(cfg)
 	opts.StartupDelay = 0
+	opts.Network = housekeeping.NetworkFromConfig(cfg, client)
 	if cmd == "once" {
-		if opts.Executor, err = newExecutor(cfg, client, log); err != nil {
+		if opts.Executor, err = newExecutor(cfg, client, opts.Network, log); err != nil {
 			fmt.Fprintf(stderr, "nri-housekeeper once: %v\n", err)
 			return 2
 		}

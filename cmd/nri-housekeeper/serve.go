@@ -117,13 +117,14 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 		log.WithFields(logrus.Fields{"runtime_name": name, "runtime_version": ver}).Info("CRI runtime reachable")
 	}
 
-	exec, err := newExecutor(cfg, client, log)
+	network := housekeeping.NetworkFromConfig(cfg, client)
+	exec, err := newExecutor(cfg, client, network, log)
 	if err != nil {
 		log.WithError(err).Error("cannot set up housekeeping")
 		return 2
 	}
 	opts := housekeeping.OptionsFromConfig(cfg)
-	opts.Synchronized, opts.Executor, opts.Observer = nri.Synchronized, exec, m
+	opts.Synchronized, opts.Executor, opts.Observer, opts.Network = nri.Synchronized, exec, m, network
 	loop := housekeeping.New(state, client, opts, log)
 	waker.loop.Store(loop)
 	go watchTaskExits(ctx, client, cfg.Runtime.Namespace, loop, log)
@@ -158,8 +159,9 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	return 0
 }
 
-// newExecutor builds the executor over the CRI client and the log roots.
-func newExecutor(cfg config.Config, client *cri.Client, log logrus.FieldLogger) (*executor.Executor, error) {
+// newExecutor builds the executor over the CRI client, the log roots and
+// the network side (nil when network.enabled is false).
+func newExecutor(cfg config.Config, client *cri.Client, network *housekeeping.Network, log logrus.FieldLogger) (*executor.Executor, error) {
 	podLogs, err := nodefs.NewRemover(cfg.Logs.PodLogsDir)
 	if err != nil {
 		return nil, fmt.Errorf("logs.pod_logs_dir: %w", err)
@@ -169,6 +171,9 @@ func newExecutor(cfg config.Config, client *cri.Client, log logrus.FieldLogger) 
 		return nil, fmt.Errorf("logs.container_logs_dir: %w", err)
 	}
 	node := executor.Node{PodLogs: podLogs, Links: links, KubeletRoot: cfg.Pods.KubeletRoot}
+	if network != nil {
+		node.Network = network
+	}
 	return executor.New(client, node, executor.Options{MaxParallel: cfg.Housekeeping.MaxParallel, DryRun: cfg.DryRun}, log), nil
 }
 

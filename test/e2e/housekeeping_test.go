@@ -125,7 +125,11 @@ func startHousekeeperWrapped(t *testing.T, l *lab.Lab, k *kubelet, configure fun
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Executor = executor.New(client, executor.Node{PodLogs: podLogs, Links: links, KubeletRoot: k.root}, execOpts, log)
+	node := executor.Node{PodLogs: podLogs, Links: links, KubeletRoot: k.root}
+	if opts.Network != nil {
+		node.Network = opts.Network
+	}
+	opts.Executor = executor.New(client, node, execOpts, log)
 	if wrap != nil {
 		opts.Executor = wrap(opts.Executor)
 	}

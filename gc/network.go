@@ -1,0 +1,192 @@
+package gc
+
+import (
+	"fmt"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/podnet"
+)
+
+// NetworkInput is the network side of a plan (network.enabled): the CNI
+// attachments, host-local reservations and network namespaces of the
+// networks containerd uses, and containerd's own records of who may own them.
+type NetworkInput struct {
+	// Listing was read before the CRI listing and before Records: an
+	// attachment is made (CNI ADD) only after its sandbox's record is in
+	// containerd's sandbox store, so an attachment whose owner no later
+	// listing knows is not one being made.
+	Listing podnet.Listing
+	// Records are containerd's sandbox store (every namespace) and container
+	// store (every namespace but CRI's), read after Listing.
+	Records cri.Records
+	// NetnsDir is where this containerd mounts sandbox network namespaces.
+	// An attachment that ran in a namespace elsewhere is not this
+	// containerd's (CRI-O, podman or a second containerd on the same
+	// network): it is never deleted, and its network's reservations are
+	// never released by hand.
+	NetnsDir string
+}
+
+// networkRules proposes the reclaim of the network's leaks. An owner (a
+// container ID in a cache entry or a reservation) is valid when any source
+// knows it: the CRI listing (sandboxes and containers, in any state, and the
+// IDs of unreadable entries), every sandbox NRI reported that podstate still
+// holds, containerd's sandbox and container stores, and an unreadable cache
+// entry naming it. Only what every source lacks is a leak.
+func (p *planner) networkRules() {
+	n := p.in.Network
+	if n == nil {
+		return
+	}
+	valid := p.validOwners()
+	// hold says why nothing of the network may be reclaimed this pass.
+	hold := ""
+	for _, m := range p.in.Unreadable {
+		if m.ID == "" {
+			// It could be any sandbox: nothing can be called unowned.
+			hold = fmt.Sprintf("the runtime listed a %s that could not be read and names no ID: it may be the owner", m.Kind)
+		}
+	}
+	// A cache entry holds its owner's reservation on its network: the DEL
+	// releases it. An unreadable one holds its owner's reservations on
+	// every network, and one whose owner cannot be told holds every
+	// reservation. cacheOwners is keyed "<network>/<owner>", or
+	// "*/<owner>" for an unreadable entry.
+	cacheOwners := make(map[string]bool)
+	unknownCache := ""
+	for _, u := range n.Listing.Unreadable {
+		switch {
+		case u.Owner != "":
+			valid[u.Owner] = true
+			if u.Kind == podnet.KindAttachment {
+				cacheOwners["*/"+u.Owner] = true
+			}
+		case u.Kind == podnet.KindAttachment:
+			unknownCache = u.Path
+		}
+	}
+	// Another runtime on a network shows in the namespaces its
+	// attachments ran in.
+	foreign := make(map[string]string) // network → a netns outside NetnsDir, quoted
+	for _, a := range n.Listing.Attachments {
+		if !directlyIn(a.NetNS, n.NetnsDir) {
+			foreign[a.Network] = fmt.Sprintf("%q", a.NetNS)
+		}
+	}
+	// Attachments: a CNI DEL through the whole chain for each unowned one.
+	netnsDeps := make(map[string][]string) // netns path → DEL keys of its unowned attachments
+	netnsOwner := make(map[string]string)  // netns path → the owner of an unowned attachment that ran in it
+	validNetns := make(map[string]bool)
+	for i := range n.Listing.Attachments {
+		a := &n.Listing.Attachments[i]
+		cacheOwners[a.Network+"/"+a.ContainerID] = true
+		if valid[a.ContainerID] {
+			if a.NetNS != "" {
+				validNetns[a.NetNS] = true
+			}
+			continue
+		}
+		object := fmt.Sprintf("cni attachment %s of %s (network %s)", a.IfName, short(a.ContainerID), a.Network)
+		switch {
+		case hold != "":
+			p.keep(object, PodRef{}, "%s", hold)
+			continue
+		case !directlyIn(a.NetNS, n.NetnsDir):
+			p.keep(object, PodRef{}, "it ran in netns %q, not one of containerd's (in %s): another runtime's attachment", a.NetNS, n.NetnsDir)
+			continue
+		}
+		key := fmt.Sprintf("cni-attachment/%s/%s/%s", a.Network, a.ContainerID, a.IfName)
+		if a.NetNS != "" {
+			netnsDeps[a.NetNS] = append(netnsDeps[a.NetNS], key)
+			if o := netnsOwner[a.NetNS]; o == "" || a.ContainerID < o {
+				netnsOwner[a.NetNS] = a.ContainerID
+			}
+		}
+		p.leaks[LeakCNIAttachment]++
+		p.propose(Action{Kind: RemoveCNIAttachment, Rule: RuleNetworkAttachment, Key: key, ContainerID: a.ContainerID, Path: a.CacheFile, Attachment: a,
+			Reason: fmt.Sprintf("CNI attachment %s of %s on network %s, which no sandbox or container of containerd (any namespace), CRI or NRI knows",
+				a.IfName, short(a.ContainerID), a.Network)})
+	}
+	// Reservations with no cache entry: released under host-local's lock.
+	for i := range n.Listing.Reservations {
+		r := &n.Listing.Reservations[i]
+		object := fmt.Sprintf("ip reservation %s (network %s)", r.IP, r.Network)
+		switch {
+		case valid[r.Owner]:
+			continue
+		case cacheOwners[r.Network+"/"+r.Owner], cacheOwners["*/"+r.Owner]:
+			continue // its attachment's DEL releases it through the IPAM plugin
+		case hold != "":
+			p.keep(object, PodRef{}, "%s", hold)
+			continue
+		case foreign[r.Network] != "":
+			p.keep(object, PodRef{}, "an attachment of network %s ran in netns %s, outside containerd's: another runtime may use the network", r.Network, foreign[r.Network])
+			continue
+		case unknownCache != "":
+			p.keep(object, PodRef{}, "CNI cache entry %s cannot be read and may be its attachment", unknownCache)
+			continue
+		}
+		p.leaks[LeakIPReservation]++
+		p.propose(Action{Kind: ReleaseIPReservation, Rule: RuleNetworkReservation, Key: "ip-reservation/" + r.Network + "/" + r.IP,
+			ContainerID: r.Owner, Path: r.Path, Reservation: r,
+			Reason: fmt.Sprintf("host-local reservation of %s on network %s for %s, which no sandbox or container knows and no CNI cache entry names",
+				r.IP, r.Network, short(r.Owner))})
+	}
+	// Network namespaces containerd made that nothing uses.
+	recorded := make(map[string]bool, len(n.Records.Sandboxes))
+	for _, s := range n.Records.Sandboxes {
+		if s.NetNSPath != "" {
+			recorded[s.NetNSPath] = true
+		}
+	}
+	for i := range n.Listing.Netns {
+		ns := &n.Listing.Netns[i]
+		object := "network namespace " + ns.Path
+		switch {
+		case ns.InUse, recorded[ns.Path], validNetns[ns.Path]:
+			continue
+		case hold != "":
+			p.keep(object, PodRef{}, "%s", hold)
+			continue
+		case len(n.Records.Unreadable) > 0:
+			p.keep(object, PodRef{}, "containerd has %d sandbox record(s) whose netns cannot be read (%s)", len(n.Records.Unreadable), n.Records.Unreadable[0])
+			continue
+		}
+		p.leaks[LeakNetns]++
+		p.propose(Action{Kind: RemoveNetns, Rule: RuleNetworkNetns, Key: "netns/" + ns.Path, Path: ns.Path, Netns: ns,
+			ContainerID: netnsOwner[ns.Path], DependsOn: netnsDeps[ns.Path],
+			Reason: "network namespace containerd made that no sandbox record names and no process is in"})
+	}
+}
+
+// validOwners are the IDs any source knows (see networkRules).
+func (p *planner) validOwners() map[string]bool {
+	n := p.in.Network
+	valid := make(map[string]bool, len(p.in.Sandboxes)+len(n.Records.Sandboxes))
+	for _, s := range p.in.Sandboxes {
+		valid[s.ID] = true
+	}
+	for _, c := range p.in.Containers {
+		valid[c.ID] = true
+	}
+	for _, m := range p.in.Unreadable {
+		if m.ID != "" {
+			valid[m.ID] = true
+		}
+		if m.SandboxID != "" {
+			valid[m.SandboxID] = true
+		}
+	}
+	if p.in.NRI != nil {
+		for _, s := range p.in.NRI.Sandboxes {
+			valid[s.ID] = true
+		}
+	}
+	for id := range n.Records.Sandboxes {
+		valid[id] = true
+	}
+	for id := range n.Records.Containers {
+		valid[id] = true
+	}
+	return valid
+}

@@ -1,0 +1,201 @@
+package gc
+
+import (
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/podnet"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+const netnsDir = "/run/containerd/netns"
+
+func attachment(owner, netns string) podnet.Attachment {
+	return podnet.Attachment{Network: "pods", ContainerID: owner, IfName: "eth0", NetNS: netns, CacheFile: "/var/lib/cni/results/pods-" + owner + "-eth0"}
+}
+
+func reservation(owner, ip string) podnet.Reservation {
+	return podnet.Reservation{Network: "pods", IP: ip, Path: "/var/lib/cni/networks/pods/" + ip, Owner: owner, IfName: "eth0"}
+}
+
+func netns(name string, inUse bool) podnet.Netns {
+	return podnet.Netns{Path: netnsDir + "/" + name, Inode: 4026532000, InUse: inUse}
+}
+
+func records() cri.Records {
+	return cri.Records{Sandboxes: map[string]cri.SandboxRecord{}, Containers: map[string]string{}}
+}
+
+// networkInput is a node where pod "a" is listed with sandbox s1, whose
+// attachment, reservation and netns are live.
+func networkInput() Input {
+	in := Input{Now: now, Policy: policy(), Oracle: present("a"), Sandboxes: []cri.Sandbox{sb("s1", "a", true, time.Hour)}}
+	recs := records()
+	recs.Sandboxes["s1"] = cri.SandboxRecord{Namespace: "k8s.io", NetNSPath: netnsDir + "/cni-live"}
+	in.Network = &NetworkInput{Records: recs, NetnsDir: netnsDir, Listing: podnet.Listing{
+		Attachments:  []podnet.Attachment{attachment("s1", netnsDir+"/cni-live")},
+		Reservations: []podnet.Reservation{reservation("s1", "10.0.0.2")},
+		Netns:        []podnet.Netns{netns("cni-live", true)},
+	}}
+	return in
+}
+
+// networkSteps describes the plan's network steps, due or not.
+func networkSteps(r Result) []string {
+	var out []string
+	for _, a := range append(append([]Action(nil), r.Actions...), deferredActions(r)...) {
+		switch a.Kind {
+		case RemoveCNIAttachment, ReleaseIPReservation, RemoveNetns:
+			out = append(out, string(a.Kind)+" "+strings.TrimPrefix(a.Path, netnsDir+"/"))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestNetworkRules(t *testing.T) {
+	gone := attachment("gone1", netnsDir+"/cni-leak")
+	for _, tc := range []struct {
+		name string
+		edit func(in *Input)
+		want []string
+	}{
+		{name: "a listed sandbox's attachment, reservation and netns are live", edit: func(*Input) {}},
+		{name: "an attachment no source knows is deleted through the chain", edit: func(in *Input) {
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, gone)
+		}, want: []string{"remove-cni-attachment " + gone.CacheFile}},
+		{name: "an attachment that ran in a netns outside containerd's is another runtime's", edit: func(in *Input) {
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", "/proc/4242/ns/net"))
+		}},
+		{name: "an attachment that names no netns is not known to be containerd's", edit: func(in *Input) {
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", ""))
+		}},
+		{name: "no reservation of a network another runtime uses is released by hand", edit: func(in *Input) {
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("crio1", "/var/run/netns/abc"))
+			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("gone2", "10.0.0.3"))
+		}},
+		{name: "an attachment of a NotReady sandbox is live", edit: func(in *Input) {
+			in.Sandboxes = append(in.Sandboxes, sb("s2", "b", false, time.Hour))
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("s2", ""))
+		}},
+		{name: "an attachment of a sandbox only containerd's store has (being made) is live", edit: func(in *Input) {
+			in.Network.Records.Sandboxes["s3"] = cri.SandboxRecord{Namespace: "k8s.io"}
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("s3", ""))
+		}},
+		{name: "an attachment of another namespace's container (nerdctl) is live", edit: func(in *Input) {
+			in.Network.Records.Containers["n1"] = "default"
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("n1", ""))
+		}},
+		{name: "an attachment of a sandbox NRI reported is live", edit: func(in *Input) {
+			in.NRI = &NRIView{Sandboxes: []podstate.NRISandbox{{ID: "s1", PodUID: "a", ReportedAt: now.Add(-time.Hour), Synced: true, Session: 1},
+				{ID: "s4", PodUID: "d", ReportedAt: now.Add(-time.Second), Session: 1}}, Session: 1, Confirmed: true}
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("s4", ""))
+		}},
+		{name: "an attachment of an unreadable listed entry is live", edit: func(in *Input) {
+			in.Unreadable = []cri.Malformed{{Kind: "sandbox", ID: "s5", Reason: "no metadata"}}
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("s5", ""))
+		}},
+		{name: "an unreadable listed entry naming no ID holds every network step", edit: func(in *Input) {
+			in.Unreadable = []cri.Malformed{{Kind: "sandbox", Reason: "no ID"}}
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, gone)
+			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("gone2", "10.0.0.3"))
+			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns("cni-leak", false))
+		}},
+		{name: "a reservation whose owner has a cache entry goes with its DEL, not by hand", edit: func(in *Input) {
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, gone)
+			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("gone1", "10.0.0.3"))
+		}, want: []string{"remove-cni-attachment " + gone.CacheFile}},
+		{name: "a cache entry on another network does not release a reservation", edit: func(in *Input) {
+			lo := attachment("gone2", netnsDir+"/cni-leak")
+			lo.Network, lo.IfName, lo.CacheFile = "cni-loopback", "lo", "/var/lib/cni/results/cni-loopback-gone2-lo"
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, lo)
+			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("gone2", "10.0.0.3"))
+		}, want: []string{"remove-cni-attachment /var/lib/cni/results/cni-loopback-gone2-lo", "release-ip /var/lib/cni/networks/pods/10.0.0.3"}},
+		{name: "a reservation with no owner and no cache entry is released", edit: func(in *Input) {
+			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("gone2", "10.0.0.3"))
+		}, want: []string{"release-ip /var/lib/cni/networks/pods/10.0.0.3"}},
+		{name: "a garbled cache entry may be any reservation's attachment", edit: func(in *Input) {
+			in.Network.Listing.Unreadable = []podnet.Unreadable{{Kind: "cni-attachment", Path: "/var/lib/cni/results/garbled", Reason: "not JSON"}}
+			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("gone2", "10.0.0.3"))
+		}},
+		{name: "an unreadable cache entry keeps its owner's reservation", edit: func(in *Input) {
+			in.Network.Listing.Unreadable = []podnet.Unreadable{{Kind: "cni-attachment", Path: "/var/lib/cni/results/pods-gone2-eth0", Owner: "gone2", Reason: "not JSON"}}
+			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("gone2", "10.0.0.3"))
+		}},
+		{name: "a netns nothing names and no process is in is removed after its attachment's DEL", edit: func(in *Input) {
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, gone)
+			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns("cni-leak", false))
+		}, want: []string{"remove-cni-attachment " + gone.CacheFile, "remove-netns cni-leak"}},
+		{name: "a netns a process is in stays", edit: func(in *Input) {
+			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns("cni-busy", true))
+		}},
+		{name: "a netns a sandbox record names stays, process or not", edit: func(in *Input) {
+			in.Network.Listing.Netns[0].InUse = false
+		}},
+		{name: "a netns a live attachment names stays", edit: func(in *Input) {
+			in.Network.Records.Sandboxes["s1"] = cri.SandboxRecord{Namespace: "k8s.io"}
+			in.Network.Listing.Netns[0].InUse = false
+		}},
+		{name: "no netns is removed while a sandbox record cannot be read", edit: func(in *Input) {
+			in.Network.Records.Unreadable = []string{"sandbox s9: bad metadata"}
+			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns("cni-leak", false))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := networkInput()
+			tc.edit(&in)
+			r := Plan(in)
+			if r.Untrusted != "" || r.NotReady != "" {
+				t.Fatalf("no plan: %q %q", r.Untrusted, r.NotReady)
+			}
+			same(t, "network steps", networkSteps(r), tc.want)
+			checkNetwork(t, in, r)
+		})
+	}
+}
+
+func TestNetworkStepsWaitForLeakGraceAndTheBudget(t *testing.T) {
+	in := networkInput()
+	in.Policy.LeakGrace = 5 * time.Minute
+	for _, id := range []string{"g1", "g2", "g3", "g4", "g5"} {
+		in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment(id, netnsDir+"/cni-"+id))
+	}
+	r := Plan(in)
+	if len(r.Actions) != 0 || len(r.Deferred) != 5 || r.Leaks[LeakCNIAttachment] != 5 {
+		t.Fatalf("first sight: %d due, %d deferred, leaks %v; want 0 due, 5 waiting for grace", len(r.Actions), len(r.Deferred), r.Leaks)
+	}
+	in.EligibleSince = r.EligibleSince
+	in.Now = now.Add(5 * time.Minute)
+	r = Plan(in)
+	// budget: max(1, min(3, ⌊1 × 1 Ready⌋)) = 1 unit a pass.
+	if len(r.Actions) != 1 || r.Actions[0].Kind != RemoveCNIAttachment {
+		t.Fatalf("after grace: due %v, want one CNI DEL (the budget's one a pass)", due(r))
+	}
+	for _, d := range r.Deferred {
+		if d.Budget != ClassNetwork || !d.Throttled {
+			t.Fatalf("%s deferred for %q, want throttled by the network budget", d.Key, d.Why())
+		}
+	}
+}
+
+func TestALeakedSandboxIsOneUnitOfTheNetworkBudget(t *testing.T) {
+	in := networkInput()
+	for _, id := range []string{"g1", "g2"} {
+		ns := netnsDir + "/cni-" + id
+		lo := attachment(id, ns)
+		lo.Network, lo.IfName, lo.CacheFile = "cni-loopback", "lo", "/var/lib/cni/results/cni-loopback-"+id+"-lo"
+		in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment(id, ns), lo)
+		in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns("cni-"+id, false))
+	}
+	r := Plan(in) // grace 0, budget one unit a pass (1 Ready sandbox)
+	same(t, "due", networkSteps(Result{Actions: r.Actions}), []string{
+		"remove-cni-attachment /var/lib/cni/results/cni-loopback-g1-lo", "remove-cni-attachment /var/lib/cni/results/pods-g1-eth0", "remove-netns cni-g1"})
+	for _, d := range r.Deferred {
+		if d.ContainerID != "g2" || !d.Throttled {
+			t.Fatalf("deferred %s (%s), want only g2's steps, throttled", d.Key, d.Why())
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package housekeeping
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podnet"
+)
+
+// NetworkOptions configure the network side of a pass ([network]).
+type NetworkOptions struct {
+	// CacheDir is libcni's cache dir (network.cache_dir).
+	CacheDir string
+	// ConfDir and BinDir are used only when containerd reports no CNI
+	// configuration (network.conf_dir, network.bin_dir).
+	ConfDir, BinDir string
+	// NetnsDir overrides the netns dir containerd's config implies
+	// (network.netns_dir); "" reads it from containerd.
+	NetnsDir string
+}
+
+// NetworkRuntime is what the network side needs from containerd (package
+// cri's *Client).
+type NetworkRuntime interface {
+	NetworkStatus(ctx context.Context) (cri.NetworkStatus, error)
+	Records(ctx context.Context) (cri.Records, error)
+	RecordExists(ctx context.Context, id string) (bool, error)
+}
+
+// Network is the network side of the loop. Each pass it reads containerd's
+// CNI configuration and the network's objects before the CRI listing, and
+// containerd's records after it; it keeps the CNI DEL runner made from the
+// latest configuration (containerd reloads its CNI conf dir at run time).
+type Network struct {
+	opts NetworkOptions
+	rt   NetworkRuntime
+
+	mu        sync.Mutex
+	reclaimer *podnet.Reclaimer
+}
+
+// NewNetwork returns the network side of a loop.
+func NewNetwork(rt NetworkRuntime, opts NetworkOptions) *Network {
+	return &Network{opts: opts, rt: rt}
+}
+
+// DeleteAttachment, ReleaseReservation and RemoveNetns reclaim with the
+// CNI configuration of the last pass (executor.NetworkReclaimer).
+func (n *Network) DeleteAttachment(ctx context.Context, a podnet.Attachment) error {
+	r, err := n.current()
+	if err != nil {
+		return err
+	}
+	return r.DeleteAttachment(ctx, a)
+}
+
+func (n *Network) ReleaseReservation(ctx context.Context, res podnet.Reservation) error {
+	r, err := n.current()
+	if err != nil {
+		return err
+	}
+	return r.ReleaseReservation(ctx, res)
+}
+
+func (n *Network) RemoveNetns(ctx context.Context, ns podnet.Netns) error {
+	r, err := n.current()
+	if err != nil {
+		return err
+	}
+	return r.RemoveNetns(ctx, ns)
+}
+
+func (n *Network) current() (*podnet.Reclaimer, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.reclaimer == nil {
+		return nil, errors.New("no CNI configuration was read from containerd yet")
+	}
+	return n.reclaimer, nil
+}
+
+// errNoCNI: containerd has loaded no CNI network (a node with host-network
+// pods only): there is nothing of the network to look at.
+var errNoCNI = errors.New("containerd reports no CNI network")
+
+// networkListing is what list read.
+type networkListing struct {
+	podnet.Listing
+	netnsDir string
+}
+
+// list reads containerd's CNI configuration and the network's objects. It
+// runs before the CRI listing (see gc.NetworkInput).
+func (n *Network) list(ctx context.Context) (networkListing, error) {
+	st, err := n.rt.NetworkStatus(ctx)
+	if err != nil {
+		return networkListing{}, err
+	}
+	var cfg podnet.Config
+	if st.CNIConfig != "" {
+		cfg, err = podnet.FromContainerdStatus(st.CNIConfig)
+	} else {
+		// containerd's own default of at most one network.
+		cfg, err = podnet.FromConfDir(n.opts.ConfDir, []string{n.opts.BinDir}, 1, true)
+	}
+	if err != nil {
+		return networkListing{}, fmt.Errorf("%w: %w", errNoCNI, err)
+	}
+	netnsDir := n.opts.NetnsDir
+	if netnsDir == "" {
+		netnsDir = st.NetnsDir
+	}
+	listing, err := podnet.List(ctx, cfg, n.opts.CacheDir, netnsDir)
+	if err != nil {
+		return networkListing{}, err
+	}
+	r := podnet.NewReclaimer(cfg, n.opts.CacheDir)
+	n.mu.Lock()
+	n.reclaimer = r
+	n.mu.Unlock()
+	return networkListing{Listing: listing, netnsDir: netnsDir}, nil
+}
+
+// recheckUnowned checks, right before a CNI DEL or a reservation release,
+// that no source knows the owner now: no NRI report of a sandbox with that
+// ID since the listing, and no record of it in containerd's sandbox or
+// container stores (any namespace) or CRI.
+func (l *Loop) recheckUnowned(ctx context.Context, id string) error {
+	if id == "" || l.opts.Network == nil {
+		return errors.New("the action names no owner to check, or the network side is off")
+	}
+	for _, s := range l.state.NRISandboxes() {
+		if s.ID == id {
+			return fmt.Errorf("NRI reported sandbox %s: it is not unowned", short(id))
+		}
+	}
+	exists, err := l.opts.Network.rt.RecordExists(ctx, id)
+	switch {
+	case err != nil:
+		return fmt.Errorf("cannot ask containerd for %s again: %w", short(id), err)
+	case exists:
+		return fmt.Errorf("containerd knows %s again: it is not unowned", short(id))
+	}
+	return nil
+}
+
+// recheckNetnsUnused checks, right before a netns removal, that no sandbox
+// record names the netns now (podnet.RemoveNetns then checks the mount and
+// that no process is in it).
+func (l *Loop) recheckNetnsUnused(ctx context.Context, path string) error {
+	if l.opts.Network == nil {
+		return errors.New("the network side is off")
+	}
+	recs, err := l.opts.Network.rt.Records(ctx)
+	if err != nil {
+		return fmt.Errorf("cannot list containerd's sandbox records again: %w", err)
+	}
+	if len(recs.Unreadable) > 0 {
+		return fmt.Errorf("containerd has sandbox records whose netns cannot be read (%s)", recs.Unreadable[0])
+	}
+	for id, s := range recs.Sandboxes {
+		if s.NetNSPath == path {
+			return fmt.Errorf("sandbox %s of containerd names the netns now", short(id))
+		}
+	}
+	return nil
+}
+
+// listNetwork reads the network's objects for a pass; errNetworkOff when
+// the network side is off.
+func (l *Loop) listNetwork(ctx context.Context) (networkListing, error) {
+	if l.opts.Network == nil {
+		return networkListing{}, errNetworkOff
+	}
+	return l.opts.Network.list(ctx)
+}
+
+// errNetworkOff: network.enabled = false.
+var errNetworkOff = errors.New("network.enabled is false")
+
+// networkInput completes the network side of a plan with containerd's
+// records, read now, after the CRI listing. A failure leaves the network
+// out of the plan this pass, said once while it lasts.
+func (l *Loop) networkInput(ctx context.Context, listing networkListing, err error) *gc.NetworkInput {
+	if errors.Is(err, errNetworkOff) {
+		return nil
+	}
+	if err == nil {
+		var recs cri.Records
+		if recs, err = l.opts.Network.rt.Records(ctx); err == nil {
+			l.sayWhileItLasts("network", "", "", "network leaks are looked for again")
+			for _, u := range listing.Unreadable {
+				l.noteSkipped([]nodefs.Skipped{{Path: u.Path, Reason: "cannot be read: " + u.Reason}})
+			}
+			return &gc.NetworkInput{Listing: listing.Listing, Records: recs, NetnsDir: listing.netnsDir}
+		}
+	}
+	if errors.Is(err, errNoCNI) {
+		// A node with host-network pods only: nothing to look at, and
+		// nothing wrong. Said once.
+		if l.firstSeen(err.Error()) {
+			l.log.WithError(err).Info("network leaks are not looked for: containerd has no CNI network")
+		}
+		return nil
+	}
+	l.sayWhileItLasts("network", err.Error(), "network leaks are not looked for this pass", "network leaks are looked for again")
+	return nil
+}

@@ -1,0 +1,147 @@
+package housekeeping
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// fakeContainerd is containerd's side of the network: its records, and a
+// creation it makes right after answering a records listing.
+type fakeContainerd struct {
+	mu       sync.Mutex
+	netnsDir string
+	records  cri.Records
+	// afterRecords runs once, right after Records answered: a sandbox
+	// created then writes its record, then its CNI ADD writes the cache
+	// entry (containerd v2.4.2 RunPodSandbox's order).
+	afterRecords func()
+}
+
+func (f *fakeContainerd) NetworkStatus(context.Context) (cri.NetworkStatus, error) {
+	return cri.NetworkStatus{NetnsDir: f.netnsDir}, nil
+}
+
+func (f *fakeContainerd) Records(context.Context) (cri.Records, error) {
+	f.mu.Lock()
+	recs := cri.Records{Sandboxes: map[string]cri.SandboxRecord{}, Containers: map[string]string{}}
+	for id, s := range f.records.Sandboxes {
+		recs.Sandboxes[id] = s
+	}
+	hook := f.afterRecords
+	f.afterRecords = nil
+	f.mu.Unlock()
+	if hook != nil {
+		defer hook()
+	}
+	return recs, nil
+}
+
+func (f *fakeContainerd) RecordExists(_ context.Context, id string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.records.Sandboxes[id]
+	return ok, nil
+}
+
+// netNode is a node's CNI state in a temp dir: one host-local network
+// "pods", libcni's cache dir and containerd's netns dir.
+type netNode struct {
+	confDir, cacheDir, dataDir, netnsDir string
+}
+
+func newNetNode(t *testing.T) netNode {
+	dir := t.TempDir()
+	n := netNode{confDir: filepath.Join(dir, "net.d"), cacheDir: filepath.Join(dir, "cni"), dataDir: filepath.Join(dir, "networks"),
+		netnsDir: filepath.Join(dir, "netns")}
+	for _, d := range []string{n.confDir, filepath.Join(n.cacheDir, "results"), filepath.Join(n.dataDir, "pods"), n.netnsDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"bridge","ipam":{"type":"host-local","dataDir":"` + n.dataDir + `","subnet":"10.9.0.0/24"}}]}`
+	if err := os.WriteFile(filepath.Join(n.confDir, "10-pods.conflist"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// attach writes what a CNI ADD of sandbox id leaves: libcni's cache entry
+// and host-local's reservation.
+func (n netNode) attach(t *testing.T, id, ip string) {
+	t.Helper()
+	entry, err := json.Marshal(map[string]any{"kind": "cniCacheV1", "containerId": id, "config": []byte(`{}`), "ifName": "eth0",
+		"networkName": "pods", "netns": filepath.Join(n.netnsDir, "cni-"+id[:8]), "result": map[string]any{"cniVersion": "1.0.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.cacheDir, "results", "pods-"+id+"-eth0"), entry, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.dataDir, "pods", ip), []byte(id+"\r\neth0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// networkKeys are the network steps a pass proposed, due or not.
+func networkKeys(r PassResult) []string {
+	actions := append([]gc.Action(nil), r.Plan.Actions...)
+	for _, d := range r.Plan.Deferred {
+		actions = append(actions, d.Action)
+	}
+	var keys []string
+	for _, a := range actions {
+		if strings.HasPrefix(a.Key, "cni-attachment/") || strings.HasPrefix(a.Key, "ip-reservation/") {
+			keys = append(keys, a.Key)
+		}
+	}
+	return keys
+}
+
+// TestTheNetworkIsReadBeforeTheRecordsThatOwnIt: a sandbox whose creation
+// starts right after containerd's records were listed has no record in
+// that listing, but its CNI ADD may run before the pass ends. The pass reads
+// the cache entries and reservations before the records, so it cannot see
+// the attachment without its owner: nothing of it is proposed, not even
+// for later.
+func TestTheNetworkIsReadBeforeTheRecordsThatOwnIt(t *testing.T) {
+	n := newNetNode(t)
+	const leaked, created = "1eaced0000000000000000000000000000000000000000000000000000000000", "c0ffee0000000000000000000000000000000000000000000000000000000000"
+	n.attach(t, leaked, "10.9.0.2")
+	ctrd := &fakeContainerd{netnsDir: n.netnsDir}
+	ctrd.afterRecords = func() {
+		ctrd.mu.Lock()
+		ctrd.records.Sandboxes = map[string]cri.SandboxRecord{created: {Namespace: "k8s.io"}}
+		ctrd.mu.Unlock()
+		n.attach(t, created, "10.9.0.3")
+	}
+	kubeletRoot := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(kubeletRoot, "pods"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now}, nil)
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot,
+		Policy:  gc.Policy{LeakGrace: 0, Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
+		Network: NewNetwork(ctrd, NetworkOptions{CacheDir: n.cacheDir, ConfDir: n.confDir, BinDir: "/nonexistent"})}, log)
+	r := loop.Pass(context.Background())
+	if got, want := networkKeys(r), []string{"cni-attachment/pods/" + leaked + "/eth0"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("first pass proposes %q, want only the leak %q: the sandbox created after the records were listed must not be seen without its record", got, want)
+	}
+	r = loop.Pass(context.Background())
+	for _, k := range networkKeys(r) {
+		if strings.Contains(k, created) {
+			t.Fatalf("second pass proposes %s of a sandbox containerd has a record of", k)
+		}
+	}
+}
