@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
@@ -111,6 +112,10 @@ func (n *Network) list(ctx context.Context) (networkListing, error) {
 	if err != nil {
 		return networkListing{}, fmt.Errorf("%w: %w", errNoCNI, err)
 	}
+	// A network that sets disableGC asks runtimes not to garbage-collect
+	// it (CNI spec 1.1: its configuration may be shared with another
+	// runtime): its attachments and reservations are not even looked at.
+	cfg.Networks = slices.DeleteFunc(cfg.Networks, func(n podnet.Network) bool { return n.List != nil && n.List.DisableGC })
 	netnsDir := n.opts.NetnsDir
 	if netnsDir == "" {
 		netnsDir = st.NetnsDir

@@ -24,10 +24,13 @@ var version = "dev"
 const usage = `nri-housekeeper - a containerd NRI plugin that reclaims leaked pod state
 
 When kubelet's pod worker gets stuck (kubernetes#107730), NotReady sandboxes,
-dead containers, pod log dirs and pod cgroups can leak for months. This plugin
-follows every pod through containerd's NRI events, checks its picture against
-a fresh CRI listing every housekeeping period, and reclaims what kubelet left
-behind - with kubelet's rules, stricter safety, and a reason for every action.
+dead containers, pod log dirs and pod cgroups can leak for months; when a
+sandbox's teardown never reaches CNI DEL, its IP stays reserved until the
+range is full. This plugin follows every pod through containerd's NRI events,
+checks its picture against a fresh CRI listing every housekeeping period, and
+reclaims what kubelet and the network left behind - CNI attachments, IP
+reservations and network namespaces included ([network]) - with kubelet's
+rules, stricter safety, and a reason for every action.
 
 Usage:
   nri-housekeeper [run] [--config FILE]   run the plugin (the default command)

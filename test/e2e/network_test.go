@@ -218,7 +218,8 @@ func TestAnExhaustedRangeIsReclaimed(t *testing.T) {
 	recovered := sandboxNet(t, l, sb)
 	waitFor(t, "every leaked attachment is deleted", 20*time.Second, func() bool {
 		for _, n := range leaked {
-			if exists(l.CNI().ResultFile(n.id, "eth0")) || len(reservedBy(t, l, n.id)) > 0 {
+			if exists(l.CNI().ResultFile(n.id, "eth0")) || len(reservedBy(t, l, n.id)) > 0 ||
+				logLine(h.logs.String(), `msg="deleted CNI attachment"`, "container_id="+n.id, "path="+l.CNI().ResultFile(n.id, "eth0")) == "" {
 				return false
 			}
 		}
@@ -283,7 +284,9 @@ func TestLeakedNetworkNamespacesAreReclaimedAndLivePodsUntouched(t *testing.T) {
 	h := startHousekeeper(t, l, k, withNetwork(t, l))
 	waitFor(t, "the leaked namespaces are removed", 30*time.Second, func() bool {
 		for _, n := range leaked {
-			if mounted(t, n.netns) || exists(n.netns) || exists(l.CNI().ResultFile(n.id, "eth0")) {
+			// The log line follows the removal.
+			if mounted(t, n.netns) || exists(n.netns) || exists(l.CNI().ResultFile(n.id, "eth0")) ||
+				logLine(h.logs.String(), `msg="removed network namespace"`, "path="+n.netns) == "" {
 				return false
 			}
 		}
