@@ -461,8 +461,21 @@ func checkDaemonSet(t *testing.T, o objects) {
 	wantDir(t, mounts, cfg.Logs.PodLogsDir, false, corev1.MountPropagationNone)
 	wantDir(t, mounts, cfg.Logs.ContainerLogsDir, false, corev1.MountPropagationNone)
 	wantDir(t, mounts, cfg.Cgroups.Mountpoint, false, corev1.MountPropagationNone)
-	if len(mounts) != 6 {
-		t.Errorf("hostPath volumes %v, want exactly the six the plugin uses", keys(mounts))
+	want := 6
+	if cfg.Network.Enabled {
+		checkNetwork(t, o, cfg, mounts)
+		want += 4
+	}
+	if len(mounts) != want {
+		t.Errorf("hostPath volumes %v, want exactly the %d the plugin uses (network.enabled %v)", keys(mounts), want, cfg.Network.Enabled)
+	}
+	// The API server refuses Bidirectional propagation in a container that
+	// is not privileged.
+	privileged := c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+	for _, m := range c.VolumeMounts {
+		if m.MountPropagation != nil && *m.MountPropagation == corev1.MountPropagationBidirectional && !privileged {
+			t.Errorf("%s is mounted Bidirectional in a container that is not privileged", m.MountPath)
+		}
 	}
 	if cfg.Log.Target != config.TargetStderr {
 		t.Errorf("log.target %q, want stderr: the container log", cfg.Log.Target)
@@ -524,6 +537,44 @@ func checkDaemonSet(t *testing.T, o objects) {
 	}
 }
 
+// checkNetwork checks what the network side needs ([network] on): the CNI
+// dirs of the rendered config mounted at the same paths (libcni's cache
+// read-write: entries and host-local's reservations are removed; the plugins
+// and the conf dir read-only; containerd's netns dir read-write and
+// Bidirectional, so that the plugin's unmount reaches the node), the node's
+// network namespace (CNI DEL of bridge and portmap), the node's PID
+// namespace (/proc shows every thread in a namespace) and privileges.
+func checkNetwork(t *testing.T, o objects, cfg config.Config, mounts map[string]hostMount) {
+	t.Helper()
+	pod, c := o.ds.Spec.Template.Spec, container(t, o.ds)
+	n := cfg.Network
+	wantDir(t, mounts, n.CacheDir, false, corev1.MountPropagationNone)
+	wantDir(t, mounts, n.BinDir, true, corev1.MountPropagationNone)
+	wantDir(t, mounts, n.ConfDir, true, corev1.MountPropagationNone)
+	if n.NetnsDir == "" {
+		t.Error("network.netns_dir is empty: the plugin would use whatever dir containerd reports, mounted or not")
+	} else {
+		wantDir(t, mounts, n.NetnsDir, false, corev1.MountPropagationBidirectional)
+		// A private copy of the namespace mounts (a mount without
+		// propagation that contains the netns dir) would keep them busy:
+		// the plugin's unmount does not reach it and the unlink fails.
+		for p, hm := range mounts {
+			if under(n.NetnsDir, p) && hm.mount.MountPropagation == nil {
+				t.Errorf("the netns dir %s is inside %s, mounted without propagation", n.NetnsDir, p)
+			}
+		}
+	}
+	if !pod.HostNetwork {
+		t.Error("network.enabled without hostNetwork: CNI DEL would run in the pod's network namespace")
+	}
+	if !pod.HostPID {
+		t.Error("network.enabled without hostPID: no namespace can be told unused")
+	}
+	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Error("network.enabled in a container that is not privileged")
+	}
+}
+
 // TestDefaultRender is acceptance point 4: the chart renders, the objects
 // pass the schema checks, and the DaemonSet has what the plugin needs.
 func TestDefaultRender(t *testing.T) {
@@ -558,6 +609,10 @@ func TestDefaultRender(t *testing.T) {
 		cfg.Logs.PodLogsDir:          "/var/log/pods",
 		cfg.Logs.ContainerLogsDir:    "/var/log/containers",
 		cfg.Cgroups.Mountpoint:       "/sys/fs/cgroup",
+		cfg.Network.CacheDir:         "/var/lib/cni",
+		cfg.Network.BinDir:           "/opt/cni/bin",
+		cfg.Network.ConfDir:          "/etc/cni/net.d",
+		cfg.Network.NetnsDir:         "/var/run/netns",
 		cfg.Metrics.Address:          ":9560",
 		c.LivenessProbe.HTTPGet.Path: "/healthz",
 	} {
@@ -568,6 +623,9 @@ func TestDefaultRender(t *testing.T) {
 	mounts := hostMounts(t, ds)
 	if m := mounts["/var/lib/kubelet/pods"].mount; !m.ReadOnly {
 		t.Error("/var/lib/kubelet/pods is writable by default")
+	}
+	if !cfg.Network.Enabled {
+		t.Error("the network side is off by default")
 	}
 	// The defaults of the plugin stay the defaults.
 	def := config.Default()
@@ -599,6 +657,52 @@ func TestValues(t *testing.T) {
 		if cfg.NRI.Socket != "/run/nri/nri-k3s.sock" || cfg.Runtime.Endpoint != "unix:///run/k3s/containerd/containerd.sock" ||
 			cfg.Pods.KubeletRoot != "/var/lib/k0s/kubelet" || cfg.Metrics.Address != ":19560" || cfg.Cgroups.Mountpoint != "/host/cgroup" {
 			t.Errorf("config does not follow the values: %+v", cfg)
+		}
+	})
+	t.Run("network off: no CNI dir mounted", func(t *testing.T) {
+		for _, vals := range []map[string]any{
+			{"network": map[string]any{"enabled": false}},
+			// Either switch off wins.
+			{"config": map[string]any{"network": map[string]any{"enabled": false}}},
+			// The capability-only variant of values.yaml.
+			{"network": map[string]any{"enabled": false}, "securityContext": map[string]any{
+				"privileged": false, "readOnlyRootFilesystem": true,
+				"capabilities": map[string]any{"drop": []any{"ALL"}, "add": []any{"KILL", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER"}}}},
+		} {
+			o := decode(t, mustRender(t, vals))
+			checkDaemonSet(t, o)
+			if parseConfig(t, o).Network.Enabled {
+				t.Errorf("%v: network.enabled is on", vals)
+			}
+			for _, p := range []string{"/var/lib/cni", "/opt/cni/bin", "/etc/cni/net.d", "/var/run/netns"} {
+				if _, ok := hostMounts(t, o.ds)[p]; ok {
+					t.Errorf("%v: %s is mounted", vals, p)
+				}
+			}
+		}
+	})
+	t.Run("k3s CNI paths", func(t *testing.T) {
+		o := decode(t, mustRender(t, map[string]any{"network": map[string]any{
+			"binDir":  "/var/lib/rancher/k3s/data/current/bin",
+			"confDir": "/var/lib/rancher/k3s/agent/etc/cni/net.d",
+		}}))
+		checkDaemonSet(t, o)
+		n := parseConfig(t, o).Network
+		if !n.Enabled || n.BinDir != "/var/lib/rancher/k3s/data/current/bin" || n.ConfDir != "/var/lib/rancher/k3s/agent/etc/cni/net.d" ||
+			n.CacheDir != "/var/lib/cni" || n.NetnsDir != "/var/run/netns" {
+			t.Errorf("network config does not follow the values: %+v", n)
+		}
+	})
+	t.Run("netns under containerd's state dir", func(t *testing.T) {
+		// netns_mounts_under_state_dir: the netns dir is inside the
+		// read-only, HostToContainer containerd dir, and mounted on its
+		// own over it.
+		netns := "/run/containerd/io.containerd.grpc.v1.cri/netns"
+		o := decode(t, mustRender(t, map[string]any{"network": map[string]any{"netnsDir": netns, "cacheDir": "/data/cni"}}))
+		checkDaemonSet(t, o)
+		n := parseConfig(t, o).Network
+		if n.NetnsDir != netns || n.CacheDir != "/data/cni" {
+			t.Errorf("network config does not follow the values: %+v", n)
 		}
 	})
 	t.Run("config numbers, strings and booleans", func(t *testing.T) {
@@ -636,6 +740,7 @@ func TestValues(t *testing.T) {
 		}
 		want.NRI.Socket, want.Runtime.Endpoint, want.Pods.KubeletRoot = got.NRI.Socket, got.Runtime.Endpoint, got.Pods.KubeletRoot
 		want.Logs, want.Cgroups.Mountpoint, want.Metrics, want.Log.Target = got.Logs, got.Cgroups.Mountpoint, got.Metrics, got.Log.Target
+		want.Network.CacheDir, want.Network.ConfDir, want.Network.BinDir, want.Network.NetnsDir = got.Network.CacheDir, got.Network.ConfDir, got.Network.BinDir, got.Network.NetnsDir
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("the example config changed on its way through the chart:\n got %+v\nwant %+v", got, want)
 		}
@@ -685,6 +790,20 @@ func TestValues(t *testing.T) {
 		"podMonitor namespace not a name":    {"monitoring": map[string]any{"podMonitor": map[string]any{"enabled": true, "namespace": "Monitoring"}}},
 		"rule label not a string":            {"monitoring": map[string]any{"prometheusRule": map[string]any{"enabled": true, "additionalRuleLabels": map[string]any{"tier": 1}}}},
 		"unknown monitoring object":          {"monitoring": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}},
+		// The network side needs the node's network and PID namespaces and
+		// a privileged container (Bidirectional propagation).
+		"network without hostNetwork":     {"hostNetwork": false},
+		"network without hostPID":         {"hostPID": false},
+		"network not privileged":          {"securityContext": map[string]any{"privileged": false}},
+		"network without securityContext": {"securityContext": nil},
+		"relative netns dir":              {"network": map[string]any{"netnsDir": "run/netns"}},
+		"unknown network key":             {"network": map[string]any{"dataDir": "/var/lib/cni/networks"}},
+		"network enabled not a boolean":   {"network": map[string]any{"enabled": "yes"}},
+		"two mounts at one path":          {"network": map[string]any{"binDir": "/etc/cni/net.d"}},
+		"netns dir is the containerd dir": {"network": map[string]any{"netnsDir": "/run/containerd/"}},
+		"cache dir is the pod logs dir":   {"network": map[string]any{"cacheDir": "/var/log/pods"}},
+		"netns dir in the cache dir":      {"network": map[string]any{"netnsDir": "/var/lib/cni/netns"}},
+		"netns dir in the NRI dir":        {"network": map[string]any{"netnsDir": "/var/run/nri/netns/"}},
 	} {
 		t.Run("refused: "+name, func(t *testing.T) {
 			if out, err := render(t, vals); err == nil {
@@ -765,6 +884,28 @@ func TestNotes(t *testing.T) {
 		}
 		if strings.Contains(notes, "<no value>") || (vals != nil) != strings.Contains(notes, "dry_run is on") {
 			t.Errorf("notes:\n%s", notes)
+		}
+	}
+}
+
+// TestNotesNetwork: the notes say whether the network side is on, and with
+// which CNI dirs.
+func TestNotesNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		vals map[string]any
+		want string
+	}{
+		{nil, "network.binDir\n(/opt/cni/bin) and network.netnsDir (/var/run/netns)"},
+		{map[string]any{"network": map[string]any{"binDir": "/var/lib/rancher/k3s/data/cni"}}, "(/var/lib/rancher/k3s/data/cni)"},
+		{map[string]any{"network": map[string]any{"enabled": false}}, "The network side is off"},
+		{map[string]any{"config": map[string]any{"network": map[string]any{"enabled": false}}}, "The network side is off"},
+	} {
+		rel, err := install(t, tc.vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(rel.Info.Notes, tc.want) || strings.Contains(rel.Info.Notes, "<no value>") {
+			t.Errorf("%v: notes lack %q:\n%s", tc.vals, tc.want, rel.Info.Notes)
 		}
 	}
 }

@@ -262,6 +262,12 @@ func TestImageRunsAsTheDaemonSetAndReclaimsALeak(t *testing.T) {
 		"/var/log/pods":         l.LogRoot,
 		"/var/log/containers":   k.linksDir,
 		"/sys/fs/cgroup":        "/sys/fs/cgroup",
+		// The network side: libcni's cache dir is the node's own (containerd
+		// cannot move it); the lab's plugins, conf dir and netns dir.
+		"/var/lib/cni":   l.CNI().CacheDir,
+		"/opt/cni/bin":   l.CNI().BinDir,
+		"/etc/cni/net.d": l.CNI().ConfDir,
+		"/var/run/netns": l.CNI().NetnsDir,
 	}
 	var mounts []lab.Mount
 	for _, vm := range spec.VolumeMounts {

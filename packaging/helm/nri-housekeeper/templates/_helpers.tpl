@@ -59,6 +59,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
+Whether the network side is on: network.enabled, unless the config turns it
+off (config.network.enabled: false). "true" or "false".
+*/}}
+{{- define "nri-housekeeper.networkEnabled" -}}
+{{- $cfgOn := ne (toString (dig "network" "enabled" true (default dict .Values.config))) "false" }}
+{{- if and .Values.network.enabled $cfgOn }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{/*
 The configuration: .Values.config with the keys that must match the
 DaemonSet's mounts and ports set by the chart.
 */}}
@@ -73,6 +82,7 @@ DaemonSet's mounts and ports set by the chart.
   "cgroups" (dict "mountpoint" $v.cgroupMountpoint)
   "metrics" (dict "address" (printf ":%d" (int $v.metrics.port)))
   "log" (dict "target" "stderr")
+  "network" (dict "enabled" (eq (include "nri-housekeeper.networkEnabled" .) "true") "cache_dir" $v.network.cacheDir "conf_dir" $v.network.confDir "bin_dir" $v.network.binDir "netns_dir" $v.network.netnsDir)
 -}}
 {{- range $section, $keys := $set }}
 {{- $_ := set $cfg $section (merge $keys (default dict (get $cfg $section))) }}
