@@ -50,28 +50,36 @@ func (p *planner) networkRules() {
 	// A cache entry holds its owner's reservation on its network: the DEL
 	// releases it. An unreadable one holds its owner's reservations on
 	// every network, and one whose owner cannot be told holds every
-	// reservation. cacheOwners is keyed "<network>/<owner>", or
-	// "*/<owner>" for an unreadable entry.
-	cacheOwners := make(map[string]bool)
+	// reservation. cacheOwners is keyed by network and owner, with network
+	// "*" for an unreadable entry.
+	type cacheOwner struct{ network, owner string }
+	cacheOwners := make(map[cacheOwner]bool, len(n.Listing.Attachments))
 	unknownCache := ""
 	for _, u := range n.Listing.Unreadable {
 		switch {
 		case u.Owner != "":
 			valid[u.Owner] = true
 			if u.Kind == podnet.KindAttachment {
-				cacheOwners["*/"+u.Owner] = true
+				cacheOwners[cacheOwner{"*", u.Owner}] = true
 			}
 		case u.Kind == podnet.KindAttachment:
 			unknownCache = u.Path
 		}
 	}
 	// Another runtime on a network shows in the namespaces its
-	// attachments ran in.
-	foreign := make(map[string]string) // network → a netns outside NetnsDir, quoted
-	for _, a := range n.Listing.Attachments {
-		if !directlyIn(a.NetNS, n.NetnsDir) {
-			foreign[a.Network] = fmt.Sprintf("%q", a.NetNS)
+	// attachments ran in. Only a reservation no attachment explains asks,
+	// so the map is made when one first does.
+	var foreign map[string]string // network → a netns outside NetnsDir, quoted
+	foreignNetns := func(network string) string {
+		if foreign == nil {
+			foreign = make(map[string]string)
+			for _, a := range n.Listing.Attachments {
+				if !directlyIn(a.NetNS, n.NetnsDir) {
+					foreign[a.Network] = fmt.Sprintf("%q", a.NetNS)
+				}
+			}
 		}
+		return foreign[network]
 	}
 	// Attachments: a CNI DEL through the whole chain for each unowned one.
 	netnsDeps := make(map[string][]string) // netns path → DEL keys of its unowned attachments
@@ -79,7 +87,7 @@ func (p *planner) networkRules() {
 	validNetns := make(map[string]bool)
 	for i := range n.Listing.Attachments {
 		a := &n.Listing.Attachments[i]
-		cacheOwners[a.Network+"/"+a.ContainerID] = true
+		cacheOwners[cacheOwner{a.Network, a.ContainerID}] = true
 		if valid[a.ContainerID] {
 			if a.NetNS != "" {
 				validNetns[a.NetNS] = true
@@ -110,17 +118,19 @@ func (p *planner) networkRules() {
 	// Reservations with no cache entry: released under host-local's lock.
 	for i := range n.Listing.Reservations {
 		r := &n.Listing.Reservations[i]
-		object := fmt.Sprintf("ip reservation %s (network %s)", r.IP, r.Network)
 		switch {
 		case valid[r.Owner]:
 			continue
-		case cacheOwners[r.Network+"/"+r.Owner], cacheOwners["*/"+r.Owner]:
+		case cacheOwners[cacheOwner{r.Network, r.Owner}], cacheOwners[cacheOwner{"*", r.Owner}]:
 			continue // its attachment's DEL releases it through the IPAM plugin
+		}
+		object := fmt.Sprintf("ip reservation %s (network %s)", r.IP, r.Network)
+		switch {
 		case hold != "":
 			p.keep(object, PodRef{}, "%s", hold)
 			continue
-		case foreign[r.Network] != "":
-			p.keep(object, PodRef{}, "an attachment of network %s ran in netns %s, outside containerd's: another runtime may use the network", r.Network, foreign[r.Network])
+		case foreignNetns(r.Network) != "":
+			p.keep(object, PodRef{}, "an attachment of network %s ran in netns %s, outside containerd's: another runtime may use the network", r.Network, foreignNetns(r.Network))
 			continue
 		case unknownCache != "":
 			p.keep(object, PodRef{}, "CNI cache entry %s cannot be read and may be its attachment", unknownCache)
@@ -141,10 +151,11 @@ func (p *planner) networkRules() {
 	}
 	for i := range n.Listing.Netns {
 		ns := &n.Listing.Netns[i]
+		if ns.InUse || recorded[ns.Path] || validNetns[ns.Path] {
+			continue
+		}
 		object := "network namespace " + ns.Path
 		switch {
-		case ns.InUse, recorded[ns.Path], validNetns[ns.Path]:
-			continue
 		case hold != "":
 			p.keep(object, PodRef{}, "%s", hold)
 			continue

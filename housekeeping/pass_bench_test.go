@@ -2,11 +2,14 @@ package housekeeping
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,14 +22,102 @@ import (
 
 // fakeNode is a node's files under a temp dir, the way kubelet and runc lay
 // them out: pod cgroups (cgroup v1 with 10 hierarchies, or v2), kubelet pod
-// dirs, pod log dirs and container log links; and the CRI listing of its
-// live pods. Leaked pods have all the files and nothing listed.
+// dirs, pod log dirs and container log links; the pod network as
+// containerd's CNI leaves it (fakeNet); and the CRI listing of its live
+// pods. Leaked pods have all the files and nothing listed.
 type fakeNode struct {
 	cgroups     podcgroups.Options
 	kubeletRoot string
 	podLogs     string
 	ctrLogs     string
 	snap        cri.Snapshot
+	net         fakeNet
+}
+
+// fakeNet is the node's pod network with containerd's default CNI setup: one
+// conflist (bridge with host-local IPAM, then portmap) in the conf dir, and
+// per pod what its CNI ADDs left: libcni's cache entries of network "pods"
+// (eth0) and of "cni-loopback" (lo, which containerd attaches first), and
+// host-local's reservation; containerd's sandbox records name the live pods
+// and their netns. The netns dir exists but is empty: real namespace mounts
+// need root, and podnet's BenchmarkList and BenchmarkNetnsInUse measure them
+// (with any mount, List also stats every thread's namespace).
+type fakeNet struct {
+	confDir, cacheDir, dataDir, netnsDir string
+	records                              cri.Records
+}
+
+// benchConfList is the node's network: containerd's default conflist (its
+// 10-containerd-net.conflist) with host-local's dataDir in the tree.
+func benchConfList(dataDir string) string {
+	return `{
+  "cniVersion": "1.0.0",
+  "name": "pods",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": true,
+      "promiscMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "` + dataDir + `",
+        "ranges": [[{"subnet": "10.88.0.0/16"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    },
+    {
+      "type": "portmap",
+      "capabilities": {"portMappings": true}
+    }
+  ]
+}`
+}
+
+// benchLoopbackConf is the loopback network containerd attaches every pod
+// to (go-cni's WithLoNetwork), as its cache entries hold it.
+const benchLoopbackConf = `{
+"cniVersion": "0.3.1",
+"name": "cni-loopback",
+"plugins": [{
+  "type": "loopback"
+}]
+}`
+
+// attach writes what the CNI ADDs of pod i left: the two cache entries and
+// the reservation. It returns the pod's netns path.
+func (f fakeNet) attach(tb testing.TB, write func(path, content string), i int, sandbox, uid, name string) (netns string) {
+	tb.Helper()
+	netns = filepath.Join(f.netnsDir, fmt.Sprintf("cni-%08x-0000-4000-8000-%012x", i, i))
+	ip := fmt.Sprintf("10.88.%d.%d", i/250, i%250+2)
+	entry := func(network, ifName, config string, result map[string]any) {
+		data, err := json.Marshal(map[string]any{
+			"kind": "cniCacheV1", "containerId": sandbox, "config": []byte(config), "ifName": ifName, "networkName": network, "netns": netns,
+			"cniArgs": [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "ns"}, {"K8S_POD_NAME", name},
+				{"K8S_POD_INFRA_CONTAINER_ID", sandbox}, {"K8S_POD_UID", uid}},
+			"capabilityArgs": map[string]any{"io.kubernetes.cri.pod-annotations": map[string]string{
+				"kubernetes.io/config.seen": "2026-11-21T11:00:00.000000000Z", "kubernetes.io/config.source": "api"}},
+			"result": result,
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		write(filepath.Join(f.cacheDir, "results", network+"-"+sandbox+"-"+ifName), string(data))
+	}
+	type m = map[string]any
+	entry("cni-loopback", "lo", benchLoopbackConf, m{"cniVersion": "0.3.1",
+		"interfaces": []m{{"name": "lo", "mac": "00:00:00:00:00:00", "sandbox": netns}},
+		"ips":        []m{{"interface": 0, "address": "127.0.0.1/8"}, {"interface": 0, "address": "::1/128"}},
+		"dns":        m{}})
+	entry("pods", "eth0", benchConfList(f.dataDir), m{"cniVersion": "1.0.0",
+		"interfaces": []m{{"name": "cni0", "mac": "0a:58:0a:58:00:01"}, {"name": fmt.Sprintf("veth%08x", i), "mac": "66:2c:1e:4d:7a:10"},
+			{"name": "eth0", "mac": "0a:58:0a:58:00:02", "sandbox": netns}},
+		"ips":    []m{{"interface": 2, "address": ip + "/16", "gateway": "10.88.0.1"}},
+		"routes": []m{{"dst": "0.0.0.0/0"}},
+		"dns":    m{}})
+	write(filepath.Join(f.dataDir, "pods", ip), sandbox+"\r\neth0")
+	return netns
 }
 
 var v1Hierarchies = []string{"blkio", "cpu,cpuacct", "cpuset", "devices", "freezer", "hugetlb", "memory", "net_cls,net_prio", "perf_event", "pids"}
@@ -54,6 +145,13 @@ func makeFakeNode(tb testing.TB, dir string, v2 bool, live, leaked int) fakeNode
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			tb.Fatal(err)
 		}
+	}
+	n.net = fakeNet{confDir: filepath.Join(dir, "net.d"), cacheDir: filepath.Join(dir, "cni"), dataDir: filepath.Join(dir, "cni-networks"),
+		netnsDir: filepath.Join(dir, "netns"), records: cri.Records{Sandboxes: map[string]cri.SandboxRecord{}, Containers: map[string]string{}}}
+	write(filepath.Join(n.net.confDir, "10-containerd-net.conflist"), benchConfList(n.net.dataDir))
+	write(filepath.Join(n.net.dataDir, "pods", "lock"), "")
+	if err := os.MkdirAll(n.net.netnsDir, 0o755); err != nil {
+		tb.Fatal(err)
 	}
 	hierarchies := []string{n.cgroups.Mountpoint}
 	if v2 {
@@ -108,9 +206,11 @@ func makeFakeNode(tb testing.TB, dir string, v2 bool, live, leaked int) fakeNode
 		if err := os.Symlink(filepath.Join(logDir, "app", "0.log"), link); err != nil {
 			tb.Fatal(err)
 		}
+		netns := n.net.attach(tb, write, i, sandbox, uid, name)
 		if i >= live {
 			continue
 		}
+		n.net.records.Sandboxes[sandbox] = cri.SandboxRecord{Namespace: "k8s.io", NetNSPath: netns}
 		labels := map[string]string{podstate.LabelPodUID: uid, podstate.LabelPodNamespace: "ns", podstate.LabelPodName: name}
 		n.snap.Sandboxes = append(n.snap.Sandboxes, cri.Sandbox{ID: sandbox, UID: uid, Namespace: "ns", Name: name, Ready: true,
 			CreatedAt: now.Add(-time.Hour), Labels: labels})
@@ -158,39 +258,166 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func (n fakeNode) loop() *Loop {
+// loop is a loop on the node; with network, its network side is on, with
+// a fake containerd whose records are the live pods' (copied for each
+// listing, as a real one decodes them).
+func (n fakeNode) loop(network bool) *Loop {
 	log, _ := testLogger()
 	opts := n.cgroups
+	var net *Network
+	if network {
+		net = NewNetwork(&fakeContainerd{netnsDir: n.net.netnsDir, records: n.net.records},
+			NetworkOptions{CacheDir: n.net.cacheDir, ConfDir: n.net.confDir, BinDir: "/opt/cni/bin"})
+	}
 	return New(podstate.New(0), &fakeRuntime{snap: n.snap}, Options{Period: time.Hour, KubeletRoot: n.kubeletRoot, Cgroups: &opts,
-		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, LeakGrace: time.Minute, PodLogsDir: n.podLogs, ContainerLogsDir: n.ctrLogs}}, log)
+		Policy:  gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, LeakGrace: time.Minute, PodLogsDir: n.podLogs, ContainerLogsDir: n.ctrLogs},
+		Network: net}, log)
+}
+
+// readNetwork is the network side's reads of a pass: containerd's CNI
+// configuration (from the conf dir here), the cache entries, reservations
+// and netns dir, then containerd's records. It fails when the network side
+// would be left out of the plan, or the node's network is not what the
+// fake node has: two cache entries and one reservation a pod.
+func (l *Loop) readNetwork(ctx context.Context, pods int) (*gc.NetworkInput, error) {
+	listing, err := l.listNetwork(ctx)
+	in := l.networkInput(ctx, listing, err)
+	switch {
+	case err != nil:
+		return nil, err
+	case in == nil:
+		return nil, errors.New("the network side is left out of the plan")
+	case len(in.Listing.Attachments) != 2*pods || len(in.Listing.Reservations) != pods || len(in.Listing.Unreadable) != 0:
+		return nil, fmt.Errorf("listed %d attachments, %d reservations, %d unreadable; want %d, %d, 0",
+			len(in.Listing.Attachments), len(in.Listing.Reservations), len(in.Listing.Unreadable), 2*pods, pods)
+	}
+	return in, nil
+}
+
+// cpuTime is the CPU time this process has used, every thread (GC
+// included).
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time an op took since start (cpu-ns/op) beside
+// its wall time: on a machine that other work keeps busy, it moves less.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkPass is one housekeeping pass without execution: the (fake,
 // free) listing, reconcile, gather and plan, against real file trees. What
 // grows with the node should be the listing's share only; what grows with
 // the leaks is looked into.
+//
+// With network=on the pass also reads the pod network (fakeNet: two cache
+// entries and a reservation a pod; a leaked pod's are leaks too) and
+// containerd's (fake, nearly free) records, and plans the network's rules:
+// on - off is what the network side adds to a pass (BenchmarkNetwork splits
+// it).
 func BenchmarkPass(b *testing.B) {
+	type size struct {
+		live, leaked int
+		network      bool
+	}
+	var sizes []size
+	for _, s := range []size{{250, 0, false}, {300, 0, false}, {1000, 0, false}, {3000, 0, false}, {1000, 30, false}, {1000, 300, false}} {
+		sizes = append(sizes, s)
+		if (s.live == 250 || s.live == 1000) && s.leaked <= 30 {
+			sizes = append(sizes, size{s.live, s.leaked, true})
+		}
+	}
 	for _, v2 := range []bool{false, true} {
-		for _, size := range []struct{ live, leaked int }{{300, 0}, {1000, 0}, {3000, 0}, {1000, 30}, {1000, 300}} {
-			name := fmt.Sprintf("cgroup-v1/live=%d/leaked=%d", size.live, size.leaked)
+		for _, size := range sizes {
+			cgroup, network := "cgroup-v1", "off"
 			if v2 {
-				name = fmt.Sprintf("cgroup-v2/live=%d/leaked=%d", size.live, size.leaked)
+				cgroup = "cgroup-v2"
 			}
-			b.Run(name, func(b *testing.B) {
+			if size.network {
+				network = "on"
+			}
+			b.Run(fmt.Sprintf("%s/live=%d/leaked=%d/network=%s", cgroup, size.live, size.leaked, network), func(b *testing.B) {
 				n := cachedFakeNode(b, v2, size.live, size.leaked)
-				l := n.loop()
-				if r := l.Pass(context.Background()); r.Err != nil {
+				l := n.loop(size.network)
+				if size.network {
+					l.warning = map[string]bool{}
+					if _, err := l.readNetwork(context.Background(), size.live+size.leaked); err != nil {
+						b.Fatal(err)
+					}
+				}
+				r := l.Pass(context.Background())
+				if r.Err != nil {
 					b.Fatal(r.Err)
 				} else if got := r.Plan.Leaks[gc.LeakPodCgroup] + len(r.Plan.Deferred); size.leaked > 0 && got == 0 {
 					b.Fatalf("the leaked pods were not found: %+v", r.Plan.Leaks)
 				}
+				if got, want := r.Plan.Leaks[gc.LeakCNIAttachment], 2*size.leaked; size.network && got != want {
+					b.Fatalf("%d leaked CNI attachments found, want %d (%+v)", got, want, r.Plan.Leaks)
+				}
 				b.ReportAllocs()
 				b.ResetTimer()
+				cpu := cpuTime(b)
 				for b.Loop() {
 					l.Pass(context.Background())
 				}
+				reportCPU(b, cpu)
 			})
 		}
+	}
+}
+
+// BenchmarkNetwork splits the network side of a pass (cgroup v2 nodes of
+// BenchmarkPass): "read" is its reads (listNetwork and networkInput: the CNI
+// configuration, podnet.List of the cache entries, reservations and netns
+// dir, containerd's fake records); "plan" is gc.Plan of the pass's input with
+// the network in it, "plan-without-network" the same without: their
+// difference is the network rules (and, with leaks, their actions'
+// resolution). The network side of a pass is read + plan -
+// plan-without-network.
+func BenchmarkNetwork(b *testing.B) {
+	for _, size := range []struct{ live, leaked int }{{250, 0}, {1000, 0}, {1000, 30}} {
+		b.Run(fmt.Sprintf("live=%d/leaked=%d", size.live, size.leaked), func(b *testing.B) {
+			n := cachedFakeNode(b, true, size.live, size.leaked)
+			l := n.loop(true)
+			ctx := context.Background()
+			l.warning = map[string]bool{}
+			net, err := l.readNetwork(ctx, size.live+size.leaked)
+			if err != nil {
+				b.Fatal(err)
+			}
+			listing, _ := ToListing(l.state.Seq(), n.snap)
+			l.state.Reconcile(listing, n.snap.TakenAt)
+			in := l.planInput(ctx, n.snap, l.state.View())
+			without := in
+			in.Network = net
+			if got, want := gc.Plan(in).Leaks[gc.LeakCNIAttachment], 2*size.leaked; got != want {
+				b.Fatalf("%d leaked CNI attachments found, want %d", got, want)
+			}
+			for _, part := range []struct {
+				name string
+				run  func() error
+			}{
+				{"read", func() error { _, err := l.readNetwork(ctx, size.live+size.leaked); return err }},
+				{"plan", func() error { gc.Plan(in); return nil }},
+				{"plan-without-network", func() error { gc.Plan(without); return nil }},
+			} {
+				b.Run(part.name, func(b *testing.B) {
+					b.ReportAllocs()
+					cpu := cpuTime(b)
+					for b.Loop() {
+						if err := part.run(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					reportCPU(b, cpu)
+				})
+			}
+		})
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/utils"
 	"golang.org/x/sys/unix"
 )
 
@@ -231,8 +230,8 @@ func readCacheEntry(path, name string) (a Attachment, reason string, err error) 
 	case e.NetworkName == "" || e.IfName == "":
 		return Attachment{}, "no network or interface name in it", nil
 	}
-	if err := utils.ValidateNetworkName(e.NetworkName); err != nil {
-		return Attachment{}, fmt.Sprintf("network name %q: %s", e.NetworkName, err.Msg), nil
+	if r := validNetworkName(e.NetworkName); r != "" {
+		return Attachment{}, r, nil
 	}
 	if r := validID(e.ContainerID); r != "" {
 		return Attachment{}, r, nil
