@@ -40,6 +40,10 @@ type NetworkRuntime interface {
 type Network struct {
 	opts NetworkOptions
 	rt   NetworkRuntime
+	// lister reads the network's objects each pass, reading again only
+	// the files that changed since the last pass (safe for concurrent
+	// use).
+	lister podnet.Lister
 
 	mu        sync.Mutex
 	reclaimer *podnet.Reclaimer
@@ -120,7 +124,7 @@ func (n *Network) list(ctx context.Context) (networkListing, error) {
 	if netnsDir == "" {
 		netnsDir = st.NetnsDir
 	}
-	listing, err := podnet.List(ctx, cfg, n.opts.CacheDir, netnsDir)
+	listing, err := n.lister.List(ctx, cfg, n.opts.CacheDir, netnsDir)
 	if err != nil {
 		return networkListing{}, err
 	}

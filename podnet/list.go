@@ -159,18 +159,38 @@ func (l Listing) ByNetns() map[string][]Attachment {
 // the node's PID namespace, or some thread's namespace cannot be read), no
 // namespace is known to be unused, and every namespace mount is Unreadable
 // with the reason.
+//
+// List reads every file each time; a Lister makes repeated listings cheap by
+// reading again only the files that changed, for the same result.
 func List(ctx context.Context, cfg Config, cacheDir, netnsDir string) (Listing, error) {
-	var l Listing
-	var err error
-	if l.Attachments, l.Unreadable, err = listAttachments(ctx, cfg, cacheDir); err != nil {
+	l, err := listFiles(ctx, cfg, cacheDir, nil)
+	if err != nil {
 		return Listing{}, err
 	}
-	reservations, unreadable, err := listReservations(ctx, cfg)
+	return addNetns(ctx, l, netnsDir)
+}
+
+// listFiles reads the cache entries and reservations of cfg's networks,
+// through c (nil: every file is read).
+func listFiles(ctx context.Context, cfg Config, cacheDir string, c *fileCache) (Listing, error) {
+	var l Listing
+	var err error
+	if l.Attachments, l.Unreadable, err = listAttachments(ctx, cfg, cacheDir, c); err != nil {
+		return Listing{}, err
+	}
+	reservations, unreadable, err := listReservations(ctx, cfg, c)
 	if err != nil {
 		return Listing{}, err
 	}
 	l.Reservations = reservations
 	l.Unreadable = append(l.Unreadable, unreadable...)
+	return l, nil
+}
+
+// addNetns adds the namespace mounts in netnsDir to l. They are read every
+// time: whether a thread is in a namespace changes without any file
+// changing.
+func addNetns(ctx context.Context, l Listing, netnsDir string) (Listing, error) {
 	netns, unreadable, err := listNetns(ctx, netnsDir)
 	if err != nil {
 		return Listing{}, err
@@ -209,40 +229,56 @@ const maxCacheEntrySize = 1 << 20
 // ones libcni's validators accept or name is not libcni's name for what it
 // holds. err is set only when the file is gone (fs.ErrNotExist).
 func readCacheEntry(path, name string) (a Attachment, reason string, err error) {
+	a, reason, _, err = readCacheEntryFile(path, name)
+	return a, reason, err
+}
+
+// readCacheEntryFile is readCacheEntry that also returns the fstat of the
+// file the verdict was drawn from: nil when it was not drawn from a regular
+// file's content (the file could not be opened, stat'ed or read, or is not a
+// regular file of at most maxCacheEntrySize bytes).
+func readCacheEntryFile(path, name string) (a Attachment, reason string, info fs.FileInfo, err error) {
 	data, info, err := readSmallFile(path, maxCacheEntrySize)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Attachment{}, "", err
+		return Attachment{}, "", nil, err
 	}
 	if err != nil {
-		return Attachment{}, err.Error(), nil
+		return Attachment{}, err.Error(), nil, nil
 	}
+	a, reason = parseCacheEntry(path, name, data, info)
+	return a, reason, info, nil
+}
+
+// parseCacheEntry is readCacheEntry's verdict on data, the content of the
+// file at path, named name, whose fstat is info.
+func parseCacheEntry(path, name string, data []byte, info fs.FileInfo) (a Attachment, reason string) {
 	var e cacheEntry
 	if err := json.Unmarshal(data, &e); err != nil {
-		return Attachment{}, fmt.Sprintf("libcni cannot decode it: %v", err), nil
+		return Attachment{}, fmt.Sprintf("libcni cannot decode it: %v", err)
 	}
 	// RawMessage holds valid JSON with no space around it.
 	if r := e.RawResult; len(r) > 0 && r[0] != '{' && string(r) != "null" {
-		return Attachment{}, "libcni cannot decode it: its result is not a JSON object", nil
+		return Attachment{}, "libcni cannot decode it: its result is not a JSON object"
 	}
 	switch {
 	case e.Kind != cniCacheKind:
-		return Attachment{}, fmt.Sprintf("kind %q, not libcni's %q", e.Kind, cniCacheKind), nil
+		return Attachment{}, fmt.Sprintf("kind %q, not libcni's %q", e.Kind, cniCacheKind)
 	case e.NetworkName == "" || e.IfName == "":
-		return Attachment{}, "no network or interface name in it", nil
+		return Attachment{}, "no network or interface name in it"
 	}
 	if r := validNetworkName(e.NetworkName); r != "" {
-		return Attachment{}, r, nil
+		return Attachment{}, r
 	}
 	if r := validID(e.ContainerID); r != "" {
-		return Attachment{}, r, nil
+		return Attachment{}, r
 	}
 	if r := validIfName(e.IfName); r != "" {
-		return Attachment{}, r, nil
+		return Attachment{}, r
 	}
 	if want := cacheFileName(e.NetworkName, e.ContainerID, e.IfName); name != want {
 		// libcni's DEL reads and removes <network>-<id>-<ifname>: it
 		// would never touch this file.
-		return Attachment{}, fmt.Sprintf("it holds the attachment of %s, whose cache entry is named %q", e.ContainerID, want), nil
+		return Attachment{}, fmt.Sprintf("it holds the attachment of %s, whose cache entry is named %q", e.ContainerID, want)
 	}
 	return Attachment{
 		Network:        e.NetworkName,
@@ -253,19 +289,23 @@ func readCacheEntry(path, name string) (a Attachment, reason string, err error) 
 		CniArgs:        e.CniArgs,
 		CapabilityArgs: e.CapabilityArgs,
 		ModTime:        info.ModTime(),
-	}, "", nil
+	}, ""
 }
 
-// listAttachments reads the cache entries of cfg's networks.
-func listAttachments(ctx context.Context, cfg Config, cacheDir string) ([]Attachment, []Unreadable, error) {
+// listAttachments reads the cache entries of cfg's networks, each through c
+// (nil: read).
+func listAttachments(ctx context.Context, cfg Config, cacheDir string, c *fileCache) ([]Attachment, []Unreadable, error) {
 	dir := filepath.Join(cacheDir, "results")
-	entries, err := readDir(ctx, dir)
+	d, entries, err := openDir(ctx, dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("libcni cache dir %s: %w", dir, err)
 	}
+	defer d.Close()
+	dirFD := int(d.Fd())
+	prefix := joinPrefix(dir)
 	var (
 		attachments []Attachment
 		unreadable  []Unreadable
@@ -279,12 +319,12 @@ func listAttachments(ctx context.Context, cfg Config, cacheDir string) ([]Attach
 		if !ours {
 			continue // another network's entry: not containerd's
 		}
-		path := filepath.Join(dir, name)
+		path := prefix + name // filepath.Join(dir, name)
 		if !e.Type().IsRegular() {
 			unreadable = append(unreadable, Unreadable{KindAttachment, path, owner, fmt.Sprintf("not a regular file (%s)", e.Type())})
 			continue
 		}
-		a, reason, err := readCacheEntry(path, name)
+		a, reason, err := c.readCacheEntry(dirFD, path, name)
 		switch {
 		case err != nil:
 			continue // removed since the directory was read
@@ -301,8 +341,8 @@ func listAttachments(ctx context.Context, cfg Config, cacheDir string) ([]Attach
 }
 
 // listReservations reads the reservation files in the host-local dirs of
-// cfg's networks.
-func listReservations(ctx context.Context, cfg Config) ([]Reservation, []Unreadable, error) {
+// cfg's networks, each through c (nil: read).
+func listReservations(ctx context.Context, cfg Config, c *fileCache) ([]Reservation, []Unreadable, error) {
 	var (
 		reservations []Reservation
 		unreadable   []Unreadable
@@ -311,32 +351,51 @@ func listReservations(ctx context.Context, cfg Config) ([]Reservation, []Unreada
 		if n.HostLocalDir == "" {
 			continue
 		}
-		entries, err := readDir(ctx, n.HostLocalDir)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
+		r, u, err := listReservationsOf(ctx, n, c)
 		if err != nil {
 			return nil, nil, fmt.Errorf("host-local dir %s of network %s: %w", n.HostLocalDir, n.Name, err)
 		}
-		for _, e := range entries {
-			if err := ctx.Err(); err != nil {
-				return nil, nil, fmt.Errorf("host-local dir %s of network %s: %w", n.HostLocalDir, n.Name, err)
-			}
-			name := e.Name()
-			if isHostLocalBookkeeping(name) {
-				continue
-			}
-			path := filepath.Join(n.HostLocalDir, name)
-			r, reason, err := readReservation(n.Name, path)
-			switch {
-			case errors.Is(err, fs.ErrNotExist):
-				continue // released since the directory was read
-			case reason != "":
-				unreadable = append(unreadable, Unreadable{KindReservation, path, r.Owner, reason})
-				continue
-			}
-			reservations = append(reservations, r)
+		reservations = append(reservations, r...)
+		unreadable = append(unreadable, u...)
+	}
+	return reservations, unreadable, nil
+}
+
+// listReservationsOf reads the reservation files in n's host-local dir,
+// each through c (nil: read).
+func listReservationsOf(ctx context.Context, n Network, c *fileCache) ([]Reservation, []Unreadable, error) {
+	d, entries, err := openDir(ctx, n.HostLocalDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	defer d.Close()
+	dirFD := int(d.Fd())
+	prefix := joinPrefix(n.HostLocalDir)
+	var (
+		reservations []Reservation
+		unreadable   []Unreadable
+	)
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
 		}
+		name := e.Name()
+		if isHostLocalBookkeeping(name) {
+			continue
+		}
+		path := prefix + name // filepath.Join(n.HostLocalDir, name)
+		r, reason, err := c.readReservation(dirFD, n.Name, path, name)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // released since the directory was read
+		case reason != "":
+			unreadable = append(unreadable, Unreadable{KindReservation, path, r.Owner, reason})
+			continue
+		}
+		reservations = append(reservations, r)
 	}
 	return reservations, unreadable, nil
 }
@@ -346,25 +405,33 @@ func listReservations(ctx context.Context, cfg Config) ([]Reservation, []Unreada
 // set even then when the content names a container. err is set only when the
 // file is gone (fs.ErrNotExist).
 func readReservation(network, path string) (r Reservation, reason string, err error) {
+	r, reason, _, err = readReservationFile(network, path)
+	return r, reason, err
+}
+
+// readReservationFile is readReservation that also returns the fstat of the
+// file the verdict was drawn from: nil when it was not drawn from a regular
+// file's content (as readCacheEntryFile).
+func readReservationFile(network, path string) (r Reservation, reason string, info fs.FileInfo, err error) {
 	name := filepath.Base(path)
 	data, info, err := readSmallFile(path, maxReservationSize)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Reservation{}, "", err
+		return Reservation{}, "", nil, err
 	}
 	if err != nil {
-		return Reservation{}, err.Error(), nil
+		return Reservation{}, err.Error(), nil, nil
 	}
 	owner, ifName, reason := parseReservation(data)
 	r = Reservation{Network: network, IP: name, Path: path, Owner: owner, IfName: ifName, ModTime: info.ModTime()}
 	if !isReservationName(name) {
-		return r, "the name is not an IP address as host-local writes it: not a reservation", nil
+		return r, "the name is not an IP address as host-local writes it: not a reservation", info, nil
 	}
-	return r, reason, nil
+	return r, reason, info, nil
 }
 
 // readSmallFile reads a regular file of at most limit bytes without following
-// a symlink. The error names path; it wraps fs.ErrNotExist when the file is
-// gone.
+// a symlink, and returns it with its fstat, taken before it is read. The
+// error names path; it wraps fs.ErrNotExist when the file is gone.
 func readSmallFile(path string, limit int64) ([]byte, fs.FileInfo, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ELOOP) {
@@ -400,14 +467,24 @@ func readSmallFile(path string, limit int64) ([]byte, fs.FileInfo, error) {
 // readDir reads all entries of dir, sorted by name, checking ctx between
 // batches. Entry types have lstat semantics.
 func readDir(ctx context.Context, dir string) ([]fs.DirEntry, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	f, err := os.Open(dir)
+	f, entries, err := openDir(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	f.Close()
+	return entries, nil
+}
+
+// openDir is readDir that leaves dir open, for the caller to close, when it
+// returns no error.
+func openDir(ctx context.Context, dir string) (*os.File, []fs.DirEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, nil, err
+	}
 	var all []fs.DirEntry
 	for {
 		batch, err := f.ReadDir(1024)
@@ -415,13 +492,28 @@ func readDir(ctx context.Context, dir string) ([]fs.DirEntry, error) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		if err != nil {
-			return nil, err
+		if err == nil {
+			err = ctx.Err()
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
+		if err != nil {
+			f.Close()
+			return nil, nil, err
 		}
 	}
 	slices.SortFunc(all, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	return all, nil
+	return f, all, nil
+}
+
+// joinPrefix is what filepath.Join(dir, name) puts before name, for any name
+// a directory entry can have (never "", "." or "..", and without a
+// separator), so that a listing cleans dir once rather than every entry's
+// path (TestJoinPrefix).
+func joinPrefix(dir string) string {
+	switch dir = filepath.Clean(dir); dir {
+	case ".":
+		return ""
+	case string(filepath.Separator):
+		return dir
+	}
+	return dir + string(filepath.Separator)
 }
