@@ -1,0 +1,105 @@
+package soak
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseLineReadsLogrusTextLines(t *testing.T) {
+	f, ok := ParseLine(`time="2026-11-23T01:02:03.456+00:00" level=info msg="stopped and removed sandbox" action=remove-sandbox pod_uid=u reason="its pod is gone (no \"dir\")" took=6.28ms`)
+	if !ok || f["msg"] != "stopped and removed sandbox" || f["action"] != "remove-sandbox" || f["reason"] != `its pod is gone (no "dir")` || f["took"] != "6.28ms" {
+		t.Fatalf("%v %v", ok, f)
+	}
+	if _, ok := ParseLine("goroutine 1 [running]:"); ok {
+		t.Fatal("a stack trace line parsed")
+	}
+}
+
+// A small world: a live pod, a pod deleted with the #107730 leak, and
+// plugin lines acting on both.
+func TestCheckLogFindsActionsOnLiveObjects(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	tr := NewTruth()
+	live := &Pod{Name: "live", NS: "soak", UID: "uid-live", LogDir: "/logs/soak_live_uid-live", PodDir: "/k/pods/uid-live", Admitted: at(0)}
+	gone := &Pod{Name: "gone", NS: "soak", UID: "uid-gone", LogDir: "/logs/soak_gone_uid-gone", PodDir: "/k/pods/uid-gone", Admitted: at(0),
+		Deleted: at(10), Dead: at(10.5), Leak: Leak107730, LeakMade: at(11)}
+	tr.AddPod(live)
+	tr.AddPod(gone)
+	liveSb := tr.AddObject(&Object{ID: "sb-live", Kind: KindSandbox, Pod: live, Born: at(0), Started: at(1)})
+	tr.AddObject(&Object{ID: "c-live", Kind: KindContainer, Pod: live, Name: "app0", Sandbox: liveSb, Born: at(1), Started: at(2)})
+	goneSb := tr.AddObject(&Object{ID: "sb-gone", Kind: KindSandbox, Pod: gone, Born: at(0), Started: at(1), Dead: at(10.5)})
+	goneC := tr.AddObject(&Object{ID: "c-gone", Kind: KindContainer, Pod: gone, Name: "app0", Sandbox: goneSb, Born: at(1), Started: at(2), Dead: at(10)})
+	tr.AddLink(&Link{Path: "/links/gone_soak_app0-c-gone.log", Container: goneC})
+
+	line := func(s float64, level, msg, fields string) string {
+		return `time="` + at(s).Format(logTimeLayout) + `" level=` + level + ` msg="` + msg + `" ` + fields
+	}
+	log := strings.Join([]string{
+		line(0, "info", "nri-housekeeper starting", ""),
+		// Legit: the leak's sandbox and container, 6 s after they died.
+		line(16.6, "info", "stopped and removed sandbox", "action=remove-sandbox rule=sandboxes.pod-gone pod_uid=uid-gone sandbox_id=sb-gone took=10ms"),
+		line(16.6, "info", "removed container with its sandbox", "action=remove-container rule=containers.pod-gone container_id=c-gone pod_uid=uid-gone took=10ms with_sandbox=sb-gone"),
+		line(16.7, "info", "housekeeping pass", "took=200ms"),
+		// False: the live pod's log dir and its running container.
+		line(20.1, "info", "removed pod log dir", "action=remove-pod-log-dir rule=logs.pod-log-dir path=/logs/soak_live_uid-live pod_uid=uid-live took=1ms"),
+		line(20.1, "warning", "failed to remove container", "action=remove-container rule=containers.pod-gone container_id=c-live pod_uid=uid-live retry_at=2026-11-23T01:00:30Z"),
+		// The re-check stopped a cgroup removal of the live pod.
+		line(20.1, "warning", "not done: checked again right before it: destroy", "action=remove-pod-cgroup rule=cgroups.pod-gone pod_uid=uid-live"),
+		// A network step on the live sandbox: false; on the gone one, after
+		// the plugin removed it: fine.
+		line(20.15, "info", "deleted CNI attachment", "action=remove-cni-attachment rule=network.attachment-unowned container_id=sb-live path=/var/lib/cni/results/x took=1ms"),
+		line(20.15, "info", "deleted CNI attachment", "action=remove-cni-attachment rule=network.attachment-unowned container_id=sb-gone path=/var/lib/cni/results/y took=1ms"),
+		line(20.2, "info", "housekeeping pass", "took=300ms"),
+		// The leak's link, before any pass line of a new run: window of its own.
+		line(30, "info", "removed container log link", "action=remove-log-link rule=logs.dangling-link path=/links/gone_soak_app0-c-gone.log took=1ms"),
+		line(31, "info", "nri-housekeeper starting", ""),
+		line(32, "info", "removed orphaned pod dir", "action=remove-pod-dir rule=pod-dirs.orphaned pod_uid=uid-unknown took=1ms"),
+	}, "\n")
+	entries, other, err := ParseLog(strings.NewReader(log + "\npanic: boom\ngoroutine 7 [running]:\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := CheckLog(entries, other, tr)
+	if len(c.FalseEvictions) != 3 {
+		t.Fatalf("false evictions: %d, want 3 (log dir, container, CNI attachment):\n%v", len(c.FalseEvictions), c.FalseEvictions)
+	}
+	for i, want := range []string{"pod log dir of soak/live", "container c-live", "network object"} {
+		if !strings.Contains(c.FalseEvictions[i].Target, want) {
+			t.Errorf("false eviction %d is %q, want %q", i, c.FalseEvictions[i].Target, want)
+		}
+	}
+	if len(c.AbortedOnLive) != 1 || len(c.Unknown) != 1 {
+		t.Errorf("aborted on live %d, unknown %d; want 1, 1", len(c.AbortedOnLive), len(c.Unknown))
+	}
+	for _, key := range []string{ReclaimKey("sandbox", "sb-gone"), ReclaimKey("container", "c-gone"), ReclaimKey("link", "/links/gone_soak_app0-c-gone.log")} {
+		if _, ok := c.Reclaimed[key]; !ok {
+			t.Errorf("%s not reclaimed", key)
+		}
+	}
+	if _, ok := c.RetryAt[ReclaimKey("container", "c-live")]; ok {
+		t.Error("a failed action on a live object counted as a reclaim attempt")
+	}
+	if len(c.Panics) != 2 || c.Runs != 2 {
+		t.Errorf("panics %d, runs %d; want 2, 2", len(c.Panics), c.Runs)
+	}
+	if n := c.Actions[ActionKey{"remove-container", "containers.pod-gone", "error"}]; n != 1 {
+		t.Errorf("failed remove-container actions: %d", n)
+	}
+}
+
+func TestSummaryStringHasEveryLine(t *testing.T) {
+	s := Summary{Format: SummaryFormat, Verdict: "PASS", Seed: 1, Duration: 2 * time.Minute, Leaks: map[string]int{"107730": 3},
+		Faults:  []FaultCount{{Kind: "containerd-kill", Planned: 2, Done: 2}},
+		Actions: []ActionCount{{Kind: "remove-sandbox", Rule: "sandboxes.pod-gone", Result: "success", N: 3}},
+		Reclaim: ReclaimSummary{LastFault: time.Now()}, Plugin: PluginSummary{ByResult: map[string]int{"ok": 10}, Healthz: 200}}
+	out := s.String()
+	for _, name := range []string{"verdict", "seed", "schedule", "duration", "config", "plugin build", "pod log fs", "pods", "stand-in lag", "leaks made",
+		"faults", "actions", "false evictions", "lost live objects", "aborted on live", "unknown objects", "orphan reports", "reclaim",
+		"worst reclaim", "network leftovers", "plugin runs", "plugin RSS", "goroutines", "flat", "CPU per pass", "passes", "/healthz", "failures"} {
+		if !strings.Contains(out, "\n"+name+" ") {
+			t.Errorf("no line %q in:\n%s", name, out)
+		}
+	}
+}
