@@ -65,14 +65,14 @@ func mountPointField(line string) (string, error) {
 	if len(fields) < 5 {
 		return "", fmt.Errorf("malformed line %q", line)
 	}
-	return unescapeMountPath(fields[4]), nil
+	return UnescapeMountPath(fields[4]), nil
 }
 
-// unescapeMountPath undoes the kernel's octal escaping of space, tab,
+// UnescapeMountPath undoes the kernel's octal escaping of space, tab,
 // newline and backslash (\040, \011, \012, \134) in mountinfo paths. Any
 // other backslash is kept as it is (the kernel escapes nothing else, and
 // every escape it writes is at most \377).
-func unescapeMountPath(s string) string {
+func UnescapeMountPath(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}

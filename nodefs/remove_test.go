@@ -605,8 +605,8 @@ func TestUnescapeMountPath(t *testing.T) {
 		{"escapes above \\377 are kept", `/a\400`, `/a\400`},
 	} {
 		t.Run(tt.rule, func(t *testing.T) {
-			if got := unescapeMountPath(tt.in); got != tt.want {
-				t.Fatalf("unescapeMountPath(%q) = %q, want %q", tt.in, got, tt.want)
+			if got := UnescapeMountPath(tt.in); got != tt.want {
+				t.Fatalf("UnescapeMountPath(%q) = %q, want %q", tt.in, got, tt.want)
 			}
 		})
 	}

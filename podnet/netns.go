@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 )
 
 const (
@@ -59,12 +61,12 @@ func mountsIn(dir string) (map[string][]mountEntry, error) {
 		if len(fields) < 7 || sep < 0 || sep+1 >= len(fields) {
 			return nil, fmt.Errorf("%s: malformed line %q", mountInfoPath, line)
 		}
-		point := unescapeMountPath(fields[4])
+		point := nodefs.UnescapeMountPath(fields[4])
 		if filepath.Dir(point) != dir || point == dir {
 			continue
 		}
 		name := filepath.Base(point)
-		found[name] = append(found[name], mountEntry{root: unescapeMountPath(fields[3]), fstype: fields[sep+1]})
+		found[name] = append(found[name], mountEntry{root: nodefs.UnescapeMountPath(fields[3]), fstype: fields[sep+1]})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", mountInfoPath, err)
@@ -90,25 +92,6 @@ func netnsInode(m mountEntry) (uint64, bool) {
 	return ino, err == nil
 }
 
-// unescapeMountPath undoes the kernel's octal escaping of space, tab,
-// newline and backslash (\040, \011, \012, \134) in mountinfo paths.
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && '0' <= s[i+1] && s[i+1] <= '3' && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return '0' <= c && c <= '7' }
 
 // nsfsStat stats path (following it: the mount on it) and returns the inode
 // of the namespace there and the inode's modification time; ok is false when

@@ -269,7 +269,13 @@ func (l *Lab) env() []string {
 // run runs lab.sh with args and extra environment; the error carries the tail
 // of its stderr.
 func run(ctx context.Context, env []string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, Script(), args...)
+	return runScript(ctx, Script(), env, args...)
+}
+
+// runScript runs one of the lab's scripts with args and extra environment;
+// the error carries the tail of its stderr.
+func runScript(ctx context.Context, script string, env []string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, script, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -278,7 +284,7 @@ func run(ctx context.Context, env []string, args ...string) (string, error) {
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("lab.sh %s: %w\n%s", strings.Join(args, " "), err, tail(stderr.String(), 20))
+		return stdout.String(), fmt.Errorf("%s %s: %w\n%s", filepath.Base(script), strings.Join(args, " "), err, tail(stderr.String(), 20))
 	}
 	return stdout.String(), nil
 }

@@ -562,15 +562,5 @@ func (k *RealKubelet) PodCgroups(uid string) []string {
 // runKubeletScript runs kubelet.sh with args and extra environment; the
 // error carries the tail of its stderr.
 func runKubeletScript(ctx context.Context, env []string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, KubeletScript(), args...)
-	cmd.Env = append(os.Environ(), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubelet.sh %s: %w\n%s", strings.Join(args, " "), err, tail(stderr.String(), 20))
-	}
-	return stdout.String(), nil
+	return runScript(ctx, KubeletScript(), env, args...)
 }
