@@ -92,7 +92,6 @@ func netnsInode(m mountEntry) (uint64, bool) {
 	return ino, err == nil
 }
 
-
 // nsfsStat stats path (following it: the mount on it) and returns the inode
 // of the namespace there and the inode's modification time; ok is false when
 // it is not on nsfs.
