@@ -61,9 +61,21 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 	if opts.Dial != nil {
 		stubOpts = append(stubOpts, stub.WithDialer(opts.Dial))
 	}
-	s, err := stub.New(p, stubOpts...)
-	if err != nil {
-		return fmt.Errorf("create NRI stub %s-%s: %w", opts.PluginIndex, opts.PluginName, err)
+	// A new stub for every attempt: nri's stub (v0.12.5) keeps its
+	// connection when registration fails on it (its close is a no-op
+	// until it has started), and every later Run reuses the dead
+	// connection: "ttrpc: closed" forever. The chaos soak found it: a
+	// plugin paused past containerd's NRI timeout, resumed while
+	// containerd restarted, never reconnected.
+	newStub := func() (stub.Stub, error) {
+		s, err := stub.New(p, stubOpts...)
+		if err != nil {
+			return nil, fmt.Errorf("create NRI stub %s-%s: %w", opts.PluginIndex, opts.PluginName, err)
+		}
+		return s, nil
+	}
+	if _, err := newStub(); err != nil {
+		return err // a bad name or index: no attempt can succeed
 	}
 	minWait, maxWait := opts.MinBackoff, opts.MaxBackoff
 	if minWait <= 0 {
@@ -77,7 +89,11 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 	failures := 0
 	for {
 		registrations := p.stats.Registrations.Load()
-		err := s.Run(ctx)
+		s, err := newStub()
+		if err != nil {
+			return err
+		}
+		err = s.Run(ctx)
 		p.connectionLost()
 		if ctx.Err() != nil {
 			return nil

@@ -363,3 +363,40 @@ func BenchmarkHandlers10kPods(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*15)/1000, "µs/event")
 }
+
+// TestAConnectionThatDiesDuringRegistrationIsNotReused: containerd may close
+// a plugin's connection while it registers (it restarts, or it still drops
+// the plugin's previous connection). The next attempt must dial a new
+// connection and register: nri's stub keeps a connection its registration
+// failed on, so a plugin that reuses its stub retries on a dead connection
+// for ever ("ttrpc: closed"; found by the chaos soak).
+func TestAConnectionThatDiesDuringRegistrationIsNotReused(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "nri.sock")
+	startRuntime(t, socket, nil, nil)
+	p, _, _ := newTestPlugin()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var dials atomic.Int64
+	dial := func(path string) (net.Conn, error) {
+		if dials.Add(1) == 1 {
+			// The first connection is gone before registration completes.
+			a, b := net.Pipe()
+			b.Close()
+			return a, nil
+		}
+		return net.Dial("unix", path)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- p.Run(ctx, ConnectOptions{SocketPath: socket, PluginName: "nri-housekeeper", PluginIndex: "10", Dial: dial,
+			MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	}()
+	waitFor(t, "the plugin registers over a new connection", 5*time.Second, p.Synchronized)
+	if n := dials.Load(); n < 2 {
+		t.Fatalf("dialled %d time(s), want a new connection after the first died", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
