@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
@@ -12,7 +14,8 @@ import (
 
 // nodeRules handles what kubelet's housekeeping cleans besides the runtime:
 // orphaned kubelet pod dirs and orphaned pod cgroups. Both only ever concern
-// pods with no sandbox and no container in the listing.
+// pods with no sandbox and no container in the listing, but for the cgroup
+// of a gone pod whose last objects this plan removes.
 func (p *planner) nodeRules() {
 	if p.in.PodCgroups == nil && len(p.in.PodDirs) == 0 {
 		return
@@ -47,8 +50,8 @@ func (p *planner) listed(uid string) bool {
 // reported with what keeps kubelet from removing it, and removed with
 // pod_dirs.remove_orphaned = true when nothing does. It returns the
 // orphaned dirs by UID.
-func (p *planner) orphanedPodDirRules() map[string]nodefs.PodDir {
-	orphans := make(map[string]nodefs.PodDir)
+func (p *planner) orphanedPodDirRules() map[string]orphanedPodDir {
+	orphans := make(map[string]orphanedPodDir)
 	dirs := append([]nodefs.PodDir(nil), p.in.PodDirs...)
 	sort.Slice(dirs, func(i, j int) bool { return dirs[i].UID < dirs[j].UID })
 	for _, d := range dirs {
@@ -72,7 +75,7 @@ func (p *planner) orphanedPodDirRules() map[string]nodefs.PodDir {
 				since.Format("15:04:05"), round(left))
 			continue
 		}
-		orphans[d.UID] = d
+		orphans[d.UID] = orphanedPodDir{PodDir: d, since: since}
 		p.leaks[LeakPodDir]++
 		switch {
 		case len(d.Blockers) > 0:
@@ -87,11 +90,21 @@ func (p *planner) orphanedPodDirRules() map[string]nodefs.PodDir {
 	return orphans
 }
 
+// orphanedPodDir is a pod dir found orphaned, and since when its pod has
+// had no sandbox and no container.
+type orphanedPodDir struct {
+	nodefs.PodDir
+	since time.Time
+}
+
 // podCgroupRules is kubelet's cleanupOrphanedPodCgroups: the cgroup of a pod
 // with no sandbox or container in the listing and whose pod is gone has its
 // processes killed and is removed; while the pod's volume dirs remain (an
-// orphaned pod dir) its CPU is only reduced to the minimum.
-func (p *planner) podCgroupRules(orphanDirs map[string]nodefs.PodDir) {
+// orphaned pod dir) its CPU is only reduced to the minimum. The cgroup of a
+// gone pod whose every listed sandbox and container this plan removes goes
+// in the same pass, after them; an orphaned pod's cgroup is due with its
+// dir: each condition has held since the pod's objects were gone.
+func (p *planner) podCgroupRules(orphanDirs map[string]orphanedPodDir) {
 	l := p.in.PodCgroups
 	if l == nil {
 		return
@@ -101,16 +114,36 @@ func (p *planner) podCgroupRules(orphanDirs map[string]nodefs.PodDir) {
 		return
 	}
 	uids := make([]string, 0, len(l.Pods))
-	for uid := range l.Pods {
+	var listedGone []string
+	for uid, cg := range l.Pods {
 		uids = append(uids, uid)
+		if cg.Inspected && p.listed(uid) && p.gone(uid) {
+			listedGone = append(listedGone, uid)
+		}
 	}
 	sort.Strings(uids)
+	var containers map[string][]*cri.Container
+	if len(listedGone) > 0 {
+		containers = p.containersOf(listedGone)
+	}
 	for _, uid := range uids {
-		if p.listed(uid) {
-			continue
-		}
 		cg := l.Pods[uid]
 		pod := p.podRef(uid)
+		if p.listed(uid) {
+			if _, ok := containers[uid]; !ok {
+				continue // not gone, or not looked into: its pod had running objects then
+			}
+			deps, left := p.podRemovals(uid, containers[uid])
+			if left != "" {
+				continue // said for its log dir and its objects
+			}
+			if id, ok := podstate.KubeletPod(firstLabels(containers[uid])); ok && pod.Name == "" {
+				pod = PodRef{UID: uid, Namespace: id.Namespace, Name: id.Name}
+			}
+			p.proposeCgroup(cg, pod, RemovePodCgroup, RuleCgroupPodGone, deps,
+				fmt.Sprintf("pod cgroup with %d process(es) of a pod that is gone from the node, whose last sandboxes and containers this plan removes first", cg.Procs))
+			continue
+		}
 		if !cg.Inspected {
 			// Found by name only: whoever listed the cgroups took the pod
 			// for a listed one. Nothing is known to act on.
@@ -118,35 +151,42 @@ func (p *planner) podCgroupRules(orphanDirs map[string]nodefs.PodDir) {
 			continue
 		}
 		dir, orphanDir := orphanDirs[uid]
+		if orphanDir {
+			p.startClockWith("pod-cgroup/"+uid, dir.since)
+			p.startClockWith("pod-cgroup-cpu/"+uid, dir.since)
+		}
 		switch {
 		case p.gone(uid):
-			p.proposeCgroup(cg, RemovePodCgroup, RuleCgroupPodGone,
+			p.proposeCgroup(cg, pod, RemovePodCgroup, RuleCgroupPodGone, nil,
 				fmt.Sprintf("pod cgroup with %d process(es) of a pod that is gone from the node, with no sandbox left", cg.Procs))
-		case orphanDir && (nodefs.PodVolumesExist(dir) || len(dir.Blockers) > 0):
+		case orphanDir && (nodefs.PodVolumesExist(dir.PodDir) || len(dir.Blockers) > 0):
 			// kubelet treats "cannot tell" as "volumes may be mounted": any
 			// blocker (a pod dir that cannot be inspected, a symlink where a
 			// volume dir belongs) allows a CPU reduction only.
 			why := fmt.Sprintf("its volume dirs remain (%d)", len(dir.VolumeDirs)+len(dir.MountPoints)+len(dir.Leftovers))
-			if !nodefs.PodVolumesExist(dir) {
+			if !nodefs.PodVolumesExist(dir.PodDir) {
 				why = "its pod dir may still hold volumes: " + strings.Join(dir.Blockers, "; ")
 			}
 			if cg.CPUReduced {
 				p.keep("pod cgroup "+uid, pod, "CPU already at the minimum; %s", why)
 				continue
 			}
-			p.proposeCgroup(cg, ReducePodCgroupCPU, RuleCgroupVolumesRemain,
+			p.proposeCgroup(cg, pod, ReducePodCgroupCPU, RuleCgroupVolumesRemain, nil,
 				"pod cgroup of an orphaned pod; "+why+": CPU reduced to the minimum, not destroyed (kubelet's ReduceCPULimits)")
 		case orphanDir:
-			p.proposeCgroup(cg, RemovePodCgroup, RuleCgroupOrphaned,
+			p.proposeCgroup(cg, pod, RemovePodCgroup, RuleCgroupOrphaned, nil,
 				fmt.Sprintf("pod cgroup with %d process(es) of an orphaned pod (no sandbox, no container, no volume)", cg.Procs))
 		}
 	}
 }
 
-// podRef names the pod of a UID that has no listed sandbox, for logs and
-// the report: from what this plugin knew of the pod, else from the pod's
-// log dir (<ns>_<name>_<uid>), else by UID alone.
+// podRef names the pod of a UID, for logs and the report: from its listed
+// sandboxes, else from what this plugin knew of the pod, else from the
+// pod's log dir (<ns>_<name>_<uid>), else by UID alone.
 func (p *planner) podRef(uid string) PodRef {
+	if group := p.sandboxesByUID[uid]; len(group) > 0 {
+		return group[0].pod
+	}
 	if ref, ok := p.in.PodNames[uid]; ok && ref.Name != "" {
 		ref.UID = uid
 		return ref
@@ -165,7 +205,7 @@ func (p *planner) podRef(uid string) PodRef {
 	return PodRef{UID: uid}
 }
 
-func (p *planner) proposeCgroup(cg podcgroups.PodCgroup, kind Kind, rule, reason string) {
+func (p *planner) proposeCgroup(cg podcgroups.PodCgroup, pod PodRef, kind Kind, rule string, deps []string, reason string) {
 	p.leaks[LeakPodCgroup]++
 	key := "pod-cgroup/" + cg.UID
 	if kind == ReducePodCgroupCPU {
@@ -175,5 +215,13 @@ func (p *planner) proposeCgroup(cg podcgroups.PodCgroup, kind Kind, rule, reason
 	if len(cg.Paths) > 0 {
 		path = cg.Paths[0]
 	}
-	p.propose(Action{Kind: kind, Rule: rule, Reason: reason, Pod: p.podRef(cg.UID), Key: key, Path: path, Cgroup: &cg})
+	p.propose(Action{Kind: kind, Rule: rule, Reason: reason, Pod: pod, Key: key, Path: path, Cgroup: &cg, DependsOn: deps})
+}
+
+// firstLabels are the labels of the first of cs (nil when none).
+func firstLabels(cs []*cri.Container) map[string]string {
+	if len(cs) == 0 {
+		return nil
+	}
+	return cs[0].Labels
 }

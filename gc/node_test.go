@@ -2,6 +2,7 @@ package gc
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,24 +28,74 @@ func podDir(uid string, volumes bool, blockers ...string) nodefs.PodDir {
 	return d
 }
 
-func TestPodCgroupsOfListedPodsAreNeverTouched(t *testing.T) {
+// The cgroup of a pod with listed objects is touched only when the pod is
+// gone and this plan removes every one of them: then it goes in the same
+// pass, after them (one leak_grace for the whole pod).
+func TestThePodCgroupOfAListedPodGoesOnlyAfterAllItsObjects(t *testing.T) {
+	notInspected := cgroups("u1")
+	cg := notInspected.Pods["u1"]
+	cg.Inspected = false
+	notInspected.Pods["u1"] = cg
+	stop := policy()
+	stop.StopOrphans = true
+	young := policy()
+	young.MinAge = 2 * time.Hour
 	for _, tc := range []struct {
 		name       string
+		oracle     Oracle
+		policy     Policy
+		cgroups    *podcgroups.Listing
 		sandboxes  []cri.Sandbox
 		containers []cri.Container
 		unreadable []cri.Malformed
+		deps       []string // nil: no cgroup action at all
 	}{
-		{"a NotReady sandbox is listed", []cri.Sandbox{sb("s1", "u1", false, time.Hour)}, nil, nil},
-		{"only a container is listed", nil, []cri.Container{ctr("c1", "gone-sandbox", "u1", "app", cri.ContainerExited, time.Hour)}, nil},
-		{"an unmanaged sandbox claims the UID", []cri.Sandbox{{ID: "x", UID: "u1", CreatedAt: now}}, nil, nil},
-		{"only an unreadable container is listed", nil, nil, []cri.Malformed{{Kind: "container", ID: "c1", Reason: "no creation time", SandboxID: "s1", PodUID: "u1"}}},
+		{"a live pod's NotReady sandbox: never", present("u1"), policy(), cgroups("u1"),
+			[]cri.Sandbox{sb("s1", "u1", false, time.Hour)}, nil, nil, nil},
+		{"a gone pod's NotReady sandbox removed: after it", present(), policy(), cgroups("u1"),
+			[]cri.Sandbox{sb("s1", "u1", false, time.Hour)}, nil, nil, []string{"sandbox/s1"}},
+		{"a gone pod's sandbox and exited container removed: after both", present(), policy(), cgroups("u1"),
+			[]cri.Sandbox{sb("s1", "u1", false, time.Hour)}, []cri.Container{ctr("c1", "s1", "u1", "app", cri.ContainerExited, time.Hour)}, nil,
+			[]string{"sandbox/s1", "container/c1"}},
+		{"only a gone pod's exited container, removed: after it", present(), policy(), cgroups("u1"),
+			nil, []cri.Container{ctr("c1", "gone-sandbox", "u1", "app", cri.ContainerExited, time.Hour)}, nil, []string{"container/c1"}},
+		{"an exited container kept by containers.min_age: never", present(), young, cgroups("u1"),
+			nil, []cri.Container{ctr("c1", "gone-sandbox", "u1", "app", cri.ContainerExited, time.Hour)}, nil, nil},
+		{"a running container of a gone pod: never", present(), policy(), cgroups("u1"),
+			[]cri.Sandbox{sb("s1", "u1", false, time.Hour)}, []cri.Container{ctr("c1", "s1", "u1", "app", cri.ContainerRunning, time.Hour)}, nil, nil},
+		{"a Ready sandbox of a gone pod, stopped by orphans.action: never", present(), stop, cgroups("u1"),
+			[]cri.Sandbox{sb("s1", "u1", true, time.Hour)}, nil, nil, nil},
+		{"an unmanaged sandbox claims the UID: never", present(), policy(), cgroups("u1"),
+			[]cri.Sandbox{{ID: "x", UID: "u1", CreatedAt: now}}, nil, nil, nil},
+		{"an unreadable container of the pod: never", present(), policy(), cgroups("u1"),
+			[]cri.Sandbox{sb("s1", "u1", false, time.Hour)}, nil,
+			[]cri.Malformed{{Kind: "container", ID: "c1", Reason: "no creation time", SandboxID: "s2", PodUID: "u1"}}, nil},
+		{"a cgroup not looked into: never", present(), policy(), notInspected,
+			[]cri.Sandbox{sb("s1", "u1", false, time.Hour)}, nil, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := Plan(Input{Now: now, Policy: policy(), Oracle: present(), Sandboxes: tc.sandboxes, Containers: tc.containers,
-				Unreadable: tc.unreadable, PodCgroups: cgroups("u1"), EligibleSince: map[string]time.Time{"pod-cgroup/u1": now.Add(-time.Hour)}})
+			r := Plan(Input{Now: now, Policy: tc.policy, Oracle: tc.oracle, Sandboxes: tc.sandboxes, Containers: tc.containers,
+				Unreadable: tc.unreadable, PodCgroups: tc.cgroups, EligibleSince: map[string]time.Time{"pod-cgroup/u1": now.Add(-time.Hour)}})
+			var got *Action
 			for _, a := range append(r.Actions, deferredActions(r)...) {
 				if a.Kind == RemovePodCgroup || a.Kind == ReducePodCgroupCPU {
-					t.Fatalf("planned %s for a pod with listed objects", a.Kind)
+					got = &a
+				}
+			}
+			switch {
+			case tc.deps == nil && got != nil:
+				t.Fatalf("planned %s %s (depends on %v); want nothing", got.Kind, got.Key, got.DependsOn)
+			case tc.deps != nil && got == nil:
+				t.Fatalf("no cgroup action; want one after %v (kept: %+v)", tc.deps, r.Kept)
+			case tc.deps != nil:
+				if got.Kind != RemovePodCgroup || got.Rule != RuleCgroupPodGone || !slices.Equal(got.DependsOn, tc.deps) {
+					t.Fatalf("planned %s (%s) after %v; want remove-pod-cgroup (cgroups.pod-gone) after %v", got.Kind, got.Rule, got.DependsOn, tc.deps)
+				}
+				if !slices.ContainsFunc(r.Actions, func(a Action) bool { return a.Key == got.Key }) {
+					t.Fatalf("the cgroup is not due with its pod's objects: %+v", r.Deferred)
+				}
+				if got.Pod.Name != "pod-u1" {
+					t.Errorf("the action names pod %+v, want the sandbox's or container's pod", got.Pod)
 				}
 			}
 		})
@@ -88,6 +139,15 @@ func TestPodCgroupRules(t *testing.T) {
 			map[string]time.Time{"pod-dir/u-reduced": long}, nil, "CPU already at the minimum"},
 		{"orphaned pod dir without volumes: destroyed", present("u4"), cgroups("u4"), []nodefs.PodDir{podDir("u4", false)},
 			map[string]time.Time{"pod-dir/u4": long, "pod-cgroup/u4": long}, []string{"remove-pod-cgroup u4"}, ""},
+		// The cgroup's condition has held as long as the dir's: the pod's
+		// cgroup is due in the pass its dir is found orphaned, not a
+		// leak_grace later.
+		{"a dir found orphaned this pass: its cgroup is due with it", present("u4"), cgroups("u4"), []nodefs.PodDir{podDir("u4", false)},
+			map[string]time.Time{"pod-dir/u4": long}, []string{"remove-pod-cgroup u4"}, ""},
+		{"a dir found orphaned this pass, volumes left: CPU reduced with it", present("u3"), cgroups("u3"), []nodefs.PodDir{podDir("u3", true)},
+			map[string]time.Time{"pod-dir/u3": long}, []string{"reduce-pod-cgroup-cpu u3"}, ""},
+		{"a dir not orphaned yet: its cgroup's clock does not start early", present("u4"), cgroups("u4"), []nodefs.PodDir{podDir("u4", false)},
+			map[string]time.Time{"pod-dir/u4": now.Add(-30 * time.Second)}, nil, "orphaned pod dir if that lasts"},
 		// A pod waiting for a volume attach has a pod dir and a pod cgroup
 		// but no sandbox yet: only seeing the pod torn down tells it apart.
 		{"pod dir with volumes never seen torn down: CPU left alone", present("u6"), cgroups("u6"), []nodefs.PodDir{podDir("u6", true)},

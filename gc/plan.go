@@ -103,6 +103,12 @@ type planner struct {
 	// removal is the key of the candidate that removes (or first stops) a
 	// container or sandbox, by object ID.
 	removal map[string]string
+	// logDirRemoval is the key of the candidate that removes a pod log
+	// dir, by its path: the links into it dangle once it is gone.
+	logDirRemoval map[string]string
+	// startsWith is, by key, when a candidate's grace clock starts at the
+	// latest: a condition that holds since another's did (see clock).
+	startsWith map[string]time.Time
 
 	candidates []Action
 	kept       []Kept
@@ -125,6 +131,7 @@ func newPlanner(in Input) *planner {
 		unmanagedByUID: make(map[string][]*cri.Sandbox),
 		refs:           make(map[string][]*cri.Container),
 		removal:        make(map[string]string),
+		logDirRemoval:  make(map[string]string),
 		leaks:          make(map[string]int),
 		clocks:         make(map[string]time.Time, len(in.EligibleSince)),
 	}
@@ -466,70 +473,93 @@ func (p *planner) podLogDirRules() {
 	if len(dirs) == 0 {
 		return
 	}
-	// The listed containers of these pods only, found in one scan: on a
-	// large node the candidates are few and the containers many.
-	uids := make(map[string][]*cri.Container, len(dirs))
-	for _, d := range dirs {
-		uids[d.UID] = nil
+	names := make([]string, len(dirs))
+	for i, d := range dirs {
+		names[i] = d.UID
 	}
-	for i := range p.in.Containers {
-		c := &p.in.Containers[i]
-		if held, ok := uids[c.Labels[podstate.LabelPodUID]]; ok {
-			uids[c.Labels[podstate.LabelPodUID]] = append(held, c)
-		}
-	}
+	uids := p.containersOf(names)
 	for _, d := range dirs {
 		pod := PodRef{UID: d.UID, Namespace: d.Namespace, Name: d.PodName}
-		object := "pod log dir " + d.Path
-		var deps []string
-		blocked := false
-		if len(p.unmanagedByUID[d.UID]) > 0 {
-			p.keep(object, pod, "sandbox %s without kubelet labels claims the pod's UID", short(p.unmanagedByUID[d.UID][0].ID))
-			continue
-		}
-		if what, ok := p.unreadableByUID[d.UID]; ok {
-			p.keep(object, pod, "the pod has %s", what)
-			continue
-		}
-		for _, s := range p.sandboxesByUID[d.UID] {
-			key, ok := p.removal[s.ID]
-			if !ok {
-				p.keep(object, pod, "sandbox %s of the pod still exists (%s)", short(s.ID), readyWord(s.Ready))
-				blocked = true
-				break
-			}
-			deps = append(deps, key)
-		}
-		// A container of the pod holds its logs too, even when its sandbox
-		// is not listed: it may be running and writing them.
-		for _, c := range uids[d.UID] {
-			if blocked {
-				break
-			}
-			key, ok := p.removal[c.ID]
-			if !ok {
-				p.keep(object, pod, "container %s (%s) of the pod is still listed (%s)", short(c.ID), c.Name, c.State)
-				blocked = true
-				break
-			}
-			deps = append(deps, key)
-		}
-		if blocked {
+		deps, left := p.podRemovals(d.UID, uids[d.UID])
+		if left != "" {
+			p.keep("pod log dir "+d.Path, pod, "%s", left)
 			continue
 		}
 		p.leaks[LeakPodLogDir]++
-		p.propose(Action{Kind: RemovePodLogDir, Rule: RulePodLogDir, Pod: pod, Key: "pod-log-dir/" + d.Path,
+		key := "pod-log-dir/" + d.Path
+		p.logDirRemoval[d.Path] = key
+		p.propose(Action{Kind: RemovePodLogDir, Rule: RulePodLogDir, Pod: pod, Key: key,
 			Path: d.Path, DependsOn: deps, Reason: "log dir of a pod that is gone from the node, with no sandbox left"})
 	}
 }
 
+// podRemovals returns the keys of the candidates that remove every listed
+// sandbox and container of a pod (containers: the pod's listed ones), or
+// what this plan leaves of the pod. A pod's log dir and cgroup go in the
+// same pass as the last of its objects, after them: one leak_grace for the
+// whole pod, not one per stage.
+func (p *planner) podRemovals(uid string, containers []*cri.Container) (deps []string, left string) {
+	if len(p.unmanagedByUID[uid]) > 0 {
+		return nil, fmt.Sprintf("sandbox %s without kubelet labels claims the pod's UID", short(p.unmanagedByUID[uid][0].ID))
+	}
+	if what, ok := p.unreadableByUID[uid]; ok {
+		return nil, "the pod has " + what
+	}
+	for _, s := range p.sandboxesByUID[uid] {
+		key, ok := p.removal[s.ID]
+		if !ok {
+			return nil, fmt.Sprintf("sandbox %s of the pod still exists (%s)", short(s.ID), readyWord(s.Ready))
+		}
+		deps = append(deps, key)
+	}
+	// A container of the pod holds its logs and cgroup too, even when its
+	// sandbox is not listed: it may be running.
+	for _, c := range containers {
+		key, ok := p.removal[c.ID]
+		if !ok {
+			return nil, fmt.Sprintf("container %s (%s) of the pod is still listed (%s)", short(c.ID), c.Name, c.State)
+		}
+		deps = append(deps, key)
+	}
+	return deps, ""
+}
+
+// containersOf returns the listed containers of each of uids, found in one
+// scan: on a large node the candidates are few and the containers many.
+func (p *planner) containersOf(uids []string) map[string][]*cri.Container {
+	held := make(map[string][]*cri.Container, len(uids))
+	for _, uid := range uids {
+		held[uid] = nil
+	}
+	for i := range p.in.Containers {
+		c := &p.in.Containers[i]
+		if list, ok := held[c.Labels[podstate.LabelPodUID]]; ok {
+			held[c.Labels[podstate.LabelPodUID]] = append(list, c)
+		}
+	}
+	return held
+}
+
 // logLinkRules is kubelet's legacy log link cleanup: a dangling link whose
 // container is exited or not listed at all. A link to a container that is
-// not exited is kept: log rotation briefly leaves the target missing.
+// not exited is kept: log rotation briefly leaves the target missing. A
+// link into a pod log dir this plan removes dangles once that dir is gone:
+// it goes in the same pass, right after the dir (kubelet's GC would find it
+// dangling at its next run), not one more leak_grace later.
 func (p *planner) logLinkRules() {
 	for _, l := range p.in.ContainerLogLinks {
-		if !l.Dangling || !directlyIn(l.Path, p.in.Policy.ContainerLogsDir) {
+		if !directlyIn(l.Path, p.in.Policy.ContainerLogsDir) {
 			continue
+		}
+		var deps []string
+		why := "dangling link of a container the runtime no longer lists"
+		if !l.Dangling {
+			key, ok := p.logDirRemoval[l.TargetLogDir]
+			if !ok {
+				continue
+			}
+			deps = []string{key}
+			why = "link into the pod log dir " + l.TargetLogDir + ", which this plan removes first"
 		}
 		pod := PodRef{UID: l.PodUID, Namespace: l.Namespace, Name: l.PodName}
 		if what := p.unreadableLinked(l); what != "" {
@@ -541,20 +571,23 @@ func (p *planner) logLinkRules() {
 			p.keep("log link "+l.Path, pod, "its truncated container ID %s matches several listed containers", l.ContainerID)
 			continue
 		}
-		why := "dangling link of a container the runtime no longer lists"
-		var deps []string
 		if listed {
 			if uid := c.Labels[podstate.LabelPodUID]; uid != "" {
 				pod.UID = uid
 			}
-			why = "dangling link of an exited container"
+			if l.Dangling {
+				why = "dangling link of an exited container"
+			}
 			if c.State != cri.ContainerExited {
 				removal, removing := p.removal[c.ID]
 				if !removing {
 					p.keep("log link "+l.Path, pod, "its container %s is %s (log rotation can leave the target missing briefly)", short(c.ID), c.State)
 					continue
 				}
-				why, deps = "dangling link of a container this plan removes", []string{removal}
+				if l.Dangling {
+					why = "dangling link of a container this plan removes"
+				}
+				deps = append(deps, removal)
 			}
 		}
 		p.leaks[LeakLogLink]++
@@ -674,13 +707,16 @@ func holdDependents(sorted []*Action, notDue map[string]waiting) {
 }
 
 // clock returns since when a condition (an action's, or an orphaned pod
-// dir's) holds: since it was first seen, or since the pod's last life
-// event if later; and how much of leak_grace is left. It remembers the
-// clock for the next plan.
+// dir's) holds: since it was first seen (or since startsWith says it held),
+// or since the pod's last life event if later; and how much of leak_grace
+// is left. It remembers the clock for the next plan.
 func (p *planner) clock(key, uid string) (since time.Time, left time.Duration) {
 	since, ok := p.in.EligibleSince[key]
 	if !ok || since.After(p.in.Now) {
 		since = p.in.Now
+	}
+	if start, ok := p.startsWith[key]; ok && start.Before(since) {
+		since = start
 	}
 	// A life event after the listing never gets here (lifeAfterListing).
 	if life := p.in.LastLifeEvent[uid]; life.After(since) {
@@ -688,6 +724,15 @@ func (p *planner) clock(key, uid string) (since time.Time, left time.Duration) {
 	}
 	p.clocks[key] = since
 	return since, p.in.Policy.LeakGrace - p.in.Now.Sub(since)
+}
+
+// startClockWith makes key's grace clock start no later than since: its
+// condition has held since then, under another key's clock.
+func (p *planner) startClockWith(key string, since time.Time) {
+	if p.startsWith == nil {
+		p.startsWith = make(map[string]time.Time)
+	}
+	p.startsWith[key] = since
 }
 
 // waiting is why a candidate is not due.

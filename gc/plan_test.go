@@ -3,6 +3,7 @@ package gc
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -308,6 +309,39 @@ func TestDanglingLogLinkGoesWhenItsContainerIsExitedOrUnknown(t *testing.T) {
 				Sandboxes: []cri.Sandbox{sb("s1", "u1", true, time.Hour)}, ContainerLogLinks: []nodefs.ContainerLogLink{tc.link}})
 			same(t, "due", due(r), tc.want)
 		})
+	}
+}
+
+// A link into a pod log dir this plan removes dangles once the dir is gone:
+// it goes in the same pass, after the dir, not one leak_grace later.
+func TestALinkIntoALogDirThisPlanRemovesGoesRightAfterIt(t *testing.T) {
+	logDir := nodefs.PodLogDir{Path: podLogs + "/ns_pod-u2_u2", Name: "ns_pod-u2_u2", Namespace: "ns", PodName: "pod-u2", UID: "u2"}
+	link := nodefs.ContainerLogLink{Path: ctrLogs + "/pod-u2_ns_app-c2.log", ContainerID: "c2", PodName: "pod-u2", Namespace: "ns",
+		ContainerName: "app", TargetLogDir: logDir.Path, PodUID: "u2"}
+	liveDir := nodefs.PodLogDir{Path: podLogs + "/ns_pod-u1_u1", Name: "ns_pod-u1_u1", Namespace: "ns", PodName: "pod-u1", UID: "u1"}
+	liveLink := nodefs.ContainerLogLink{Path: ctrLogs + "/pod-u1_ns_app-c1.log", ContainerID: "c1", PodName: "pod-u1", Namespace: "ns",
+		ContainerName: "app", TargetLogDir: liveDir.Path, PodUID: "u1"}
+	in := Input{Now: now, Policy: policy(), Oracle: present("u1"),
+		Sandboxes:  []cri.Sandbox{sb("s1", "u1", true, time.Hour), sb("s2", "u2", false, time.Hour)},
+		Containers: []cri.Container{ctr("c1", "s1", "u1", "app", cri.ContainerExited, time.Hour), ctr("c2", "s2", "u2", "app", cri.ContainerExited, time.Hour)},
+		PodLogDirs: []nodefs.PodLogDir{logDir, liveDir}, ContainerLogLinks: []nodefs.ContainerLogLink{link, liveLink}}
+
+	r := Plan(in)
+	same(t, "due", due(r), []string{"remove-container c2", "remove-sandbox s2", "remove-pod-log-dir " + logDir.Path, "remove-log-link " + link.Path})
+	for _, a := range r.Actions {
+		if a.Kind == RemoveContainerLogLink && !slices.Equal(a.DependsOn, []string{"pod-log-dir/" + logDir.Path}) {
+			t.Errorf("the link goes after %v, want after its log dir", a.DependsOn)
+		}
+	}
+
+	// While the log dir waits for leak_grace, so does the link.
+	in.Policy.LeakGrace = time.Minute
+	r = Plan(in)
+	if len(r.Actions) != 0 {
+		t.Fatalf("due before leak_grace: %v", due(r))
+	}
+	if !slices.ContainsFunc(r.Deferred, func(d Deferred) bool { return d.Key == "log-link/"+link.Path }) {
+		t.Errorf("the link is not deferred with its log dir: %+v", r.Deferred)
 	}
 }
 

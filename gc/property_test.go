@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,8 +93,11 @@ func randomInput(seed int64, pods int) Input {
 			}
 			in.Containers = append(in.Containers, c)
 			if rng.Intn(3) == 0 {
-				in.ContainerLogLinks = append(in.ContainerLogLinks, nodefs.ContainerLogLink{
-					Path: ctrLogs + "/pod_ns_x-" + c.ID + ".log", ContainerID: c.ID, Dangling: rng.Intn(2) == 0})
+				l := nodefs.ContainerLogLink{Path: ctrLogs + "/pod_ns_x-" + c.ID + ".log", ContainerID: c.ID, Dangling: rng.Intn(2) == 0}
+				if !l.Dangling || rng.Intn(2) == 0 {
+					l.TargetLogDir = filepath.Join(podLogs, "ns_pod-"+uid+"_"+uid)
+				}
+				in.ContainerLogLinks = append(in.ContainerLogLinks, l)
 			}
 		}
 		if rng.Intn(2) == 0 {
@@ -494,8 +498,22 @@ func checkContract(t *testing.T, in Input, r Result) {
 				}
 			}
 		case RemovePodCgroup, ReducePodCgroupCPU, RemovePodDir:
-			if listedUID[a.Pod.UID] {
+			// Of a pod with listed objects, only a gone pod's cgroup, after
+			// every one of them.
+			if listedUID[a.Pod.UID] && (a.Kind != RemovePodCgroup || !gone || unreadableUID[a.Pod.UID]) {
 				fail("touches the cgroup or pod dir of a pod with a listed sandbox or container")
+			}
+			if listedUID[a.Pod.UID] {
+				for _, s := range in.Sandboxes {
+					if s.UID == a.Pod.UID && !slices.Contains(a.DependsOn, "sandbox/"+s.ID) {
+						fail("the cgroup of a pod whose sandbox %s it does not go after", s.ID)
+					}
+				}
+				for _, c := range in.Containers {
+					if c.Labels["io.kubernetes.pod.uid"] == a.Pod.UID && !slices.Contains(a.DependsOn, "container/"+c.ID) {
+						fail("the cgroup of a pod whose container %s (%s) it does not go after", c.ID, c.State)
+					}
+				}
 			}
 			if a.Kind != RemovePodDir && !in.PodCgroups.Pods[a.Pod.UID].Inspected {
 				fail("acts on a pod cgroup that was not looked into")
@@ -517,6 +535,11 @@ func checkContract(t *testing.T, in Input, r Result) {
 		case RemoveContainerLogLink:
 			if filepath.Dir(a.Path) != in.Policy.ContainerLogsDir {
 				fail("path outside container_logs_dir")
+			}
+			for _, l := range in.ContainerLogLinks {
+				if l.Path == a.Path && !l.Dangling && !slices.Contains(a.DependsOn, "pod-log-dir/"+l.TargetLogDir) {
+					fail("a link that does not dangle, not after the removal of the log dir it points into")
+				}
 			}
 			if unreadableID[a.ContainerID] {
 				fail("link of a listed container that could not be read")

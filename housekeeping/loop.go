@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -222,7 +223,8 @@ func (l *Loop) Run(ctx context.Context) error {
 	retryWait := time.Duration(0)
 	for {
 		started := time.Now()
-		if r := l.Pass(ctx); r.Err != nil {
+		r := l.Pass(ctx)
+		if r.Err != nil {
 			retryWait = min(max(2*retryWait, time.Second), l.opts.Period)
 			retry = time.After(retryWait)
 		} else {
@@ -231,17 +233,64 @@ func (l *Loop) Run(ctx context.Context) error {
 		// The period counts from the last pass, whatever started it: a pass
 		// an event woke is not followed by a periodic one right after.
 		ticker.Reset(l.opts.Period)
-		if !l.waitForTrigger(ctx, ticker.C, retry, started.Add(l.opts.WakeInterval)) {
+		earliest := started.Add(l.opts.WakeInterval)
+		var due <-chan time.Time
+		if at, ok := nextDue(r); ok && at.Before(started.Add(l.opts.Period)) {
+			due = time.After(time.Until(maxTime(at, earliest)))
+		}
+		if !l.waitForTrigger(ctx, ticker.C, retry, due, earliest) {
 			return nil
 		}
 	}
 }
 
+// nextDue is when a step this pass planned but did not take is due: when
+// the first leak_grace runs out, a retry's backoff ends, or (a class
+// throttled by its per-pass budget, after steps were taken) now. A pass then, rather than at the
+// next period, reclaims a leak one leak_grace after it was found, not up to
+// a period later; WakeInterval still bounds how often this starts a pass.
+func nextDue(r PassResult) (time.Time, bool) {
+	var at time.Time
+	found := false
+	note := func(t time.Time) {
+		if !found || t.Before(at) {
+			at, found = t, true
+		}
+	}
+	if r.Err != nil || r.Untrusted != "" {
+		return at, false
+	}
+	// A throttled class moves on only when steps were taken (not in a dry
+	// run, where the same steps stay first).
+	progressed := slices.ContainsFunc(r.Outcomes, func(o executor.Outcome) bool { return o.Result == executor.Success })
+	for _, d := range r.Plan.Deferred {
+		switch {
+		case d.GraceLeft > 0:
+			note(r.Snapshot.TakenAt.Add(d.GraceLeft))
+		case d.Throttled && progressed:
+			note(r.Snapshot.TakenAt)
+		}
+	}
+	for _, o := range r.Outcomes {
+		if (o.Result == executor.Error || o.Result == executor.Backoff) && !o.RetryAt.IsZero() {
+			note(o.RetryAt)
+		}
+	}
+	return at, found
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // waitForTrigger blocks until the next pass is due: the period, a resync, a
-// retry, or the end of the debounce after a wake, but not before earliest
-// (Options.WakeInterval after the last pass started). It is false when ctx
-// ends.
-func (l *Loop) waitForTrigger(ctx context.Context, tick, retry <-chan time.Time, earliest time.Time) bool {
+// retry, a step falling due, or the end of the debounce after a wake, but
+// not before earliest (Options.WakeInterval after the last pass started)
+// for a wake. It is false when ctx ends.
+func (l *Loop) waitForTrigger(ctx context.Context, tick, retry, due <-chan time.Time, earliest time.Time) bool {
 	var debounce <-chan time.Time
 	for {
 		select {
@@ -252,6 +301,8 @@ func (l *Loop) waitForTrigger(ctx context.Context, tick, retry <-chan time.Time,
 		case <-l.resync:
 			return true
 		case <-retry:
+			return true
+		case <-due:
 			return true
 		case <-debounce:
 			return true
@@ -414,7 +465,14 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 	}
 	l.noteSkipped(skipped)
 	if l.opts.Cgroups != nil {
-		cgs := podcgroups.Discover(ctx, *l.opts.Cgroups, listed.lacks)
+		// Looked into: pods with nothing listed, and gone pods with nothing
+		// running, whose cgroup the plan may remove right after their last
+		// sandboxes and containers.
+		quiet := quietUIDs(snap)
+		inspect := func(uid string) bool {
+			return listed.lacks(uid) || (quiet.has(uid) && in.Oracle.PodDirs.Ready && !in.Oracle.PodDirs.Present(uid) && !l.opts.OracleDisabled)
+		}
+		cgs := podcgroups.Discover(ctx, *l.opts.Cgroups, inspect)
 		if !cgs.Ready {
 			l.warnOnce("pod cgroups are not cleaned this pass", cgs.Err)
 		}
@@ -466,6 +524,35 @@ func listedUIDs(snap cri.Snapshot) podUIDs {
 		listed[m.PodUID] = struct{}{}
 	}
 	return listed
+}
+
+// quietUIDs are the listed pods with nothing running: every sandbox of
+// theirs NotReady, every container exited, no entry that could not be read.
+func quietUIDs(snap cri.Snapshot) podUIDs {
+	quiet, busy := make(podUIDs), make(podUIDs)
+	note := func(uid string, running bool) {
+		if running {
+			busy[uid] = struct{}{}
+		} else {
+			quiet[uid] = struct{}{}
+		}
+	}
+	for _, s := range snap.Sandboxes {
+		note(s.UID, s.Ready)
+		if uid := s.Labels[podstate.LabelPodUID]; uid != "" {
+			note(uid, s.Ready)
+		}
+	}
+	for _, c := range snap.Containers {
+		note(c.Labels[podstate.LabelPodUID], c.State != cri.ContainerExited)
+	}
+	for _, m := range snap.Malformed {
+		note(m.PodUID, true)
+	}
+	for uid := range busy {
+		delete(quiet, uid)
+	}
+	return quiet
 }
 
 // runningContainers are the IDs of the listed containers that are not

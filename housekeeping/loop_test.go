@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -231,6 +232,86 @@ func TestChurnWakesAPassAtMostEveryWakeInterval(t *testing.T) {
 	// would be some 60, and periodic passes on top of woken ones 5.
 	if passes < 2 || passes > 4 {
 		t.Fatalf("3 s of wakes every 10 ms caused %d passes, want about 3 (one per WakeInterval)", passes)
+	}
+}
+
+// A step whose leak_grace runs out between periods is taken then, not at
+// the next period: a leak goes one leak_grace after it was found.
+func TestAStepIsTakenWhenItsGraceRunsOutNotAtTheNextPeriod(t *testing.T) {
+	root := podDirs(t, testUID(110)) // one live pod: the oracle is not empty
+	podLogs := t.TempDir()
+	logDir := mkPodLogDir(t, podLogs, testUID(111))
+	policy := reviewPolicy(podLogs)
+	policy.LeakGrace = 400 * time.Millisecond
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: time.Now()}, nil)
+	files := &nodeRecorder{}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), listedNow{rt}, Options{Period: time.Hour, Debounce: 50 * time.Millisecond, WakeInterval: 50 * time.Millisecond,
+		KubeletRoot: root, Policy: policy, Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil)}, log)
+	loop.started = time.Now().Add(-time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { _ = loop.Run(ctx); close(done) }()
+	for n, _ := loop.Passes(); n < 2; n, _ = loop.Passes() {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("%d pass(es) in 10 s", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := time.Since(start)
+	cancel()
+	<-done
+	if !slices.Equal(files.done, []string{"RemovePodLogDir " + logDir}) {
+		t.Fatalf("node steps %v after the second pass, %v after the start: want the log dir removed when its grace ran out", files.done, took)
+	}
+	if took < policy.LeakGrace || took > policy.LeakGrace+time.Second {
+		t.Fatalf("the second pass came %v after the start; want right after leak_grace (%v), the period being an hour", took, policy.LeakGrace)
+	}
+}
+
+// listedNow stamps each listing with the time it is taken.
+type listedNow struct{ *fakeRuntime }
+
+func (r listedNow) Snapshot(ctx context.Context) (cri.Snapshot, error) {
+	snap, err := r.fakeRuntime.Snapshot(ctx)
+	snap.TakenAt = time.Now()
+	return snap, err
+}
+
+func TestNextDue(t *testing.T) {
+	taken := now
+	deferred := func(d gc.Deferred) PassResult {
+		return PassResult{Snapshot: cri.Snapshot{TakenAt: taken}, Plan: gc.Result{Deferred: []gc.Deferred{d}}}
+	}
+	success := executor.Outcome{Result: executor.Success}
+	for _, tc := range []struct {
+		rule string
+		r    PassResult
+		want time.Time // zero: none
+	}{
+		{"nothing deferred: none", PassResult{Snapshot: cri.Snapshot{TakenAt: taken}}, time.Time{}},
+		{"grace left: when it runs out", deferred(gc.Deferred{GraceLeft: 3 * time.Second}), taken.Add(3 * time.Second)},
+		{"the soonest of several", PassResult{Snapshot: cri.Snapshot{TakenAt: taken}, Plan: gc.Result{Deferred: []gc.Deferred{
+			{GraceLeft: 9 * time.Second}, {GraceLeft: 2 * time.Second}, {WaitsFor: "x"}}}}, taken.Add(2 * time.Second)},
+		{"throttled after steps were taken: now", func() PassResult {
+			r := deferred(gc.Deferred{Throttled: true})
+			r.Outcomes = []executor.Outcome{success}
+			return r
+		}(), taken},
+		{"throttled with nothing taken (a dry run): none", deferred(gc.Deferred{Throttled: true}), time.Time{}},
+		{"paused by the hour's budget: none", deferred(gc.Deferred{Budget: "pods"}), time.Time{}},
+		{"a failed step: its retry", PassResult{Snapshot: cri.Snapshot{TakenAt: taken},
+			Outcomes: []executor.Outcome{{Result: executor.Error, RetryAt: taken.Add(5 * time.Second)}}}, taken.Add(5 * time.Second)},
+		{"a failed listing: none (the retry has its own timer)", PassResult{Err: errors.New("unavailable")}, time.Time{}},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			at, ok := nextDue(tc.r)
+			if ok != !tc.want.IsZero() || !at.Equal(tc.want) {
+				t.Fatalf("nextDue = %v, %v; want %v", at, ok, tc.want)
+			}
+		})
 	}
 }
 

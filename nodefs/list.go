@@ -133,6 +133,10 @@ type ContainerLogLink struct {
 	// into, when that dir's namespace and pod name are the link's; else
 	// empty. Only for naming the pod in logs.
 	PodUID string
+	// TargetLogDir is the pod log dir (a direct child of logs.pod_logs_dir,
+	// as a path) the target lies strictly below, from the path alone; ""
+	// when it lies below none. The link dangles once that dir is removed.
+	TargetLogDir string
 	// Truncated is true when the name is at the 255-byte limit, where kubelet
 	// cuts it: ContainerID (rarely ContainerName) may be cut short, so match
 	// it as a prefix, as the runtime does for short IDs.
@@ -229,7 +233,8 @@ func ListContainerLogLinks(ctx context.Context, dir, podLogsDir string, candidat
 			continue
 		}
 		l.Dangling = dangling
-		l.PodUID = targets.podUID(dir, l)
+		l.TargetLogDir = targets.logDirOf(dir, l.Target)
+		l.PodUID = targets.podUID(l)
 		links = append(links, l)
 	}
 	return links, skipped, nil
@@ -293,10 +298,10 @@ func openLogTargets(podLogsDir string) (logTargets, error) {
 
 func (t logTargets) close() { unix.Close(t.fd) }
 
-// podUID is the UID of the pod log dir a link's target points into, when
-// that dir names the link's pod; "" otherwise. It only parses the path.
-func (t logTargets) podUID(linkDir string, l ContainerLogLink) string {
-	abs := l.Target
+// logDirOf is the pod log dir a link's target, as stored in a link in
+// linkDir, lies strictly below; "" when none. It only parses the path.
+func (t logTargets) logDirOf(linkDir, target string) string {
+	abs := target
 	if !filepath.IsAbs(abs) {
 		abs = filepath.Join(linkDir, abs)
 	}
@@ -304,8 +309,20 @@ func (t logTargets) podUID(linkDir string, l ContainerLogLink) string {
 	if !ok {
 		return ""
 	}
-	first, _, _ := strings.Cut(rel, "/")
-	d, err := ParsePodLogDirName(first)
+	first, below, _ := strings.Cut(rel, "/")
+	if below == "" {
+		return ""
+	}
+	return t.dir + "/" + first
+}
+
+// podUID is the UID of the pod log dir a link's target points into, when
+// that dir names the link's pod; "" otherwise. It only parses the path.
+func (t logTargets) podUID(l ContainerLogLink) string {
+	if l.TargetLogDir == "" {
+		return ""
+	}
+	d, err := ParsePodLogDirName(filepath.Base(l.TargetLogDir))
 	if err != nil || d.Namespace != l.Namespace || d.PodName != l.PodName {
 		return ""
 	}

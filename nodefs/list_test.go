@@ -669,6 +669,52 @@ func TestContainerLogLinkPodUIDComesFromATargetOfItsOwnPod(t *testing.T) {
 	}
 }
 
+// A link's TargetLogDir is the pod log dir its target lies below, whatever
+// the dir's name: the link dangles once that dir is removed. A target
+// directly in the pod logs dir lies below no pod log dir.
+func TestContainerLogLinkTargetLogDirIsTheDirItsTargetLiesBelow(t *testing.T) {
+	const uid = "8a5b8c3e-1f2d-4c5b-9a6e-7d8f9a0b1c2d"
+	for _, tc := range []struct {
+		rule, target, want string
+	}{
+		{"below a pod log dir of its pod", "ns_web_" + uid + "/app/0.log", "ns_web_" + uid},
+		{"a relative target is read relative to the link", "../pods/ns_web_" + uid + "/app/0.log", "ns_web_" + uid},
+		{"below another pod's dir", "ns_api_" + uid + "/app/0.log", "ns_api_" + uid},
+		{"below a dir whose name does not parse", "junk/app/0.log", "junk"},
+		{"a dangling target names its dir too", "ns_gone_" + uid + "/app/0.log", "ns_gone_" + uid},
+		{"directly in the pod logs dir", "0.log", ""},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			base := t.TempDir()
+			dir, logs := filepath.Join(base, "containers"), filepath.Join(base, "pods")
+			mkdirAll(t, dir)
+			mkdirAll(t, logs)
+			target := tc.target
+			if !strings.HasPrefix(target, "..") {
+				target = filepath.Join(logs, target)
+			}
+			if !strings.Contains(tc.rule, "dangling") {
+				writeFile(t, filepath.Join(logs, tc.target), "log")
+			}
+			symlink(t, target, filepath.Join(dir, "web_ns_app-"+testCID+".log"))
+			links, skipped, err := ListContainerLogLinks(context.Background(), dir, logs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(links) != 1 {
+				t.Fatalf("links = %+v, skipped = %+v", links, skipped)
+			}
+			want := ""
+			if tc.want != "" {
+				want = filepath.Join(logs, tc.want)
+			}
+			if links[0].TargetLogDir != want {
+				t.Errorf("TargetLogDir = %q, want %q", links[0].TargetLogDir, want)
+			}
+		})
+	}
+}
+
 // A link the caller rules out (its container is listed running) is not
 // examined at all: neither listed nor skipped, whatever its target.
 func TestOnlyCandidateLinksAreExamined(t *testing.T) {

@@ -1,0 +1,95 @@
+package housekeeping
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// removingRuntime carries out CRI removals on a fakeRuntime's snapshot, as
+// containerd does: RemovePodSandbox also removes the sandbox's containers.
+type removingRuntime struct{ rt *fakeRuntime }
+
+func (r removingRuntime) StopContainer(context.Context, string, time.Duration) error { return nil }
+func (r removingRuntime) StopPodSandbox(context.Context, string) error               { return nil }
+
+func (r removingRuntime) RemoveContainer(_ context.Context, id string) error {
+	r.rt.mu.Lock()
+	defer r.rt.mu.Unlock()
+	r.rt.snap.Containers = slices.DeleteFunc(slices.Clone(r.rt.snap.Containers), func(c cri.Container) bool { return c.ID == id })
+	return nil
+}
+
+func (r removingRuntime) RemovePodSandbox(_ context.Context, id string) error {
+	r.rt.mu.Lock()
+	defer r.rt.mu.Unlock()
+	r.rt.snap.Containers = slices.DeleteFunc(slices.Clone(r.rt.snap.Containers), func(c cri.Container) bool { return c.SandboxID == id })
+	r.rt.snap.Sandboxes = slices.DeleteFunc(slices.Clone(r.rt.snap.Sandboxes), func(s cri.Sandbox) bool { return s.ID == id })
+	return nil
+}
+
+// A gone pod (kubelet's pod worker stuck, #107730) is reclaimed whole in the
+// pass its sandbox is due: its container and sandbox, then its log dir,
+// then its log link (which dangles only once the dir is gone) and its pod
+// cgroup (looked into although its sandbox is still listed). One
+// leak_grace for the leak, not one per stage.
+func TestAGonePodIsReclaimedWholeInOnePass(t *testing.T) {
+	live, gone := testUID(100), testUID(101)
+	root := podDirs(t, live) // the gone pod has no pod dir
+	podLogs := t.TempDir()
+	logDir := mkPodLogDir(t, podLogs, gone)
+	if err := os.WriteFile(filepath.Join(logDir, "app", "0.log"), []byte("log\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	policy := reviewPolicy(podLogs)
+	ctrID := strings.Repeat("c1", 32)
+	if err := os.MkdirAll(policy.ContainerLogsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(policy.ContainerLogsDir, "p-"+gone+"_ns_app-"+ctrID+".log")
+	if err := os.Symlink(filepath.Join(logDir, "app", "0.log"), link); err != nil {
+		t.Fatal(err)
+	}
+	cg := fakeCgroups(t, live, gone)
+
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now,
+		Sandboxes: []cri.Sandbox{
+			{ID: "live", UID: live, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(live)},
+			{ID: "stuck", UID: gone, Ready: false, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(gone)},
+		},
+		Containers: []cri.Container{{ID: ctrID, SandboxID: "stuck", Name: "app", State: cri.ContainerExited,
+			CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(gone)}},
+	}, nil)
+	files := &nodeRecorder{}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Cgroups: cg,
+		Executor: executor.New(removingRuntime{rt}, files, executor.Options{MaxParallel: 1}, nil),
+		Policy:   policy}, log)
+	loop.started = now.Add(-time.Hour)
+
+	r := loop.Pass(context.Background())
+	var got []string
+	for _, o := range r.Outcomes {
+		got = append(got, string(o.Action.Kind)+" "+string(o.Result))
+		if o.Result != executor.Success {
+			t.Errorf("%s: %s: %v", o.Action.Key, o.Result, o.Err)
+		}
+	}
+	slices.Sort(got)
+	want := []string{"remove-container success", "remove-log-link success", "remove-pod-cgroup success", "remove-pod-log-dir success", "remove-sandbox success"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("one pass did %v;\nwant the whole pod: %v\n(deferred %+v, kept %+v)", got, want, r.Plan.Deferred, r.Plan.Kept)
+	}
+	if !slices.Equal(files.done, []string{"RemovePodLogDir " + logDir, "RemoveContainerLogLink " + link, "DestroyPodCgroup " + gone}) {
+		t.Fatalf("node steps %v: want the log dir, then its link, then the pod cgroup", files.done)
+	}
+}
