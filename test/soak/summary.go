@@ -86,7 +86,11 @@ type ReclaimSummary struct {
 	Objects   int `json:"objects"`   // leaked objects the plugin must reclaim
 	Reclaimed int `json:"reclaimed"` // gone by the end
 	Late      int `json:"late"`      // gone, but after their bound
-	Missing   int `json:"missing"`   // still there at the end
+	// AfterRetry: gone after their bound, but within the plugin's logged
+	// retry_at + a period of a step that failed (not late: a failure waits
+	// for its backoff).
+	AfterRetry int `json:"after_retry"`
+	Missing    int `json:"missing"` // still there at the end
 	// ByDesign: objects of pod-dir leaks the plugin may not reclaim: it did
 	// not see the pod torn down (it restarted since, or containerd did),
 	// and it only removes orphaned pod dirs of pods it saw torn down.
@@ -232,8 +236,8 @@ func (s Summary) String() string {
 	listLines(&b, s.Unknown, 5)
 	line("orphan reports", "%d, %d of them on live pods (with orphans.action = \"stop\" these would be evictions)", s.OrphanReports, s.OrphanReportsOnLive)
 	r := s.Reclaim
-	line("reclaim", "%d leaked objects: %d reclaimed (%d after their bound), %d missing, %d left by design (pod-dir leaks the plugin did not see torn down)",
-		r.Objects, r.Reclaimed, r.Late, r.Missing, r.ByDesign)
+	line("reclaim", "%d leaked objects: %d reclaimed (%d after their bound, %d after a failed step's retry), %d missing, %d left by design (pod-dir leaks the plugin did not see torn down)",
+		r.Objects, r.Reclaimed, r.Late, r.AfterRetry, r.Missing, r.ByDesign)
 	if !r.LastFault.IsZero() {
 		line("worst reclaim", "%s after max(end of the last fault %s, leak made): %s; bound: %s", r.Worst.Round(10*time.Millisecond), stamp(r.LastFault), r.WorstObject, r.Bound)
 	}
