@@ -89,10 +89,6 @@ func (n *Network) current() (*podnet.Reclaimer, error) {
 	return n.reclaimer, nil
 }
 
-// errNoCNI: containerd has loaded no CNI network (a node with host-network
-// pods only): there is nothing of the network to look at.
-var errNoCNI = errors.New("containerd reports no CNI network")
-
 // networkListing is what list read.
 type networkListing struct {
 	podnet.Listing
@@ -114,7 +110,7 @@ func (n *Network) list(ctx context.Context) (networkListing, error) {
 		cfg, err = podnet.FromConfDir(n.opts.ConfDir, []string{n.opts.BinDir}, 1, true)
 	}
 	if err != nil {
-		return networkListing{}, fmt.Errorf("%w: %w", errNoCNI, err)
+		return networkListing{}, fmt.Errorf("containerd's CNI configuration: %w", err)
 	}
 	// A network that sets disableGC asks runtimes not to garbage-collect
 	// it (CNI spec 1.1: its configuration may be shared with another
@@ -209,7 +205,7 @@ func (l *Loop) networkInput(ctx context.Context, listing networkListing, err err
 			return &gc.NetworkInput{Listing: listing.Listing, Records: recs, NetnsDir: listing.netnsDir}
 		}
 	}
-	if errors.Is(err, errNoCNI) {
+	if errors.Is(err, podnet.ErrNoNetwork) {
 		// A node with host-network pods only: nothing to look at, and
 		// nothing wrong. Said once.
 		if l.firstSeen(err.Error()) {

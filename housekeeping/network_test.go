@@ -145,3 +145,45 @@ func TestTheNetworkIsReadBeforeTheRecordsThatOwnIt(t *testing.T) {
 		}
 	}
 }
+
+// A node without CNI (host-network pods only) is nothing wrong: said once,
+// at info. A CNI configuration the plugin cannot use is: said as an error.
+func TestABrokenCNIConfigIsAnErrorNoCNIIsNot(t *testing.T) {
+	for _, tc := range []struct {
+		rule, conf string // conf: the conf dir's one file ("": none)
+		level, says  string
+	}{
+		{"no network config at all: info", "", "info", "containerd has no CNI network"},
+		{"a config that does not parse: error", `{"cniVersion":"1.0.0","name":`, "error", "network leaks are not looked for this pass"},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			confDir := t.TempDir()
+			if tc.conf != "" {
+				if err := os.WriteFile(filepath.Join(confDir, "10-pods.conflist"), []byte(tc.conf), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			kubeletRoot := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(kubeletRoot, "pods"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			rt := &fakeRuntime{}
+			rt.set(cri.Snapshot{TakenAt: now}, nil)
+			log, buf := testLogger()
+			loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot,
+				Policy:  gc.Policy{Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
+				Network: NewNetwork(&fakeContainerd{netnsDir: t.TempDir()}, NetworkOptions{CacheDir: t.TempDir(), ConfDir: confDir, BinDir: "/nonexistent"})}, log)
+			loop.Pass(context.Background())
+			loop.Pass(context.Background())
+			var lines []string
+			for _, l := range strings.Split(buf.String(), "\n") {
+				if strings.Contains(l, "network leaks are not looked for") {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) != 1 || !strings.Contains(lines[0], "level="+tc.level) || !strings.Contains(lines[0], tc.says) {
+				t.Fatalf("two passes logged %q; want one line at %s saying %q", lines, tc.level, tc.says)
+			}
+		})
+	}
+}

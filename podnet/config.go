@@ -89,6 +89,11 @@ type goCNIPlugin struct {
 	Source string // the plugin's own bytes, as libcni runs it
 }
 
+// ErrNoNetwork: containerd has loaded no CNI network (a node whose pods all
+// use the host's network). Nothing of the network is there to look at, and
+// nothing is wrong; any other configuration error is one.
+var ErrNoNetwork = errors.New("containerd has loaded no CNI network")
+
 // FromContainerdStatus parses the value of "cniconfig" in the verbose info of
 // containerd's CRI Status: go-cni's ConfigResult as JSON, the networks
 // containerd has actually loaded (default runtime handler only: the conf dirs
@@ -103,7 +108,7 @@ type goCNIPlugin struct {
 // plugin list, after the inlined plugins, which must be the same in both.
 func FromContainerdStatus(cniconfig string) (Config, error) {
 	if s := strings.TrimSpace(cniconfig); s == "" || s == "null" {
-		return Config{}, fmt.Errorf(`containerd's CRI status has no CNI configuration ("cniconfig" is %q): containerd has loaded no CNI network`, s)
+		return Config{}, fmt.Errorf(`containerd's CRI status has no CNI configuration ("cniconfig" is %q): %w`, s, ErrNoNetwork)
 	}
 	var st goCNIConfig
 	if err := json.Unmarshal([]byte(cniconfig), &st); err != nil {
@@ -114,7 +119,7 @@ func FromContainerdStatus(cniconfig string) (Config, error) {
 		return Config{}, fmt.Errorf(`the CNI configuration in containerd's CRI status ("cniconfig") names no plugin dir: no CNI DEL could run`)
 	}
 	if len(st.Networks) == 0 {
-		return Config{}, fmt.Errorf(`the CNI configuration in containerd's CRI status ("cniconfig") lists no network: containerd has loaded no CNI network (conf dir %q)`, st.PluginConfDir)
+		return Config{}, fmt.Errorf(`the CNI configuration in containerd's CRI status ("cniconfig") lists no network (conf dir %q): %w`, st.PluginConfDir, ErrNoNetwork)
 	}
 	for i, sn := range st.Networks {
 		if sn == nil || sn.Config == nil {
@@ -230,9 +235,9 @@ func FromConfDir(confDir string, binDirs []string, maxConfNum int, loopback bool
 	}
 	if len(files) == 0 {
 		if _, err := os.Stat(confDir); errors.Is(err, fs.ErrNotExist) {
-			return Config{}, fmt.Errorf("CNI conf dir %s does not exist: containerd has loaded no CNI network", confDir)
+			return Config{}, fmt.Errorf("CNI conf dir %s does not exist: %w", confDir, ErrNoNetwork)
 		}
-		return Config{}, fmt.Errorf("no network config (*.conf, *.conflist, *.json) in CNI conf dir %s: containerd has loaded no CNI network", confDir)
+		return Config{}, fmt.Errorf("no network config (*.conf, *.conflist, *.json) in CNI conf dir %s: %w", confDir, ErrNoNetwork)
 	}
 	sort.Strings(files)
 	loaded := 0

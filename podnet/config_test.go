@@ -2,6 +2,7 @@ package podnet
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,6 +202,11 @@ func TestFromContainerdStatusErrors(t *testing.T) {
 				t.Fatalf("err = %v, want it to name \"cniconfig\" and say %q", err, tt.want)
 			}
 			t.Logf("error as wanted: %v", err)
+			// Only "no network" is nothing wrong (said once at info); every
+			// other error is a broken configuration (said as an error).
+			if noNetwork := strings.Contains(tt.rule, "no CNI network"); errors.Is(err, ErrNoNetwork) != noNetwork {
+				t.Fatalf("errors.Is(err, ErrNoNetwork) = %v, want %v: %v", !noNetwork, noNetwork, err)
+			}
 		})
 	}
 
@@ -286,7 +292,7 @@ func TestFromConfDir(t *testing.T) {
 	t.Run("a missing conf dir means containerd has loaded no CNI network", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "net.d")
 		_, err := FromConfDir(dir, nil, 1, true)
-		if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "containerd has loaded no CNI network") {
+		if err == nil || !strings.Contains(err.Error(), dir) || !errors.Is(err, ErrNoNetwork) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -294,7 +300,7 @@ func TestFromConfDir(t *testing.T) {
 		dir := t.TempDir()
 		writeFile(t, filepath.Join(dir, "README"), "")
 		_, err := FromConfDir(dir, nil, 1, true)
-		if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "containerd has loaded no CNI network") {
+		if err == nil || !strings.Contains(err.Error(), dir) || !errors.Is(err, ErrNoNetwork) {
 			t.Fatalf("err = %v", err)
 		}
 	})
