@@ -150,8 +150,8 @@ func TestTheNetworkIsReadBeforeTheRecordsThatOwnIt(t *testing.T) {
 // at info. A CNI configuration the plugin cannot use is: said as an error.
 func TestABrokenCNIConfigIsAnErrorNoCNIIsNot(t *testing.T) {
 	for _, tc := range []struct {
-		rule, conf string // conf: the conf dir's one file ("": none)
-		level, says  string
+		rule, conf  string // conf: the conf dir's one file ("": none)
+		level, says string
 	}{
 		{"no network config at all: info", "", "info", "containerd has no CNI network"},
 		{"a config that does not parse: error", `{"cniVersion":"1.0.0","name":`, "error", "network leaks are not looked for this pass"},
