@@ -91,11 +91,14 @@ const (
 // taken (Aborted). nil means no check (tests).
 type Recheck func(ctx context.Context, a gc.Action) error
 
-// Rechecked lists the kinds checked again right before they run: the node
-// steps, which run after every CRI call of the pass and rest on the pod
-// being gone or orphaned, and the network steps, which rest on no source
-// knowing the owner.
-var Rechecked = []gc.Kind{gc.RemovePodLogDir, gc.RemovePodCgroup, gc.ReducePodCgroupCPU, gc.RemovePodDir,
+// Rechecked lists the kinds checked again right before they run: every
+// step but a log link's, which rests on its target being absent (or on the
+// log dir this call removed before it, a dependency). The CRI steps of a gone pod rest on the pod being gone (the
+// others on newer instances, which only grow); the node steps run after
+// every CRI call of the pass and rest on the pod being gone or orphaned;
+// the network steps rest on no source knowing the owner.
+var Rechecked = []gc.Kind{gc.StopContainer, gc.StopSandbox, gc.RemoveContainer, gc.RemoveSandbox,
+	gc.RemovePodLogDir, gc.RemovePodCgroup, gc.ReducePodCgroupCPU, gc.RemovePodDir,
 	gc.RemoveCNIAttachment, gc.ReleaseIPReservation, gc.RemoveNetns}
 
 // Outcome is what became of one action, and how long it took.

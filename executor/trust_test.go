@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -60,10 +61,11 @@ func TestAnUnknownContainerIsStoppedThenRemovedInTheSamePass(t *testing.T) {
 	}
 }
 
-// A node step is checked again right before it runs: when the check finds
-// the pod back, the step is not taken (aborted, no backoff, logged), and
-// what depends on it is skipped. CRI steps and dry runs are not checked.
-func TestNodeStepsAreCheckedAgainRightBeforeTheyRun(t *testing.T) {
+// A step is checked again right before it runs: when the check finds the
+// pod back, the step is not taken (aborted, no backoff, logged), and what
+// depends on it is skipped. CRI steps are checked too (the loop's check
+// says which rules need it); log links and dry runs are not.
+func TestStepsAreCheckedAgainRightBeforeTheyRun(t *testing.T) {
 	f := newFake()
 	var mu sync.Mutex
 	var checked []string
@@ -78,13 +80,15 @@ func TestNodeStepsAreCheckedAgainRightBeforeTheyRun(t *testing.T) {
 	}
 	log, hook := logtest.NewNullLogger()
 	e := New(f, f, Options{MaxParallel: 2}, log)
-	actions := []gc.Action{rmSb("sb"), rmLogDir("/p/back"), rmLogDir("/p/gone")}
+	link := gc.Action{Kind: gc.RemoveContainerLogLink, Key: "log-link//l/x.log", Path: "/l/x.log"}
+	actions := []gc.Action{rmSb("sb"), rmLogDir("/p/back"), rmLogDir("/p/gone"), link}
 	got := results(e.Execute(context.Background(), actions, t0, recheck))
-	if got["sandbox/sb"] != Success || got["pod-log-dir//p/back"] != Aborted || got["pod-log-dir//p/gone"] != Success {
+	if got["sandbox/sb"] != Success || got["pod-log-dir//p/back"] != Aborted || got["pod-log-dir//p/gone"] != Success || got[link.Key] != Success {
 		t.Fatalf("results = %v", got)
 	}
-	if fmt.Sprint(checked) != fmt.Sprint([]string{"pod-log-dir//p/back", "pod-log-dir//p/gone"}) && fmt.Sprint(checked) != fmt.Sprint([]string{"pod-log-dir//p/gone", "pod-log-dir//p/back"}) {
-		t.Fatalf("checked %v, want only the two node steps", checked)
+	slices.Sort(checked)
+	if want := []string{"pod-log-dir//p/back", "pod-log-dir//p/gone", "sandbox/sb"}; !slices.Equal(checked, want) {
+		t.Fatalf("checked %v, want %v: the sandbox and the two node steps, not the link", checked, want)
 	}
 	for _, c := range f.calls {
 		if c.id == "/p/back" {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -144,11 +145,15 @@ func newEntries(before, now map[string]bool) []string {
 	return grown
 }
 
-// recheck returns the check run right before each node step of the plan
-// made from a listing taken at taken: the step rests on the pod being gone
-// (its pod dir absent) or orphaned (seen torn down, its dir unchanged), and
-// on nothing of the pod running. podstate's life events since the listing,
-// a CRI listing filtered by the pod UID and the pod dir are read again.
+// recheck returns the check run right before each step of a Rechecked kind
+// of the plan made from a listing taken at taken. A CRI step of a pod-gone
+// rule (and an orphan stop) rests on the pod being gone: no life event
+// since the listing, its pod dir still absent; the other CRI rules rest on
+// newer instances of the pod, which only grow. A node step rests on the pod
+// being gone (its pod dir absent) or orphaned (seen torn down, its dir
+// unchanged), and on nothing of the pod running: podstate's life events
+// since the listing, a CRI listing filtered by the pod UID and the pod dir
+// are read again. A network step rests on no source knowing its owner.
 func (l *Loop) recheck(taken time.Time) executor.Recheck {
 	return func(ctx context.Context, a gc.Action) error {
 		switch a.Rule {
@@ -156,6 +161,8 @@ func (l *Loop) recheck(taken time.Time) executor.Recheck {
 			return l.recheckUnowned(ctx, a.ContainerID)
 		case gc.RuleNetworkNetns:
 			return l.recheckNetnsUnused(ctx, a.Path)
+		case gc.RuleContainerMaxPerPod, gc.RuleContainerMaxContainers, gc.RuleSandboxNotNewest:
+			return nil
 		}
 		uid := a.Pod.UID
 		if uid == "" {
@@ -164,6 +171,10 @@ func (l *Loop) recheck(taken time.Time) executor.Recheck {
 		if p, ok := l.state.Pod(uid); ok && p.LastLifeEvent.After(taken) {
 			return fmt.Errorf("pod %s had a life event (new sandbox or container start) at %s, after the listing the plan was made from",
 				uid, p.LastLifeEvent.Format(time.RFC3339Nano))
+		}
+		switch a.Rule {
+		case gc.RuleContainerPodGone, gc.RuleSandboxPodGone, gc.RuleOrphanStop:
+			return l.recheckGone(uid)
 		}
 		objs, err := l.runtime.ListPod(ctx, uid)
 		if err != nil {
@@ -215,6 +226,10 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 	}
 	d, err := nodefs.InspectPodDir(ctx, l.opts.KubeletRoot, uid)
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && a.Rule == gc.RuleCgroupOrphaned && slices.Contains(a.DependsOn, "pod-dir/"+uid):
+		// This pass removed the dir before it (a dependency): the pod has
+		// no volumes left, and is still seen torn down.
+		return nil
 	case err != nil && a.Rule == gc.RuleCgroupVolumesRemain && !errors.Is(err, fs.ErrNotExist):
 		// "Cannot tell" is what a CPU reduction is for (kubelet's
 		// ReduceCPULimits): the pod is still seen torn down and nothing of

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -216,6 +218,92 @@ func TestANodeStepIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 			}
 			if len(files.done) > 0 {
 				t.Fatalf("%v after the pod came back between plan and execution", files.done)
+			}
+		})
+	}
+}
+
+// criCalls is executor.Runtime recording the calls it was asked to make.
+type criCalls struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *criCalls) record(call string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, call)
+	return nil
+}
+func (c *criCalls) StopContainer(_ context.Context, id string, _ time.Duration) error {
+	return c.record("StopContainer " + id)
+}
+func (c *criCalls) RemoveContainer(_ context.Context, id string) error {
+	return c.record("RemoveContainer " + id)
+}
+func (c *criCalls) StopPodSandbox(_ context.Context, id string) error {
+	return c.record("StopPodSandbox " + id)
+}
+func (c *criCalls) RemovePodSandbox(_ context.Context, id string) error {
+	return c.record("RemovePodSandbox " + id)
+}
+
+// The CRI steps of the pod-gone rules (and orphan stops) rest on the pod
+// being gone, as the node steps do: a pod that comes back between the
+// listing and the step (its pod dir made again, a new sandbox of its UID)
+// keeps its dead containers and sandboxes, which kubelet's rules for a live
+// pod may still keep. The steps of the keep-newest rules rest on newer
+// instances, which only grow: they are not stopped.
+func TestACRIStepOfAGonePodIsCheckedAgainRightBeforeItRuns(t *testing.T) {
+	gone, live := testUID(5), testUID(6)
+	for _, tc := range []struct {
+		name string
+		race func(t *testing.T, state *podstate.State, root string)
+		want []string
+	}{
+		{"nothing changes: the gone pod's steps run", func(*testing.T, *podstate.State, string) {},
+			[]string{"RemoveContainer old", "StopPodSandbox stuck", "RemovePodSandbox stuck"}},
+		{"kubelet makes the gone pod's dir again", func(t *testing.T, _ *podstate.State, root string) {
+			if err := os.Mkdir(filepath.Join(root, "pods", gone), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"RemoveContainer old"}},
+		{"NRI reports a new sandbox of the gone pod's UID", func(t *testing.T, state *podstate.State, _ string) {
+			if err := state.Apply(podstate.Event{Kind: podstate.RunPodSandbox, At: now.Add(time.Second), Pod: ident(gone), SandboxID: "new"}); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"RemoveContainer old"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := podDirs(t, live)
+			state := podstate.New(0)
+			rt := &fakeRuntime{}
+			rt.set(cri.Snapshot{TakenAt: now,
+				Sandboxes: []cri.Sandbox{
+					{ID: "live", UID: live, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(live)},
+					{ID: "stuck", UID: gone, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(gone)},
+				},
+				Containers: []cri.Container{
+					// A dead instance beyond max_per_pod_container of the live pod.
+					{ID: "old", SandboxID: "live", Name: "app", State: cri.ContainerExited, CreatedAt: now.Add(-2 * time.Hour), Labels: kubeletLabels(live)},
+					{ID: "new", SandboxID: "live", Name: "app", State: cri.ContainerExited, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(live)},
+				}}, nil)
+			calls := &criCalls{}
+			exec := racingExecutor{
+				before: func() { tc.race(t, state, root) },
+				inner:  executor.New(calls, &nodeRecorder{}, executor.Options{MaxParallel: 1}, nil),
+			}
+			log, _ := testLogger()
+			loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, Executor: exec,
+				Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(),
+					Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}}}, log)
+			loop.started = now.Add(-time.Hour)
+			r := loop.Pass(context.Background())
+			if len(r.Plan.Actions) != 2 {
+				t.Fatalf("planned %+v: want the gone pod's sandbox and the live pod's old container", r.Plan.Actions)
+			}
+			if !slices.Equal(calls.calls, tc.want) {
+				t.Fatalf("CRI calls %v, want %v", calls.calls, tc.want)
 			}
 		})
 	}
