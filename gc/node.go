@@ -83,6 +83,9 @@ func (p *planner) orphanedPodDirRules() map[string]orphanedPodDir {
 		case !p.in.Policy.RemoveOrphanedPodDirs:
 			p.keep(object, pod, "orphaned pod dir with nothing mounted: reported only (pod_dirs.remove_orphaned = false)")
 		default:
+			o := orphans[d.UID]
+			o.removal = key
+			orphans[d.UID] = o
 			p.propose(Action{Kind: RemovePodDir, Rule: RuleOrphanedPodDir, Pod: pod, Key: key, Path: d.Path,
 				Reason: "kubelet pod dir of a pod with no sandbox or container for leak_grace, nothing mounted in it"})
 		}
@@ -90,11 +93,13 @@ func (p *planner) orphanedPodDirRules() map[string]orphanedPodDir {
 	return orphans
 }
 
-// orphanedPodDir is a pod dir found orphaned, and since when its pod has
-// had no sandbox and no container.
+// orphanedPodDir is a pod dir found orphaned, since when its pod has had
+// no sandbox and no container, and the key of its removal ("" when it is
+// not removed).
 type orphanedPodDir struct {
 	nodefs.PodDir
-	since time.Time
+	since   time.Time
+	removal string
 }
 
 // podCgroupRules is kubelet's cleanupOrphanedPodCgroups: the cgroup of a pod
@@ -159,6 +164,12 @@ func (p *planner) podCgroupRules(orphanDirs map[string]orphanedPodDir) {
 		case p.gone(uid):
 			p.proposeCgroup(cg, pod, RemovePodCgroup, RuleCgroupPodGone, nil,
 				fmt.Sprintf("pod cgroup with %d process(es) of a pod that is gone from the node, with no sandbox left", cg.Procs))
+		case orphanDir && dir.removal != "":
+			// kubelet's housekeeping removes orphaned pod dirs, then
+			// destroys the cgroups of pods whose volumes no longer exist:
+			// the dir (its volume dirs empty, nothing mounted) goes first.
+			p.proposeCgroup(cg, pod, RemovePodCgroup, RuleCgroupOrphaned, []string{dir.removal},
+				fmt.Sprintf("pod cgroup with %d process(es) of an orphaned pod (no sandbox, no container) whose pod dir this plan removes first", cg.Procs))
 		case orphanDir && (nodefs.PodVolumesExist(dir.PodDir) || len(dir.Blockers) > 0):
 			// kubelet treats "cannot tell" as "volumes may be mounted": any
 			// blocker (a pod dir that cannot be inspected, a symlink where a

@@ -2,6 +2,7 @@ package gc
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -172,6 +173,46 @@ func TestPodCgroupRules(t *testing.T) {
 			same(t, "due", got, tc.want)
 			if tc.kept != "" && !keptContains(r, tc.kept) {
 				t.Errorf("nothing kept for %q: %+v", tc.kept, r.Kept)
+			}
+		})
+	}
+}
+
+// kubelet's housekeeping removes orphaned pod dirs, then destroys the
+// cgroups of pods whose volumes no longer exist: an orphaned pod's cgroup
+// is destroyed right after its dir (volume dirs empty, nothing mounted)
+// when the plan removes the dir, and only loses CPU while the dir stays.
+func TestAnOrphanedPodsCgroupGoesRightAfterItsDir(t *testing.T) {
+	long := now.Add(-time.Hour)
+	for _, tc := range []struct {
+		name   string
+		remove bool
+		dir    nodefs.PodDir
+		want   []string // due, in plan order
+	}{
+		{"the dir is removed: the cgroup goes right after it", true, podDir("u3", true),
+			[]string{"remove-pod-dir u3", "remove-pod-cgroup u3 after [pod-dir/u3]"}},
+		{"pod_dirs.remove_orphaned = false: CPU reduced only", false, podDir("u3", true),
+			[]string{"reduce-pod-cgroup-cpu u3 after []"}},
+		{"a blocker keeps the dir: CPU reduced only", true, podDir("u3", false, "volumes/x/y is a mount point"),
+			[]string{"reduce-pod-cgroup-cpu u3 after []"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := policy()
+			pol.LeakGrace = time.Minute
+			pol.RemoveOrphanedPodDirs = tc.remove
+			r := Plan(Input{Now: now, Policy: pol, Oracle: present("u3"), PodCgroups: cgroups("u3"), PodDirs: []nodefs.PodDir{tc.dir},
+				EligibleSince: map[string]time.Time{"pod-dir/u3": long}, TornDown: map[string]bool{"u3": true}})
+			var got []string
+			for _, a := range r.Actions {
+				s := string(a.Kind) + " " + a.Pod.UID
+				if a.Kind != RemovePodDir {
+					s += fmt.Sprintf(" after %v", a.DependsOn)
+				}
+				got = append(got, s)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("due %q, want %q (deferred %+v)", got, tc.want, r.Deferred)
 			}
 		})
 	}

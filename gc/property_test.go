@@ -529,7 +529,11 @@ func checkContract(t *testing.T, in Input, r Result) {
 			if !gone && !in.TornDown[a.Pod.UID] {
 				fail("touches the cgroup or pod dir of a pod that is neither gone nor seen torn down")
 			}
-			if a.Kind == RemovePodCgroup && !gone && (volumes[a.Pod.UID] || blocked[a.Pod.UID]) {
+			// ... unless its pod dir (volume dirs empty, nothing mounted) is
+			// removed before it, as kubelet's housekeeping does.
+			_, dirFirst := due["pod-dir/"+a.Pod.UID]
+			dirFirst = dirFirst && slices.Contains(a.DependsOn, "pod-dir/"+a.Pod.UID)
+			if a.Kind == RemovePodCgroup && !gone && (blocked[a.Pod.UID] || volumes[a.Pod.UID] && !dirFirst) {
 				fail("destroys the cgroup of a pod whose volume dirs remain or whose pod dir cannot be fully inspected")
 			}
 		case RemoveContainerLogLink:

@@ -143,7 +143,7 @@ const (
 // Kinds lists every kind in execution order: an action only depends on
 // actions of earlier kinds.
 var Kinds = []Kind{StopContainer, StopSandbox, RemoveContainer, RemoveSandbox, RemovePodLogDir, RemoveContainerLogLink,
-	RemovePodCgroup, ReducePodCgroupCPU, RemovePodDir, RemoveCNIAttachment, ReleaseIPReservation, RemoveNetns}
+	RemovePodDir, RemovePodCgroup, ReducePodCgroupCPU, RemoveCNIAttachment, ReleaseIPReservation, RemoveNetns}
 
 // Rules, named for logs, metrics and the report.
 const (

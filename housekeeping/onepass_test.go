@@ -93,3 +93,58 @@ func TestAGonePodIsReclaimedWholeInOnePass(t *testing.T) {
 		t.Fatalf("node steps %v: want the log dir, then its link, then the pod cgroup", files.done)
 	}
 }
+
+// podDirRemover records node steps and really removes orphaned pod dirs,
+// so that the checks right before later steps see them gone.
+type podDirRemover struct {
+	nodeRecorder
+	root string
+}
+
+func (r *podDirRemover) RemoveOrphanedPodDir(ctx context.Context, uid string) error {
+	if err := os.RemoveAll(filepath.Join(r.root, "pods", uid)); err != nil {
+		return err
+	}
+	return r.nodeRecorder.RemoveOrphanedPodDir(ctx, uid)
+}
+
+// An orphaned pod (seen torn down, its pod dir left with an empty volume
+// dir) is reclaimed whole in one pass, as kubelet's housekeeping does it:
+// the pod dir first, then its cgroup, destroyed now that no volume is left
+// (not only CPU-reduced, then destroyed a leak_grace later).
+func TestAnOrphanedPodIsReclaimedWholeInOnePass(t *testing.T) {
+	live, torn := testUID(102), testUID(103)
+	root := podDirs(t, live, torn) // each with an empty volumes dir
+	if err := os.MkdirAll(filepath.Join(root, "pods", torn, "volumes", "kubernetes.io~empty-dir", "cache"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	policy := reviewPolicy(t.TempDir())
+	policy.RemoveOrphanedPodDirs = true
+	rt := &fakeRuntime{}
+	files := &podDirRemover{root: root}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Cgroups: fakeCgroups(t, live, torn),
+		Executor: executor.New(removingRuntime{rt}, files, executor.Options{MaxParallel: 1}, nil), Policy: policy}, log)
+	loop.started = now.Add(-time.Hour)
+	sandbox := func(id, uid string, ready bool) cri.Sandbox {
+		return cri.Sandbox{ID: id, UID: uid, Ready: ready, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)}
+	}
+	liveSb := sandbox("live", live, true)
+	var r PassResult
+	for i, sbs := range [][]cri.Sandbox{
+		{liveSb, sandbox("torn", torn, true)},
+		{liveSb, sandbox("torn", torn, false)}, // stopped
+		{liveSb},                               // removed: torn down, its dir left behind
+	} {
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Second), Sandboxes: sbs}, nil)
+		r = loop.Pass(context.Background())
+	}
+	for _, o := range r.Outcomes {
+		if o.Result != executor.Success {
+			t.Errorf("%s: %s: %v", o.Action.Key, o.Result, o.Err)
+		}
+	}
+	if want := []string{"RemoveOrphanedPodDir " + torn, "DestroyPodCgroup " + torn}; !slices.Equal(files.done, want) {
+		t.Fatalf("node steps %v, want %v (deferred %+v, kept %+v)", files.done, want, r.Plan.Deferred, r.Plan.Kept)
+	}
+}
