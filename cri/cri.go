@@ -29,6 +29,8 @@ type Client struct {
 	rpcTimeout time.Duration
 	conn       *grpc.ClientConn
 	runtime    runtimeapi.RuntimeServiceClient
+	// removeStops caches RemoveStopsSandbox's answer.
+	removeStops removeStops
 }
 
 // Observer is told about every CRI and containerd call: the method's short

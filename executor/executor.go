@@ -30,6 +30,15 @@ type Runtime interface {
 	RemovePodSandbox(ctx context.Context, id string) error
 }
 
+// RemoveStopper is a Runtime that says whether its RemovePodSandbox stops
+// the sandbox itself with the code of StopPodSandbox and removes nothing
+// when that fails (cri.Client: containerd 2.x). Then a sandbox is removed
+// with one RemovePodSandbox instead of StopPodSandbox + RemovePodSandbox:
+// the same steps, one RPC less.
+type RemoveStopper interface {
+	RemoveStopsSandbox(ctx context.Context) bool
+}
+
 // Files is the node side: log files, kubelet pod dirs, pod cgroups and the
 // pod network's objects (implemented over packages nodefs, podcgroups and
 // podnet).
@@ -515,9 +524,13 @@ func (e *Executor) do(ctx context.Context, a gc.Action) error {
 		}
 	case gc.RemoveSandbox:
 		// kubelet's removeSandbox: stop first (network teardown, etc.); a
-		// sandbox that could not be stopped is not removed this time.
-		if err := e.rt.StopPodSandbox(ctx, a.SandboxID); err != nil {
-			return fmt.Errorf("stop sandbox %s before removing it: %w", a.SandboxID, err)
+		// sandbox that could not be stopped is not removed this time. A
+		// runtime whose RemovePodSandbox stops first itself, and removes
+		// nothing when that fails, does both in one call.
+		if rs, ok := e.rt.(RemoveStopper); !ok || !rs.RemoveStopsSandbox(ctx) {
+			if err := e.rt.StopPodSandbox(ctx, a.SandboxID); err != nil {
+				return fmt.Errorf("stop sandbox %s before removing it: %w", a.SandboxID, err)
+			}
 		}
 		if err := e.rt.RemovePodSandbox(ctx, a.SandboxID); err != nil {
 			return fmt.Errorf("remove sandbox %s: %w", a.SandboxID, err)

@@ -418,6 +418,35 @@ func TestRemoveSandboxRemoveFailureIsAnError(t *testing.T) {
 	}
 }
 
+// removeStopping is a fake runtime whose RemovePodSandbox stops the
+// sandbox itself (containerd 2.x).
+type removeStopping struct{ *fake }
+
+func (removeStopping) RemoveStopsSandbox(context.Context) bool { return true }
+
+// A runtime whose RemovePodSandbox stops the sandbox itself (and removes
+// nothing when that fails) gets one call per sandbox, not a StopPodSandbox
+// first; a failure is still an error naming the sandbox.
+func TestRemoveSandboxIsOneCallWhenTheRuntimeStopsItOnRemove(t *testing.T) {
+	f := newFake("RemovePodSandbox sb-a")
+	e := New(removeStopping{f}, f, Options{MaxParallel: 2}, nil)
+	out := e.Execute(context.Background(), []gc.Action{rmSb("sb-a"), rmSb("sb-b")}, t0, nil)
+	if got := results(out); got["sandbox/sb-a"] != Error || got["sandbox/sb-b"] != Success {
+		t.Errorf("results %v, want sb-a error (its remove failed), sb-b success", got)
+	}
+	if !errors.Is(out[0].Err, errFake) || !strings.Contains(out[0].Err.Error(), "remove sandbox sb-a") {
+		t.Errorf("sb-a error %v: want the remove failure, naming the sandbox", out[0].Err)
+	}
+	for _, c := range f.called() {
+		if strings.HasPrefix(c, "StopPodSandbox") {
+			t.Errorf("%s called: RemovePodSandbox stops the sandbox itself", c)
+		}
+	}
+	if !f.has("RemovePodSandbox sb-a") || !f.has("RemovePodSandbox sb-b") {
+		t.Errorf("calls %v, want one RemovePodSandbox per sandbox", f.called())
+	}
+}
+
 func TestMaxParallelHonoured(t *testing.T) {
 	tests := []struct {
 		name        string

@@ -43,6 +43,10 @@
 #                                Side-by-side labs should use different roots (down removes
 #                                every empty cgroup under it).
 #   LAB_LOG_LEVEL=info           containerd log level
+#   LAB_DEBUG_ADDRESS=           containerd's debug socket ([debug] address: pprof under
+#                                /debug/pprof/, e.g. curl --unix-socket); empty: none
+#   LAB_CONFIG_EXTRA=            TOML appended to containerd's config as is (new tables only,
+#                                e.g. [plugins."io.containerd.gc.v1.scheduler"]); empty: none
 #   LAB_READY_TIMEOUT=120        seconds up/restart wait for CRI RuntimeReady
 #   The lab's CNI network (read at the first up of a LAB_DIR and kept in $LAB_DIR/cni/settings,
 #   which wins over the environment until down; defaults derive from a hash of LAB_DIR, so
@@ -72,6 +76,8 @@ LAB_NRI_PLUGIN_PATH=${LAB_NRI_PLUGIN_PATH:-$LAB_DIR/nri/plugins}
 LAB_NRI_PLUGIN_CONFIG_PATH=${LAB_NRI_PLUGIN_CONFIG_PATH:-$LAB_DIR/nri/conf.d}
 LAB_CGROUP_ROOT=${LAB_CGROUP_ROOT:-/kubepods}
 LAB_LOG_LEVEL=${LAB_LOG_LEVEL:-info}
+LAB_DEBUG_ADDRESS=${LAB_DEBUG_ADDRESS:-}
+LAB_CONFIG_EXTRA=${LAB_CONFIG_EXTRA:-}
 LAB_READY_TIMEOUT=${LAB_READY_TIMEOUT:-120}
 # Without CAP_SYS_RESOURCE nobody may lower oom_score_adj below 0 (sandboxes want -998).
 if grep -q '^CapEff:' /proc/self/status &&
@@ -313,7 +319,8 @@ oom_score = 0
   address = "$SOCK.ttrpc"
 
 [debug]
-  level = "$LAB_LOG_LEVEL"
+  level = "$LAB_LOG_LEVEL"${LAB_DEBUG_ADDRESS:+
+  address = \"$LAB_DEBUG_ADDRESS\"}
 
 [plugins]
   [plugins."io.containerd.cri.v1.images"]
@@ -370,6 +377,7 @@ oom_score = 0
   [plugins."io.containerd.image-verifier.v1.bindir"]
     bin_dir = "$LAB_DIR/opt/image-verifier/bin"
 EOF
+	[[ -z $LAB_CONFIG_EXTRA ]] || printf '\n# LAB_CONFIG_EXTRA\n%s\n' "$LAB_CONFIG_EXTRA" >>"$CONFIG"
 }
 
 # ---------------------------------------------------------------- network ---
