@@ -642,10 +642,7 @@ func TestContainerLogLinkPodUIDComesFromATargetOfItsOwnPod(t *testing.T) {
 		{"a target outside the pod logs dir names nothing", "/elsewhere/ns_web_" + uid + "/app/0.log", ""},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
-			base := t.TempDir()
-			dir, logs := filepath.Join(base, "containers"), filepath.Join(base, "pods")
-			mkdirAll(t, dir)
-			mkdirAll(t, logs)
+			dir, logs := linkAndLogDirs(t)
 			target := tc.target
 			if !filepath.IsAbs(target) && !strings.HasPrefix(target, "..") {
 				target = filepath.Join(logs, target)
@@ -669,6 +666,17 @@ func TestContainerLogLinkPodUIDComesFromATargetOfItsOwnPod(t *testing.T) {
 	}
 }
 
+// linkAndLogDirs makes a container logs dir and a pod logs dir side by side
+// (containers/ and pods/ in a temp dir).
+func linkAndLogDirs(t *testing.T) (dir, logs string) {
+	t.Helper()
+	base := t.TempDir()
+	dir, logs = filepath.Join(base, "containers"), filepath.Join(base, "pods")
+	mkdirAll(t, dir)
+	mkdirAll(t, logs)
+	return dir, logs
+}
+
 // A link's TargetLogDir is the pod log dir its target lies below, whatever
 // the dir's name: the link dangles once that dir is removed. A target
 // directly in the pod logs dir lies below no pod log dir.
@@ -685,10 +693,7 @@ func TestContainerLogLinkTargetLogDirIsTheDirItsTargetLiesBelow(t *testing.T) {
 		{"directly in the pod logs dir", "0.log", ""},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
-			base := t.TempDir()
-			dir, logs := filepath.Join(base, "containers"), filepath.Join(base, "pods")
-			mkdirAll(t, dir)
-			mkdirAll(t, logs)
+			dir, logs := linkAndLogDirs(t)
 			target := tc.target
 			if !strings.HasPrefix(target, "..") {
 				target = filepath.Join(logs, target)
