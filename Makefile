@@ -49,6 +49,7 @@ FUZZTIME ?=
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(or $(FUZZTIME),300000x) ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzPlanKeepsTheSafetyContract$$' -fuzztime $(or $(FUZZTIME),10000x) ./gc/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNeverPanics$$' -fuzztime $(or $(FUZZTIME),100000x) ./statefile/
 
 # The alerting rules: promtool checks them and runs their unit tests
 # (alerts_test.yaml). prometheus-tools installs Debian's prometheus package

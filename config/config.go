@@ -98,6 +98,11 @@ type Housekeeping struct {
 	LeakGrace       time.Duration // leak_grace; >= Period (when Period > 0)
 	SlowPassWarning time.Duration // slow_pass_warning; >= 0 (0: never warn)
 	MaxParallel     int           // max_parallel; >= 1
+	// StateFile is state_file; "" or an absolute path: where the plugin
+	// keeps, across its restarts, the pods it saw torn down (whose pod dirs
+	// only it may call orphaned) and the budgeted steps of the last hour.
+	// "" keeps nothing: both start afresh on every restart.
+	StateFile string
 }
 
 // NRI is the [nri] section: how the plugin registers with containerd.
@@ -213,6 +218,7 @@ func Default() Config {
 			LeakGrace:       5 * time.Minute,
 			SlowPassWarning: 15 * time.Second,
 			MaxParallel:     4,
+			StateFile:       "/var/lib/nri-housekeeper/state.json",
 		},
 		NRI: NRI{
 			Socket:      "/var/run/nri/nri.sock",

@@ -65,6 +65,7 @@ var badConfigs = []struct {
 	{"leak_grace_negative_not_compared_with_period", "[housekeeping]\nleak_grace = \"-1s\"\n", "housekeeping.leak_grace", 2, "must not be negative"},
 
 	// Counts.
+	{"state_file_relative", "[housekeeping]\nstate_file = \"state.json\"\n", "housekeeping.state_file", 2, `must be an absolute path, got "state.json"`},
 	{"max_parallel_below_1", "[housekeeping]\nmax_parallel = 0\n", "housekeeping.max_parallel", 2, "must be at least 1, got 0"},
 	{"max_per_pod_container_negative", "[containers]\nmax_per_pod_container = -1\n", "containers.max_per_pod_container", 2, "must be at least 0, got -1"},
 	{"max_containers_below_minus_1", "[containers]\nmax_containers = -2\n", "containers.max_containers", 2, "must be at least -1, got -2"},
@@ -329,6 +330,7 @@ startup_delay = "0s"
 leak_grace = "10m"
 slow_pass_warning = "0s"
 max_parallel = 8
+state_file = "/data/nri-housekeeper/state.json"
 
 [nri]
 socket = "/run/nri/nri.sock"
@@ -396,6 +398,7 @@ var fullConfigWant = Config{
 		LeakGrace:       10 * time.Minute,
 		SlowPassWarning: 0,
 		MaxParallel:     8,
+		StateFile:       "/data/nri-housekeeper/state.json",
 	},
 	NRI:        NRI{Socket: "/run/nri/nri.sock", PluginName: "housekeeper.test+1", PluginIndex: "05"},
 	Runtime:    Runtime{Endpoint: "unix:///var/run/containerd/containerd.sock", Namespace: "k8s-test", RPCTimeout: 2500 * time.Millisecond},

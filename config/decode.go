@@ -39,6 +39,7 @@ func schema(c *Config) []section {
 			{"leak_grace", &c.Housekeeping.LeakGrace},
 			{"slow_pass_warning", &c.Housekeeping.SlowPassWarning},
 			{"max_parallel", &c.Housekeeping.MaxParallel},
+			{"state_file", &c.Housekeeping.StateFile},
 		}},
 		{"nri", []field{
 			{"socket", &c.NRI.Socket},

@@ -34,6 +34,9 @@ func validate(p *problems, c Config) {
 	}
 	nonNegative(p, "housekeeping.slow_pass_warning", h.SlowPassWarning)
 	atLeast(p, "housekeeping.max_parallel", h.MaxParallel, 1)
+	if h.StateFile != "" {
+		absPath(p, "housekeeping.state_file", h.StateFile)
+	}
 
 	absPath(p, "nri.socket", c.NRI.Socket)
 	switch name := c.NRI.PluginName; {

@@ -127,6 +127,9 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 		}
 		spent := spentByClass[class]
 		allowed := min(perPass, max(0, b.MaxPerHour-spent))
+		if p.in.BudgetHeld != "" {
+			allowed = 0
+		}
 		if c.units <= allowed {
 			continue
 		}
@@ -145,7 +148,10 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 		}
 		why := fmt.Sprintf("over the %d a pass may take on a node with %d Ready sandbox(es) (budget.max_per_pass %d, max_fraction %g, min_per_pass %d)",
 			perPass, ready, b.MaxPerPass, b.MaxFraction, b.MinPerPass)
-		if allowed < perPass {
+		switch {
+		case p.in.BudgetHeld != "":
+			why = p.in.BudgetHeld
+		case allowed < perPass:
 			why = fmt.Sprintf("over the %d left of budget.max_per_hour = %d (%d taken in the last hour)", allowed, b.MaxPerHour, spent)
 		}
 		t.Message = fmt.Sprintf("blast-radius budget: this pass would take %d %s step(s), %s; taking none of them (the %s class is paused while that lasts)",

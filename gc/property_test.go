@@ -37,6 +37,9 @@ func randomInput(seed int64, pods int) Input {
 	in.Policy.Budget.MaxFraction = rng.Float64()
 	in.Policy.Budget.MinPerPass = rng.Intn(in.Policy.Budget.MaxPerPass + 1)
 	in.Policy.Budget.MaxPerHour = rng.Intn(12)
+	if rng.Intn(8) == 0 {
+		in.BudgetHeld = "the steps of the last hour are unknown"
+	}
 	in.BudgetAdmitted = map[string]bool{}
 	for _, class := range BudgetClasses { // steps taken earlier this hour
 		if rng.Intn(3) == 0 {
@@ -719,6 +722,9 @@ func checkBudget(t *testing.T, in Input, r Result) {
 		spent[strings.SplitN(unit, "/", 2)[0]]++
 	}
 	for class, u := range units {
+		if n := len(u); n > 0 && in.BudgetHeld != "" {
+			t.Fatalf("a pass takes %d %s step(s) while the budget is held (%s)", n, class, in.BudgetHeld)
+		}
 		if n := len(u); n > perPass || n > b.MaxPerHour-spent[class] {
 			t.Fatalf("a pass takes %d %s step(s): over the budget (%d per pass on %d Ready; %d of %d left this hour)",
 				n, class, perPass, ready, b.MaxPerHour-spent[class], b.MaxPerHour)

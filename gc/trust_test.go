@@ -318,6 +318,30 @@ func TestAPassOverTheBudgetTakesWhatTheBudgetAllows(t *testing.T) {
 	}
 }
 
+// A held budget (the steps of the last hour are unknown) takes no budgeted
+// step of any class, whatever max_per_hour allows, and says why in the
+// trip; steps outside the budget go on.
+func TestAHeldBudgetTakesNoBudgetedStep(t *testing.T) {
+	in := Input{Now: now, Policy: policy()}
+	in.Policy.Budget = Budget{MaxPerPass: 3, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 20}
+	in.Oracle = present("live")
+	in.Sandboxes = append(in.Sandboxes, sb("slive", "live", true, time.Hour), sb("sgone", "gone", false, time.Hour))
+	in.PodLogDirs = append(in.PodLogDirs, logDir("gone"))
+	in.EligibleSince = map[string]time.Time{"pod-log-dir/" + logDir("gone").Path: now.Add(-time.Hour)}
+	r := Plan(in)
+	if countKinds(r, RemovePodLogDir) != 1 || len(r.Trips) != 0 {
+		t.Fatalf("not held: %d log dirs, trips %+v; want the log dir taken", countKinds(r, RemovePodLogDir), r.Trips)
+	}
+	in.BudgetHeld = "the state file could not be read: the steps of the last hour are unknown"
+	r = Plan(in)
+	if removals, logDirs := countKinds(r, RemoveSandbox), countKinds(r, RemovePodLogDir); removals != 1 || logDirs != 0 {
+		t.Fatalf("held: %d sandbox removals, %d log dirs; want the sandbox removed (not budgeted) and the log dir held", removals, logDirs)
+	}
+	if len(r.Trips) != 1 || r.Trips[0].Class != ClassPodLogDir || r.Trips[0].Allowed != 0 || !strings.Contains(r.Trips[0].Message, in.BudgetHeld) {
+		t.Fatalf("trips %+v: want one for %s that says why", r.Trips, ClassPodLogDir)
+	}
+}
+
 // Only this NRI session's reports say which containerd NRI talks to now: a
 // sandbox an earlier session reported, still listed, does not confirm it.
 func TestOnlyThisNRISessionsReportsConfirmTheListing(t *testing.T) {

@@ -106,6 +106,10 @@ type Input struct {
 	// taken already (and failed, so retried) is not counted against a pass
 	// again: a step that keeps failing does not pause its class for good.
 	BudgetAdmitted map[string]bool
+	// BudgetHeld, when set, says why the steps taken in the last hour are
+	// not known (the loop's state file could not be read): every budgeted
+	// class is held, whatever max_per_hour allows, and trips with this.
+	BudgetHeld string
 	// TornDown are the pods this plugin saw torn down (every sandbox and
 	// container removed while it watched) whose pod dir is still there.
 	// Only such a pod dir can be orphaned: a pod dir with nothing listed is

@@ -76,6 +76,12 @@ type Options struct {
 	Executor Executor
 	// Observer hears what every pass found and did (metrics); nil: nobody.
 	Observer Observer
+	// StateFile is where the pods seen torn down and the budgeted steps of
+	// the last hour are kept across restarts (housekeeping.state_file; see
+	// Restore); "" keeps nothing. StateReadOnly reads it but never writes
+	// it (the report command, beside a running plugin).
+	StateFile     string
+	StateReadOnly bool
 }
 
 // Observer is told about every pass (package metrics implements it).
@@ -147,6 +153,12 @@ type Loop struct {
 	confirmedSyncs uint64
 	// spent are the budgeted steps taken in the last hour.
 	spent []spent
+	// budgetHeldUntil: every budgeted step is held until then, for
+	// budgetHeldWhy (a state file could not be read; see Restore).
+	budgetHeldUntil time.Time
+	budgetHeldWhy   string
+	// persisted is what the state file holds, as last written or read.
+	persisted []byte
 	// said holds what the last pass said once while it lasts: the listing
 	// or oracle distrusted, each budget class tripped.
 	said map[string]string
@@ -419,6 +431,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 		}
 		l.opts.Executor.Forget(r.Plan.EligibleSince)
 	}
+	l.persist(ctx, in.Now)
 	r.Duration = l.now().Sub(r.Started)
 	l.finish(r, &view)
 	return r
@@ -435,6 +448,7 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		PodNames:      make(map[string]gc.PodRef),
 	}
 	in.BudgetAdmitted = l.budgetSpent(snap.TakenAt)
+	in.BudgetHeld = l.budgetHeld(snap.TakenAt)
 	listed := listedUIDs(snap)
 	for _, p := range view.Pods {
 		if !p.LastLifeEvent.IsZero() {

@@ -22,6 +22,7 @@ func OptionsFromConfig(cfg config.Config) Options {
 		StartupDelay:    cfg.Housekeeping.StartupDelay,
 		OracleDisabled:  cfg.Pods.Source == config.PodsSourceNone,
 		KubeletRoot:     cfg.Pods.KubeletRoot,
+		StateFile:       cfg.Housekeeping.StateFile,
 		Policy: gc.Policy{
 			LeakGrace:          cfg.Housekeeping.LeakGrace,
 			MinAge:             cfg.Containers.MinAge,

@@ -21,7 +21,9 @@ import (
 
 // oneShot is the report and once commands: one fresh listing and plan,
 // printed (report) or executed (once). Neither connects to NRI and neither
-// has history, so leak_grace counts from now: with the default grace they
+// has grace clocks (they read the state file only: the pods the plugin saw
+// torn down, its budgeted steps of the last hour), so leak_grace counts
+// from now: with the default grace they
 // show what would be due, not act; --leak-grace 0s acts on the listing as
 // it is (once) or shows it all as due (report).
 func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
@@ -83,7 +85,12 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	r := housekeeping.New(podstate.New(0), client, opts, log).Pass(ctx)
+	// The state file is read, never written: a running plugin owns it. Its
+	// pods seen torn down and its hour of budgeted steps count here too.
+	opts.StateReadOnly = true
+	loop := housekeeping.New(podstate.New(0), client, opts, log)
+	loop.Restore(ctx)
+	r := loop.Pass(ctx)
 	if r.Err != nil {
 		fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, r.Err)
 		return 1

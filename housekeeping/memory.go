@@ -1,0 +1,145 @@
+package housekeeping
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/statefile"
+)
+
+// budgetHold is how long every budgeted step is held after a state file
+// could not be read: the steps taken in the hour before are unknown, and
+// max_per_hour counts an hour.
+const budgetHold = time.Hour
+
+// Restore reads what an earlier run kept in Options.StateFile: the pods it
+// saw torn down and the budgeted steps of the last hour. Call it once,
+// before the first pass. An absent file is a first start. A file that
+// cannot be read is kept aside as <file>.unreadable (not in read-only
+// mode), the pods in it are forgotten (their dirs are reported, not
+// removed) and every budgeted step is held for an hour, a hold the next
+// write keeps across restarts. It logs what it did.
+func (l *Loop) Restore(ctx context.Context) {
+	path := l.opts.StateFile
+	if path == "" {
+		return
+	}
+	now := l.now()
+	s, err := statefile.Load(ctx, path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		l.log.WithField("path", path).Info("no state file yet: no pod seen torn down and no budgeted step taken before this start")
+		return
+	case err != nil:
+		l.budgetHeldUntil = now.Add(budgetHold)
+		l.budgetHeldWhy = fmt.Sprintf("the state file could not be read at %s, so the budgeted steps of the hour before are unknown: "+
+			"every budgeted step is held until %s", now.Format(time.RFC3339), l.budgetHeldUntil.Format(time.RFC3339))
+		fields := logrus.Fields{"path": path, "held_until": l.budgetHeldUntil.Format(time.RFC3339)}
+		if !l.opts.StateReadOnly {
+			aside := path + ".unreadable"
+			if rerr := os.Rename(path, aside); rerr != nil {
+				// Written over by the next write: say so now.
+				fields["rename_error"] = rerr.Error()
+			} else {
+				fields["kept_as"] = aside
+			}
+		}
+		l.log.WithError(err).WithFields(fields).Error("cannot read the state file: the pods seen torn down before this start are forgotten " +
+			"(their pod dirs are reported, not removed) and every budgeted step is held for an hour; to start afresh at once, " +
+			"stop the plugin, remove the file and start it again")
+		return
+	}
+	for _, t := range s.TornDown {
+		mark := &tornDownMark{at: t.At, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}}
+		if t.Inspected {
+			mark.seen = make(map[string]bool, len(t.Seen))
+			for _, p := range t.Seen {
+				mark.seen[p] = true
+			}
+		}
+		l.tornDown[t.UID] = mark
+	}
+	for _, sp := range s.Spent {
+		l.spent = append(l.spent, spent{at: sp.At, class: sp.Class, unit: sp.Unit})
+	}
+	hour := len(l.budgetSpent(now))
+	if now.Before(s.BudgetHeldUntil) {
+		l.budgetHeldUntil, l.budgetHeldWhy = s.BudgetHeldUntil, s.BudgetHeldWhy
+	}
+	if data, err := statefile.Encode(l.keep()); err == nil {
+		l.persisted = data
+	}
+	f := l.log.WithFields(logrus.Fields{"path": path, "torn_down": len(l.tornDown), "budgeted_last_hour": hour})
+	if !l.budgetHeldUntil.IsZero() {
+		f = f.WithField("held_until", l.budgetHeldUntil.Format(time.RFC3339))
+	}
+	f.Info("restored the pods seen torn down and the budgeted steps of the last hour from the state file")
+}
+
+// budgetHeld says why every budgeted step is held at now ("" when none is).
+func (l *Loop) budgetHeld(now time.Time) string {
+	if now.Before(l.budgetHeldUntil) {
+		return l.budgetHeldWhy
+	}
+	return ""
+}
+
+// keep is what the state file holds now.
+func (l *Loop) keep() statefile.State {
+	var s statefile.State
+	for uid, mark := range l.tornDown {
+		t := statefile.TornDown{UID: uid, Namespace: mark.pod.Namespace, Name: mark.pod.Name, At: mark.at, Inspected: mark.seen != nil}
+		for p := range mark.seen {
+			t.Seen = append(t.Seen, p)
+		}
+		slices.Sort(t.Seen)
+		s.TornDown = append(s.TornDown, t)
+	}
+	for _, sp := range l.spent {
+		s.Spent = append(s.Spent, statefile.Spent{At: sp.at, Class: sp.class, Unit: sp.unit})
+	}
+	if !l.budgetHeldUntil.IsZero() {
+		s.BudgetHeldUntil, s.BudgetHeldWhy = l.budgetHeldUntil, l.budgetHeldWhy
+	}
+	return s
+}
+
+// persist writes the state file when what it holds changed. A write that
+// fails is said (an error) while it lasts: the plugin goes on, but a
+// restart then would forget what the file should hold.
+func (l *Loop) persist(ctx context.Context, now time.Time) {
+	if l.opts.StateFile == "" || l.opts.StateReadOnly {
+		return
+	}
+	l.budgetSpent(now) // forget the steps older than an hour
+	if !l.budgetHeldUntil.IsZero() && !now.Before(l.budgetHeldUntil) {
+		l.budgetHeldUntil, l.budgetHeldWhy = time.Time{}, ""
+		l.log.Info("the hold on budgeted steps after an unreadable state file is over")
+	}
+	data, err := statefile.Encode(l.keep())
+	if err == nil && bytes.Equal(data, l.persisted) {
+		return
+	}
+	if err == nil {
+		err = statefile.Write(ctx, l.opts.StateFile, data)
+	}
+	problem := ""
+	if err != nil {
+		problem = err.Error()
+	}
+	l.sayWhileItLasts("state-file", problem,
+		"cannot write the state file: a restart now would forget the pods seen torn down and the budgeted steps of the last hour; check housekeeping.state_file",
+		"the state file is written again")
+	if err == nil {
+		l.persisted = data
+	}
+}

@@ -1,0 +1,318 @@
+package housekeeping
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/config"
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+	"github.com/nri-housekeeper/nri-housekeeper/statefile"
+)
+
+// restartedLoop is a loop as the plugin builds it after a restart: fresh
+// podstate (NRI has forgotten everything), the same options, the state
+// file restored, its clock at start.
+func restartedLoop(opts Options, rt Runtime, start time.Time) (*Loop, func() string) {
+	log, buf := testLogger()
+	loop := New(podstate.New(0), rt, opts, log)
+	loop.now = func() time.Time { return start }
+	loop.started = start.Add(-time.Hour)
+	loop.Restore(context.Background())
+	return loop, buf.String
+}
+
+// A pod the plugin saw torn down, whose pod dir kubelet could not remove,
+// is still one it saw torn down after the plugin restarts: its orphaned dir
+// is reclaimed by the next run. Without the state file the next run cannot
+// tell the dir from that of a pod kubelet has not started yet, and leaves
+// it for good.
+func TestAPodSeenTornDownIsStillOrphanedAfterARestart(t *testing.T) {
+	uid := testUID(7)
+	for _, tc := range []struct {
+		name      string
+		stateFile bool
+		want      []string
+	}{
+		{"with a state file", true, []string{string(gc.RemovePodDir) + " pod-dir/" + uid}},
+		{"without one (housekeeping.state_file = \"\")", false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := podDirs(t, uid)
+			opts := Options{Period: time.Minute, KubeletRoot: root, Synchronized: func() bool { return true },
+				Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, RemoveOrphanedPodDirs: true,
+					PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(),
+					Budget: gc.Budget{MaxPerPass: 10, MaxFraction: 1, MinPerPass: 10, MaxPerHour: 100}}}
+			if tc.stateFile {
+				opts.StateFile = filepath.Join(t.TempDir(), "state", "state.json")
+			}
+			state := podstate.New(0)
+			for _, ev := range []podstate.Event{
+				{Kind: podstate.RunPodSandbox, At: now.Add(-10 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+				{Kind: podstate.StopPodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+				{Kind: podstate.RemovePodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+			} {
+				if err := state.Apply(ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rt := &fakeRuntime{}
+			log, _ := testLogger()
+			first := New(state, rt, opts, log)
+			first.started = now.Add(-time.Hour)
+			rt.set(cri.Snapshot{TakenAt: now}, nil)
+			first.Pass(context.Background())
+			if first.tornDown[uid] == nil {
+				t.Fatal("the pod was not seen torn down: the test proves nothing")
+			}
+			// Killed before its grace ran out; started again.
+			exec := &fakeExecutor{}
+			opts.Executor = exec
+			second, _ := restartedLoop(opts, rt, now.Add(time.Minute))
+			for _, at := range []time.Duration{time.Minute, 7 * time.Minute} {
+				rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
+				second.Pass(context.Background())
+			}
+			if got := executedActions(exec); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("the run after the restart executed %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// budget.max_per_hour counts an hour, not a run of the plugin: a plugin
+// restarted every few passes (a crash loop) stops no more live pods in an
+// hour than one that runs on. Without the state file every run had an
+// hour of its own.
+func TestTheHourlyBudgetHoldsAcrossRestarts(t *testing.T) {
+	const limit = 20
+	for _, tc := range []struct {
+		name      string
+		stateFile bool
+		check     func(stopped int) bool
+		want      string
+	}{
+		{"with a state file", true, func(n int) bool { return n > 0 && n <= limit }, "1 to 20"},
+		{"without one (housekeeping.state_file = \"\")", false, func(n int) bool { return n > limit }, "more than 20: the test has teeth"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var live []string
+			for i := range 12 {
+				live = append(live, testUID(100+i))
+			}
+			root := podDirs(t, live...)
+			cfg := config.Default()
+			cfg.Housekeeping.Period, cfg.Housekeeping.LeakGrace = 30*time.Second, 30*time.Second
+			cfg.Housekeeping.StateFile = ""
+			if tc.stateFile {
+				cfg.Housekeeping.StateFile = filepath.Join(t.TempDir(), "state.json")
+			}
+			// The per-pass limit out of the way: the hour is what is tested.
+			cfg.Budget.MaxPerPass, cfg.Budget.MinPerPass, cfg.Budget.MaxFraction, cfg.Budget.MaxPerHour = 100, 100, 1, limit
+			cfg.Orphans.Action = config.OrphansActionStop
+			cfg.Pods.KubeletRoot = root
+			cfg.Cgroups.Enabled = false
+			cfg.Logs.PodLogsDir, cfg.Logs.ContainerLogsDir = t.TempDir(), t.TempDir()
+			opts := OptionsFromConfig(cfg)
+			exec := &fakeExecutor{}
+			opts.Executor = exec
+			rt := &fakeRuntime{}
+			stopped := map[string]bool{}
+			const passes = 60 // 30 minutes
+			var loop *Loop
+			for pass := range passes {
+				at := now.Add(time.Duration(pass) * 30 * time.Second)
+				if pass%3 == 0 { // a restart every 1.5 minutes
+					loop, _ = restartedLoop(opts, rt, at)
+				}
+				snap := cri.Snapshot{TakenAt: at}
+				for i, uid := range live {
+					snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: fmt.Sprintf("live%d", i), UID: uid, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)})
+				}
+				// A new orphan every pass (its pod dir gone); stopped ones are NotReady.
+				for o := 0; o <= pass; o++ {
+					id := fmt.Sprintf("orphan%d", o)
+					snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: id, UID: testUID(1000 + o), Ready: !stopped[id],
+						CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(testUID(1000 + o))})
+				}
+				rt.set(snap, nil)
+				before := len(exec.executed)
+				loop.Pass(context.Background())
+				for _, batch := range exec.executed[before:] {
+					for _, a := range batch {
+						if a.Kind == gc.StopSandbox {
+							stopped[a.SandboxID] = true
+						}
+					}
+				}
+			}
+			if !tc.check(len(stopped)) {
+				t.Fatalf("stopped %d live pods in %d minutes across %d restarts, with a budget of %d an hour; want %s",
+					len(stopped), passes/2, passes/3, limit, tc.want)
+			}
+		})
+	}
+}
+
+// A state file that cannot be read says nothing of the hour before: it is
+// kept aside, and every budgeted step is held for an hour, across restarts
+// too; steps outside the budget go on. After the hour, steps resume.
+func TestAnUnreadableStateFileHoldsTheBudgetForAnHour(t *testing.T) {
+	orphan := testUID(9)
+	root := podDirs(t) // the orphan's pod dir is gone
+	cfg := config.Default()
+	cfg.Housekeeping.Period, cfg.Housekeeping.LeakGrace = 30*time.Second, 30*time.Second
+	cfg.Housekeeping.StateFile = filepath.Join(t.TempDir(), "state.json")
+	cfg.Orphans.Action = config.OrphansActionStop
+	cfg.Pods.KubeletRoot = root
+	cfg.Cgroups.Enabled = false
+	cfg.Logs.PodLogsDir, cfg.Logs.ContainerLogsDir = t.TempDir(), t.TempDir()
+	garbage := []byte(`{"version": 1, "torn_down": [`)
+	if err := os.WriteFile(cfg.Housekeeping.StateFile, garbage, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := OptionsFromConfig(cfg)
+	exec := &fakeExecutor{}
+	opts.Executor = exec
+	rt := &fakeRuntime{}
+	snapAt := func(at time.Time) cri.Snapshot {
+		return cri.Snapshot{TakenAt: at, Sandboxes: []cri.Sandbox{
+			{ID: "live", UID: testUID(1), Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(testUID(1))},
+			{ID: "orphan", UID: orphan, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(orphan)},
+			{ID: "dead", UID: orphan, Ready: false, CreatedAt: now.Add(-2 * time.Hour), Labels: kubeletLabels(orphan)},
+		}}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "pods", testUID(1)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	loop, logs := restartedLoop(opts, rt, now)
+	if !strings.Contains(logs(), "cannot read the state file") || !strings.Contains(logs(), "line 1") {
+		t.Fatalf("the unreadable file was not said with where it is wrong:\n%s", logs())
+	}
+	if kept, err := os.ReadFile(cfg.Housekeeping.StateFile + ".unreadable"); err != nil || string(kept) != string(garbage) {
+		t.Fatalf("the unreadable file was not kept aside as it was: %q, %v", kept, err)
+	}
+	stops := func() int {
+		n := 0
+		for _, a := range executedActions(exec) {
+			if strings.HasPrefix(a, string(gc.StopSandbox)) {
+				n++
+			}
+		}
+		return n
+	}
+	for _, at := range []time.Duration{0, time.Minute} {
+		rt.set(snapAt(now.Add(at)), nil)
+		r := loop.Pass(context.Background())
+		if at > 0 && (len(r.Plan.Trips) != 1 || !strings.Contains(r.Plan.Trips[0].Message, "state file could not be read")) {
+			t.Fatalf("trips %+v: want the orphan stop held, saying why", r.Plan.Trips)
+		}
+	}
+	if n := stops(); n != 0 {
+		t.Fatalf("%d orphan stop(s) while the budget is held", n)
+	}
+	if got := executedActions(exec); len(got) != 1 || !strings.HasPrefix(got[0], string(gc.RemoveSandbox)+" sandbox/dead") {
+		t.Fatalf("executed %v; want only the dead sandbox (not budgeted) removed", got)
+	}
+	// The hold is in the new file: a restart keeps it.
+	s, err := statefile.Load(context.Background(), cfg.Housekeeping.StateFile)
+	if err != nil || !s.BudgetHeldUntil.Equal(now.Add(time.Hour)) {
+		t.Fatalf("state file after the first pass: %+v, %v; want the hold until %s in it", s, err, now.Add(time.Hour))
+	}
+	loop, _ = restartedLoop(opts, rt, now.Add(2*time.Minute))
+	rt.set(snapAt(now.Add(3*time.Minute)), nil)
+	loop.Pass(context.Background())
+	rt.set(snapAt(now.Add(4*time.Minute)), nil)
+	loop.Pass(context.Background())
+	if n := stops(); n != 0 {
+		t.Fatalf("%d orphan stop(s) after a restart within the hold", n)
+	}
+	for _, at := range []time.Duration{61 * time.Minute, 62 * time.Minute} {
+		rt.set(snapAt(now.Add(at)), nil)
+		loop.Pass(context.Background())
+	}
+	if n := stops(); n == 0 {
+		t.Fatal("no orphan stop after the hour; want the orphan stopped")
+	}
+	if s, err := statefile.Load(context.Background(), cfg.Housekeeping.StateFile); err != nil || !s.BudgetHeldUntil.IsZero() {
+		t.Fatalf("state file after the hold: %+v, %v; want no hold in it", s, err)
+	}
+}
+
+// The report and once commands read the state file, never write it: the
+// running plugin owns it.
+func TestAReadOnlyLoopNeverWritesTheStateFile(t *testing.T) {
+	uid := testUID(3)
+	root := podDirs(t, uid)
+	path := filepath.Join(t.TempDir(), "state.json")
+	kept := statefile.State{TornDown: []statefile.TornDown{{UID: uid, Namespace: "ns", Name: "p", At: now.Add(-time.Hour)}}}
+	data, err := statefile.Encode(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := statefile.Write(context.Background(), path, data); err != nil {
+		t.Fatal(err)
+	}
+	rt := &fakeRuntime{}
+	opts := Options{Period: time.Minute, KubeletRoot: root, StateFile: path, StateReadOnly: true,
+		Policy: gc.Policy{LeakGrace: 0, MaxPerPodContainer: 1, MaxContainers: -1, RemoveOrphanedPodDirs: true,
+			PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(), Budget: gc.Budget{MaxPerPass: 1, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 1}}}
+	loop, _ := restartedLoop(opts, rt, now)
+	rt.set(cri.Snapshot{TakenAt: now}, nil)
+	r := loop.Pass(context.Background())
+	if after, err := os.ReadFile(path); err != nil || string(after) != string(data) {
+		t.Fatalf("the file changed: %q, %v", after, err)
+	}
+	// Read, all the same: the pod dir is that of a pod seen torn down.
+	found := false
+	for _, a := range r.Plan.Actions {
+		if a.Pod.UID == uid && a.Kind == gc.RemovePodDir {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("the pod dir of the pod the file says was torn down is not in the plan: %+v", r.Plan)
+	}
+}
+
+// A state file that cannot be written is an error said once while it
+// lasts, not every pass, and housekeeping goes on.
+func TestAStateFileThatCannotBeWrittenIsSaidWhileItLasts(t *testing.T) {
+	uid := testUID(5)
+	root := podDirs(t, uid)
+	blocker := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := podstate.New(0)
+	for _, ev := range []podstate.Event{
+		{Kind: podstate.RunPodSandbox, At: now.Add(-10 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+		{Kind: podstate.RemovePodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+	} {
+		if err := state.Apply(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := &fakeRuntime{}
+	log, buf := testLogger()
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, StateFile: filepath.Join(blocker, "state.json"),
+		Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	for i := range 3 {
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute)}, nil)
+		if r := loop.Pass(context.Background()); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if loop.tornDown[uid] == nil {
+		t.Fatal("nothing to keep: the test proves nothing")
+	}
+	if n := strings.Count(buf.String(), "cannot write the state file"); n != 1 {
+		t.Fatalf("said %d times in 3 passes, want once:\n%s", n, buf.String())
+	}
+}

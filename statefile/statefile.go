@@ -1,0 +1,198 @@
+// Package statefile keeps, in one JSON file, what the housekeeping loop
+// learned that no source can tell it again after a restart:
+//
+//   - the pods it saw torn down whose pod dirs are still there (only such a
+//     dir may be called orphaned: a pod dir with nothing listed is also what
+//     a pod kubelet has not started yet looks like), and
+//   - the budgeted steps it took in the last hour (budget.max_per_hour
+//     would start afresh on every restart otherwise: a plugin in a restart
+//     loop would have no hourly limit).
+//
+// The file is replaced atomically (a temp file in the same directory,
+// fsync, rename), so a crash leaves the old file or the new one. A file
+// that cannot be read whole is an error for the caller to act on; nothing
+// in it is guessed at.
+package statefile
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/renameio/v2"
+
+	"github.com/nri-housekeeper/nri-housekeeper/poduid"
+)
+
+// Version is the format this package writes and reads.
+const Version = 1
+
+// MaxSize bounds the file read: a node has at most a few thousand pods
+// seen torn down and budgeted steps in an hour; anything far larger is not
+// a file this package wrote.
+const MaxSize = 16 << 20
+
+// State is the file's content.
+type State struct {
+	Version  int        `json:"version"`
+	TornDown []TornDown `json:"torn_down"`
+	Spent    []Spent    `json:"budget_spent"`
+	// BudgetHeldUntil, when set, is the end of the hour after a state file
+	// could not be read: until then every budgeted step is held, since what
+	// was taken before is unknown. BudgetHeldWhy says so.
+	BudgetHeldUntil time.Time `json:"budget_held_until,omitzero"`
+	BudgetHeldWhy   string    `json:"budget_held_why,omitempty"`
+}
+
+// TornDown is a pod the plugin saw torn down.
+type TornDown struct {
+	UID       string    `json:"uid"`
+	Namespace string    `json:"namespace,omitempty"`
+	Name      string    `json:"name,omitempty"`
+	At        time.Time `json:"at"` // when it was first seen torn down
+	// Inspected: its pod dir was inspected after the mark; Seen are the
+	// volume dirs, mount points and leftovers found then (more of them
+	// later means kubelet is setting up a pod of that UID again).
+	Inspected bool     `json:"inspected"`
+	Seen      []string `json:"seen,omitempty"`
+}
+
+// Spent is one budgeted step taken: a unit of a budget class.
+type Spent struct {
+	At    time.Time `json:"at"`
+	Class string    `json:"class"`
+	Unit  string    `json:"unit"`
+}
+
+// Encode returns the file's bytes for s, in a stable order (pods by UID,
+// steps by time), so that equal states encode equally.
+func Encode(s State) ([]byte, error) {
+	s.Version = Version
+	s.TornDown = slices.Clone(s.TornDown)
+	slices.SortFunc(s.TornDown, func(a, b TornDown) int { return strings.Compare(a.UID, b.UID) })
+	s.Spent = slices.Clone(s.Spent)
+	slices.SortStableFunc(s.Spent, func(a, b Spent) int { return a.At.Compare(b.At) })
+	if s.TornDown == nil {
+		s.TornDown = []TornDown{}
+	}
+	if s.Spent == nil {
+		s.Spent = []Spent{}
+	}
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode the state: %w", err)
+	}
+	return append(data, '\n'), nil
+}
+
+// Write replaces the file at path with data: the directory is made if
+// missing (0700), the file is written 0600 (it names pods) and synced
+// before it replaces the old one.
+func Write(ctx context.Context, path string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("make the state file's directory: %w", err)
+	}
+	// The temp file in the same directory: a rename across file systems
+	// (a private /tmp) would fail.
+	if err := renameio.WriteFile(path, data, 0o600, renameio.WithTempDir(dir)); err != nil {
+		return fmt.Errorf("write the state file %s: %w", path, err)
+	}
+	return nil
+}
+
+// Load reads the file at path. An absent file is an error wrapping
+// fs.ErrNotExist (nothing was kept yet); any other problem (unreadable,
+// too large, not this format, an entry that is not valid) is an error
+// naming the path and, where it can, the line.
+func Load(ctx context.Context, path string) (State, error) {
+	if err := ctx.Err(); err != nil {
+		return State{}, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return State{}, fmt.Errorf("open the state file: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	if err != nil {
+		return State{}, fmt.Errorf("read the state file %s: %w", path, err)
+	}
+	if len(data) > MaxSize {
+		return State{}, fmt.Errorf("state file %s: larger than %d bytes: not a file nri-housekeeper wrote", path, MaxSize)
+	}
+	s, err := Decode(data)
+	if err != nil {
+		return State{}, fmt.Errorf("state file %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Decode parses and checks a file's bytes.
+func Decode(data []byte) (State, error) {
+	var s State
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return State{}, decodeError(data, err)
+	}
+	if dec.More() {
+		return State{}, errors.New("more than one JSON value")
+	}
+	if s.Version != Version {
+		return State{}, fmt.Errorf("version %d, this nri-housekeeper reads version %d", s.Version, Version)
+	}
+	for i, t := range s.TornDown {
+		switch {
+		case !poduid.Valid(t.UID):
+			return State{}, fmt.Errorf("torn_down[%d]: uid %q is not a pod UID", i, t.UID)
+		case t.At.IsZero():
+			return State{}, fmt.Errorf("torn_down[%d] (pod %s): no time", i, t.UID)
+		case !t.Inspected && len(t.Seen) > 0:
+			return State{}, fmt.Errorf("torn_down[%d] (pod %s): seen entries without inspected", i, t.UID)
+		}
+	}
+	if s.BudgetHeldUntil.IsZero() != (s.BudgetHeldWhy == "") {
+		return State{}, errors.New("budget_held_until and budget_held_why must be set together")
+	}
+	for i, sp := range s.Spent {
+		switch {
+		case sp.At.IsZero():
+			return State{}, fmt.Errorf("budget_spent[%d]: no time", i)
+		case sp.Class == "" || sp.Unit == "":
+			return State{}, fmt.Errorf("budget_spent[%d]: class and unit must both be set", i)
+		}
+	}
+	return s, nil
+}
+
+// decodeError names the line of a syntax or type error.
+func decodeError(data []byte, err error) error {
+	var offset int64 = -1
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		offset = syntax.Offset
+	case errors.As(err, &typ):
+		offset = typ.Offset
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		offset = int64(len(data)) // cut short: the last line
+	}
+	if offset < 0 || offset > int64(len(data)) {
+		return fmt.Errorf("not valid JSON of this format: %w", err)
+	}
+	line := 1 + bytes.Count(data[:offset], []byte("\n"))
+	return fmt.Errorf("line %d: not valid JSON of this format: %w", line, err)
+}

@@ -1,0 +1,207 @@
+package statefile
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	uidA = "0b8e6b4a-1111-2222-3333-444455556666"
+	uidB = "9f8e6b4a1111222233334444555566ff"
+)
+
+func sample() State {
+	at := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+	return State{
+		TornDown: []TornDown{
+			{UID: uidB, At: at},
+			{UID: uidA, Namespace: "ns", Name: "web", At: at.Add(time.Second), Inspected: true, Seen: []string{"volumes/kubernetes.io~empty-dir/cache"}},
+		},
+		Spent: []Spent{
+			{At: at.Add(2 * time.Second), Class: "pod-dirs", Unit: "pod-dir/" + uidA},
+			{At: at, Class: "log-dirs", Unit: "pod-log-dir/ns_web_" + uidA},
+		},
+		BudgetHeldUntil: at.Add(time.Hour), BudgetHeldWhy: "a file could not be read",
+	}
+}
+
+func TestWhatIsWrittenIsReadBack(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "made", "state.json")
+	data, err := Encode(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(ctx, path, data); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Encode(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(again) != string(data) {
+		t.Fatalf("read back differs:\n%s\nwant\n%s", again, data)
+	}
+	if got.TornDown[0].UID != uidA || got.Spent[0].Class != "log-dirs" {
+		t.Fatalf("not in stable order (pods by UID, steps by time): %+v", got)
+	}
+	if !got.TornDown[0].Inspected || got.TornDown[1].Inspected || !reflect.DeepEqual(got.TornDown[0].Seen, sample().TornDown[1].Seen) {
+		t.Fatalf("inspection lost: %+v", got.TornDown)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, want 0600: the file names pods", fi.Mode().Perm())
+	}
+}
+
+func TestEqualStatesEncodeEqually(t *testing.T) {
+	a, err := Encode(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sample()
+	s.TornDown[0], s.TornDown[1] = s.TornDown[1], s.TornDown[0]
+	b, err := Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a) != string(b) {
+		t.Fatalf("the order of the input shows in the file:\n%s\n%s", a, b)
+	}
+}
+
+func TestAnAbsentFileIsNotExist(t *testing.T) {
+	_, err := Load(context.Background(), filepath.Join(t.TempDir(), "state.json"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("err %v, want one wrapping fs.ErrNotExist", err)
+	}
+}
+
+func TestAWriteReplacesTheFileWhole(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	for i := range 3 {
+		s := sample()
+		s.Spent = s.Spent[:i]
+		data, err := Encode(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Write(ctx, path, data); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Load(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Spent) != i {
+			t.Fatalf("write %d: %d steps read back, want %d", i, len(got.Spent), i)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Fatalf("the directory holds %d entries, want only the state file (no temp files left)", len(entries))
+	}
+}
+
+func TestABadFileIsAnErrorNamingWhere(t *testing.T) {
+	valid, err := Encode(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"empty", "", "not valid JSON"},
+		{"truncated", string(valid[:len(valid)/2]), "not valid JSON"},
+		{"syntax error on line 3", "{\n\"version\": 1,\n\"torn_down\": [,]\n}", "line 3"},
+		{"wrong type", "{\n\"version\": \"one\"\n}", "line 2"},
+		{"unknown key", `{"version": 1, "torn_down": [], "budget_spent": [], "extra": 1}`, `unknown field "extra"`},
+		{"newer version", `{"version": 2, "torn_down": [], "budget_spent": []}`, "version 2, this nri-housekeeper reads version 1"},
+		{"no version", `{"torn_down": [], "budget_spent": []}`, "version 0"},
+		{"not a pod UID", `{"version": 1, "torn_down": [{"uid": "../../etc", "at": "2026-11-23T08:00:00Z"}]}`, `torn_down[0]: uid "../../etc" is not a pod UID`},
+		{"pod without time", `{"version": 1, "torn_down": [{"uid": "` + uidA + `"}]}`, "torn_down[0] (pod " + uidA + "): no time"},
+		{"seen without inspected", `{"version": 1, "torn_down": [{"uid": "` + uidA + `", "at": "2026-11-23T08:00:00Z", "seen": ["volumes"]}]}`, "seen entries without inspected"},
+		{"step without time", `{"version": 1, "budget_spent": [{"class": "pod-dirs", "unit": "x"}]}`, "budget_spent[0]: no time"},
+		{"step without class", `{"version": 1, "budget_spent": [{"at": "2026-11-23T08:00:00Z", "unit": "x"}]}`, "budget_spent[0]: class and unit"},
+		{"held without why", `{"version": 1, "budget_held_until": "2026-11-23T09:00:00Z"}`, "must be set together"},
+		{"two values", `{"version": 1} {"version": 1}`, "more than one JSON value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state.json")
+			if err := os.WriteFile(path, []byte(tc.text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(context.Background(), path)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("error %q, want it to name %s and say %q", err, path, tc.want)
+			}
+		})
+	}
+}
+
+func TestAnOversizedFileIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	if err := os.WriteFile(path, make([]byte, MaxSize+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(context.Background(), path); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("err %v, want one saying it is too large", err)
+	}
+}
+
+func TestWriteSaysWhyItCannot(t *testing.T) {
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, "file")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := Write(context.Background(), filepath.Join(blocker, "state.json"), []byte("{}"))
+	if err == nil || !strings.Contains(err.Error(), "directory") {
+		t.Fatalf("err %v, want one about the state file's directory", err)
+	}
+}
+
+func FuzzDecodeNeverPanics(f *testing.F) {
+	valid, err := Encode(sample())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(valid)
+	f.Add([]byte(`{"version": 1, "torn_down": [{"uid": "x"}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Decode(data)
+		if err != nil {
+			return
+		}
+		// What decodes re-encodes and decodes to the same.
+		again, err := Encode(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Decode(again); err != nil {
+			t.Fatalf("a decoded state does not decode after encoding: %v", err)
+		}
+	})
+}
