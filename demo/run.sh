@@ -40,6 +40,7 @@ cat >"$CONF" <<EOF
 period = "2s"
 startup_delay = "0s"
 leak_grace = "4s"
+state_file = "$DEMO/state.json"
 
 [nri]
 socket = "$NRI_SOCKET"

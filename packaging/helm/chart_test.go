@@ -462,12 +462,21 @@ func checkDaemonSet(t *testing.T, o objects) {
 	wantDir(t, mounts, cfg.Logs.ContainerLogsDir, false, corev1.MountPropagationNone)
 	wantDir(t, mounts, cfg.Cgroups.Mountpoint, false, corev1.MountPropagationNone)
 	want := 6
+	if cfg.Housekeeping.StateFile != "" {
+		// The state file outlives the pod: its dir is the node's, read-write,
+		// and created on a node that never ran the plugin.
+		hm := wantDir(t, mounts, path.Dir(cfg.Housekeeping.StateFile), false, corev1.MountPropagationNone)
+		if hm.volume.HostPath != nil && (hm.volume.HostPath.Type == nil || *hm.volume.HostPath.Type != corev1.HostPathDirectoryOrCreate) {
+			t.Errorf("the state dir %s: hostPath type %v, want DirectoryOrCreate", path.Dir(cfg.Housekeeping.StateFile), hm.volume.HostPath.Type)
+		}
+		want++
+	}
 	if cfg.Network.Enabled {
 		checkNetwork(t, o, cfg, mounts)
 		want += 4
 	}
 	if len(mounts) != want {
-		t.Errorf("hostPath volumes %v, want exactly the %d the plugin uses (network.enabled %v)", keys(mounts), want, cfg.Network.Enabled)
+		t.Errorf("hostPath volumes %v, want exactly the %d the plugin uses (network.enabled %v, state_file %q)", keys(mounts), want, cfg.Network.Enabled, cfg.Housekeeping.StateFile)
 	}
 	// The API server refuses Bidirectional propagation in a container that
 	// is not privileged.
@@ -613,6 +622,7 @@ func TestDefaultRender(t *testing.T) {
 		cfg.Network.BinDir:           "/opt/cni/bin",
 		cfg.Network.ConfDir:          "/etc/cni/net.d",
 		cfg.Network.NetnsDir:         "/var/run/netns",
+		cfg.Housekeeping.StateFile:   "/var/lib/nri-housekeeper/state.json",
 		cfg.Metrics.Address:          ":9560",
 		c.LivenessProbe.HTTPGet.Path: "/healthz",
 	} {
@@ -630,7 +640,8 @@ func TestDefaultRender(t *testing.T) {
 	// The defaults of the plugin stay the defaults.
 	def := config.Default()
 	if cfg.PodDirs.RemoveOrphaned || cfg.DryRun || cfg.Orphans.Action != def.Orphans.Action || cfg.Budget != def.Budget ||
-		cfg.Housekeeping.LeakGrace != def.Housekeeping.LeakGrace || cfg.Housekeeping.Period != def.Housekeeping.Period {
+		cfg.Housekeeping.LeakGrace != def.Housekeeping.LeakGrace || cfg.Housekeeping.Period != def.Housekeeping.Period ||
+		cfg.Housekeeping.StateFile != def.Housekeeping.StateFile {
 		t.Errorf("the chart changes the plugin's defaults: %+v", cfg)
 	}
 }
@@ -664,6 +675,7 @@ func TestValues(t *testing.T) {
 			{"network": map[string]any{"enabled": false}},
 			// Either switch off wins.
 			{"config": map[string]any{"network": map[string]any{"enabled": false}}},
+			{"network": map[string]any{"enabled": false}, "config": map[string]any{"network": map[string]any{"enabled": true}}},
 			// The capability-only variant of values.yaml.
 			{"network": map[string]any{"enabled": false}, "securityContext": map[string]any{
 				"privileged": false, "readOnlyRootFilesystem": true,
@@ -679,6 +691,51 @@ func TestValues(t *testing.T) {
 					t.Errorf("%v: %s is mounted", vals, p)
 				}
 			}
+		}
+	})
+	t.Run("state dir", func(t *testing.T) {
+		for _, tc := range []struct {
+			name      string
+			vals      map[string]any
+			stateFile string // "": no state dir mounted
+		}{
+			{"default", nil, "/var/lib/nri-housekeeper/state.json"},
+			{"other dir", map[string]any{"stateDir": "/data/nri-housekeeper/"}, "/data/nri-housekeeper/state.json"},
+			// The chart's state_file wins, like the other keys that must
+			// match a mount.
+			{"config state_file", map[string]any{"config": map[string]any{"housekeeping": map[string]any{"state_file": "/tmp/state.json"}}},
+				"/var/lib/nri-housekeeper/state.json"},
+			{"no [housekeeping] in config", map[string]any{"config": map[string]any{"housekeeping": nil}}, "/var/lib/nri-housekeeper/state.json"},
+			{"network off", map[string]any{"network": map[string]any{"enabled": false}}, "/var/lib/nri-housekeeper/state.json"},
+			// Nothing kept: no volume, and not the plugin's default path
+			// (in the read-only root file system).
+			{"empty", map[string]any{"stateDir": ""}, ""},
+			{"empty, config state_file", map[string]any{"stateDir": "", "config": map[string]any{"housekeeping": map[string]any{"state_file": "/var/lib/nri-housekeeper/state.json"}}}, ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				o := decode(t, mustRender(t, tc.vals))
+				checkDaemonSet(t, o)
+				if got := parseConfig(t, o).Housekeeping.StateFile; got != tc.stateFile {
+					t.Errorf("housekeeping.state_file %q, want %q", got, tc.stateFile)
+				}
+				if want := fmt.Sprintf("state_file = %q\n", tc.stateFile); !strings.Contains(o.cm.Data["config.toml"], want) {
+					t.Errorf("config.toml lacks %q:\n%s", want, o.cm.Data["config.toml"])
+				}
+				var stateVolumes []string
+				for _, v := range o.ds.Spec.Template.Spec.Volumes {
+					if v.Name == "state" || v.HostPath != nil && strings.Contains(v.HostPath.Path, "nri-housekeeper") {
+						stateVolumes = append(stateVolumes, v.Name)
+					}
+				}
+				for _, m := range container(t, o.ds).VolumeMounts {
+					if m.Name == "state" || strings.Contains(m.MountPath, "nri-housekeeper") && m.MountPath != path.Dir(configFile) {
+						stateVolumes = append(stateVolumes, m.MountPath)
+					}
+				}
+				if want := map[bool]int{true: 0, false: 2}[tc.stateFile == ""]; len(stateVolumes) != want {
+					t.Errorf("state volumes and mounts %v, want %d", stateVolumes, want)
+				}
+			})
 		}
 	})
 	t.Run("k3s CNI paths", func(t *testing.T) {
@@ -741,6 +798,7 @@ func TestValues(t *testing.T) {
 		want.NRI.Socket, want.Runtime.Endpoint, want.Pods.KubeletRoot = got.NRI.Socket, got.Runtime.Endpoint, got.Pods.KubeletRoot
 		want.Logs, want.Cgroups.Mountpoint, want.Metrics, want.Log.Target = got.Logs, got.Cgroups.Mountpoint, got.Metrics, got.Log.Target
 		want.Network.CacheDir, want.Network.ConfDir, want.Network.BinDir, want.Network.NetnsDir = got.Network.CacheDir, got.Network.ConfDir, got.Network.BinDir, got.Network.NetnsDir
+		want.Housekeeping.StateFile = got.Housekeeping.StateFile
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("the example config changed on its way through the chart:\n got %+v\nwant %+v", got, want)
 		}
@@ -804,6 +862,13 @@ func TestValues(t *testing.T) {
 		"cache dir is the pod logs dir":   {"network": map[string]any{"cacheDir": "/var/log/pods"}},
 		"netns dir in the cache dir":      {"network": map[string]any{"netnsDir": "/var/lib/cni/netns"}},
 		"netns dir in the NRI dir":        {"network": map[string]any{"netnsDir": "/var/run/nri/netns/"}},
+		"relative state dir":              {"stateDir": "var/lib/nri-housekeeper"},
+		"state dir is the node's root":    {"stateDir": "/"},
+		"state dir not a string":          {"stateDir": false},
+		"state dir is the pod logs dir":   {"stateDir": "/var/log/pods/"},
+		"state dir is the config dir":     {"stateDir": "/etc/nri-housekeeper"},
+		"netns dir in the state dir":      {"network": map[string]any{"netnsDir": "/var/lib/nri-housekeeper/netns"}},
+		"a chart section not a map":       {"config": map[string]any{"housekeeping": "30s"}},
 	} {
 		t.Run("refused: "+name, func(t *testing.T) {
 			if out, err := render(t, vals); err == nil {

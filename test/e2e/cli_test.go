@@ -23,7 +23,10 @@ func TestReportAndOnceCommands(t *testing.T) {
 	k := newKubelet(t, node)
 	exe := buildPlugin(t, t.TempDir(), "nri-housekeeper")
 	conf := filepath.Join(t.TempDir(), "config.toml")
-	text := fmt.Sprintf(`[runtime]
+	text := fmt.Sprintf(`[housekeeping]
+state_file = %q
+
+[runtime]
 endpoint = "unix://%s"
 
 [pods]
@@ -32,7 +35,7 @@ kubelet_root = %q
 [logs]
 pod_logs_dir = %q
 container_logs_dir = %q
-`, node.CRISocket, k.root, node.LogRoot, k.linksDir)
+`, filepath.Join(t.TempDir(), "state.json"), node.CRISocket, k.root, node.LogRoot, k.linksDir)
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -255,13 +255,15 @@ func TestImageRunsAsTheDaemonSetAndReclaimsALeak(t *testing.T) {
 	}
 
 	// The manifest's node paths, and where the lab has them.
+	stateDir := t.TempDir()
 	nodePaths := map[string]string{
-		"/var/run/nri":          l.Dir, // nri.sock
-		"/run/containerd":       l.Dir, // containerd.sock
-		"/var/lib/kubelet/pods": podsDir,
-		"/var/log/pods":         l.LogRoot,
-		"/var/log/containers":   k.linksDir,
-		"/sys/fs/cgroup":        "/sys/fs/cgroup",
+		"/var/lib/nri-housekeeper": stateDir, // housekeeping.state_file
+		"/var/run/nri":             l.Dir,    // nri.sock
+		"/run/containerd":          l.Dir,    // containerd.sock
+		"/var/lib/kubelet/pods":    podsDir,
+		"/var/log/pods":            l.LogRoot,
+		"/var/log/containers":      k.linksDir,
+		"/sys/fs/cgroup":           "/sys/fs/cgroup",
 		// The network side: libcni's cache dir is the node's own (containerd
 		// cannot move it); the lab's plugins, conf dir and netns dir.
 		"/var/lib/cni":   l.CNI().CacheDir,
@@ -377,6 +379,14 @@ func TestImageRunsAsTheDaemonSetAndReclaimsALeak(t *testing.T) {
 	s, _ := scrapeMetrics(t, metricsAddr)
 	if v := s.value("nri_housekeeper_actions_total", map[string]string{"result": "error"}); v > 0 {
 		t.Errorf("%v actions failed", v)
+	}
+	// The budgeted steps taken (the log dirs, the cgroup kill) are kept on
+	// the node, through the manifest's mount, across the pod's restarts.
+	if fi, err := os.Stat(filepath.Join(stateDir, "state.json")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the state file on the node: %v (mode %v); want it written, 0600", err, fi)
+	}
+	if strings.Contains(p.log(t), "cannot write the state file") {
+		t.Error("the plugin in the container cannot write its state file")
 	}
 	if pid, err := l.ContainerPID(ctx, p.container); err == nil {
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {

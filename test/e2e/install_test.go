@@ -236,6 +236,7 @@ func TestMakeInstallIntoDestdirIsLaunchedByContainerd(t *testing.T) {
 	edited := shipped
 	for _, kv := range [][3]string{
 		{"housekeeping", "period", `"1s"`},
+		{"housekeeping", "state_file", fmt.Sprintf("%q", filepath.Join(t.TempDir(), "state.json"))},
 		{"runtime", "endpoint", fmt.Sprintf("%q", "unix://"+labDir+"/containerd.sock")},
 		{"pods", "kubelet_root", fmt.Sprintf("%q", kubeletRoot)},
 		{"logs", "pod_logs_dir", fmt.Sprintf("%q", labDir+"/log/pods")},
@@ -437,6 +438,10 @@ func packageState(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
+// debStateDir is the systemd unit's StateDirectory: the default
+// housekeeping.state_file lives there; only a purge removes it.
+const debStateDir = "/var/lib/nri-housekeeper"
+
 // hostTraces are the paths on this machine that belong to the package or its
 // maintainer scripts (enablement symlinks, deb-systemd-helper state, masks,
 // dpkg's own records).
@@ -444,7 +449,7 @@ func hostTraces(t *testing.T) []string {
 	t.Helper()
 	var found []string
 	for _, p := range []string{"/usr/bin/nri-housekeeper", "/lib/systemd/system/nri-housekeeper.service",
-		"/etc/nri-housekeeper", "/usr/share/nri-housekeeper", "/usr/share/doc/nri-housekeeper"} {
+		"/etc/nri-housekeeper", "/usr/share/nri-housekeeper", "/usr/share/doc/nri-housekeeper", debStateDir} {
 		if _, err := os.Lstat(p); err == nil {
 			found = append(found, p)
 		}
@@ -590,10 +595,18 @@ func TestDebPackageInstallsAndRemovesCleanly(t *testing.T) {
 			t.Fatalf("without systemd nothing should run the service, found %d processes", n)
 		}
 	}
+	// What the service writes (systemd's StateDirectory= makes the dir; no
+	// systemd runs here): the state file.
+	if err := os.MkdirAll(debStateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(debStateDir, "state.json"), []byte(`{"version": 1, "torn_down": [], "budget_spent": []}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("installed: %v", hostTraces(t))
 
-	// Remove: everything but the conffile (and the unit's mask and
-	// enablement, which purge removes) is gone.
+	// Remove: everything but the conffile and the state (and the unit's
+	// mask and enablement, which purge removes) is gone.
 	if out, err := dpkgRun(t, "dpkg", "-r", "nri-housekeeper"); err != nil {
 		t.Fatalf("dpkg -r: %v\n%s", err, out)
 	}
@@ -604,6 +617,9 @@ func TestDebPackageInstallsAndRemovesCleanly(t *testing.T) {
 		"/usr/share/nri-housekeeper", "/usr/share/doc/nri-housekeeper")
 	if _, err := os.Stat("/etc/nri-housekeeper/config.toml"); err != nil {
 		t.Fatalf("dpkg -r removed the conffile: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(debStateDir, "state.json")); err != nil {
+		t.Fatalf("dpkg -r removed the state file: %v", err)
 	}
 	t.Logf("after dpkg -r: %v", hostTraces(t))
 
@@ -652,6 +668,8 @@ func TestInstallSystemdUnitKeepsWhatThePluginNeeds(t *testing.T) {
 		"Service.CapabilityBoundingSet":   "CAP_KILL CAP_DAC_OVERRIDE CAP_FOWNER",
 		"Service.RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
 		"Service.NoNewPrivileges":         "yes",
+		"Service.StateDirectory":          "nri-housekeeper", // housekeeping.state_file's default dir
+		"Service.StateDirectoryMode":      "0700",
 		"Install.WantedBy":                "multi-user.target",
 	} {
 		if got := keys[k]; len(got) != 1 || got[0] != want {

@@ -147,9 +147,12 @@ type kubeletPlugin struct {
 // cgroupfs driver, orphaned pod dirs removed.
 func pluginConfigFor(l *lab.Lab, k *lab.RealKubelet, logFile, addr string, aggressive bool, grace time.Duration) string {
 	var b strings.Builder
+	// The state file beside the log: kept across this test's plugin restarts.
+	fmt.Fprintf(&b, "[housekeeping]\nstate_file = %q\n", filepath.Join(filepath.Dir(logFile), "state.json"))
 	if aggressive {
-		fmt.Fprintf(&b, "[housekeeping]\nperiod = \"5s\"\nstartup_delay = \"0s\"\nleak_grace = %q\n\n", grace.String())
+		fmt.Fprintf(&b, "period = \"5s\"\nstartup_delay = \"0s\"\nleak_grace = %q\n", grace.String())
 	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "[nri]\nsocket = %q\n\n[runtime]\nendpoint = \"unix://%s\"\n\n[pods]\nkubelet_root = %q\n\n",
 		l.NRISocket, l.CRISocket, k.RootDir)
 	if aggressive {

@@ -479,7 +479,10 @@ func TestNetworkLeaksInDryRunAndReport(t *testing.T) {
 
 	exe := buildPlugin(t, t.TempDir(), "nri-housekeeper")
 	conf := filepath.Join(t.TempDir(), "config.toml")
-	text := fmt.Sprintf(`[runtime]
+	text := fmt.Sprintf(`[housekeeping]
+state_file = %q
+
+[runtime]
 endpoint = "unix://%s"
 
 [pods]
@@ -493,7 +496,7 @@ container_logs_dir = %q
 max_per_pass = 10
 min_per_pass = 10
 max_fraction = 1.0
-`, l.CRISocket, k.root, l.LogRoot, k.linksDir)
+`, filepath.Join(t.TempDir(), "state.json"), l.CRISocket, k.root, l.LogRoot, k.linksDir)
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -249,6 +249,7 @@ func TestPreRegisteredPluginTracksPods(t *testing.T) {
 	conf := fmt.Sprintf(`# written by the e2e test
 [housekeeping]
 period = "1s"
+state_file = %q
 
 [runtime]
 endpoint = "unix://%s/containerd.sock"
@@ -260,7 +261,7 @@ address = ""
 level = "debug"
 target = "file"
 file = %q
-`, labDir, logFile)
+`, filepath.Join(dir, "state.json"), labDir, logFile)
 	if err := os.WriteFile(filepath.Join(confDir, "10-nri-housekeeper.conf"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}

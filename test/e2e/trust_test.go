@@ -75,11 +75,13 @@ type binaryConfig struct {
 }
 
 func (c binaryConfig) text(k *kubelet) string {
+	// The state file beside the log: each test's plugin keeps its own.
 	return fmt.Sprintf(`%s
 [housekeeping]
 period = %q
 startup_delay = "0s"
 leak_grace = %q
+state_file = %q
 
 [nri]
 socket = %q
@@ -101,7 +103,7 @@ address = %q
 [log]
 target = "file"
 file = %q
-%s`, c.Top, c.Period, c.Grace, node.NRISocket, cmp.Or(c.PluginName, "nri-housekeeper"), node.CRISocket, k.root, node.LogRoot, k.linksDir, c.MetricsAddr, c.LogFile, c.Tables)
+%s`, c.Top, c.Period, c.Grace, filepath.Join(filepath.Dir(c.LogFile), "state.json"), node.NRISocket, cmp.Or(c.PluginName, "nri-housekeeper"), node.CRISocket, k.root, node.LogRoot, k.linksDir, c.MetricsAddr, c.LogFile, c.Tables)
 }
 
 // runBinary starts the plugin binary with a config; it is stopped, and its
@@ -160,6 +162,7 @@ func TestAListingFromAnotherContainerdChangesNothing(t *testing.T) {
 period = "1s"
 startup_delay = "0s"
 leak_grace = "%s"
+state_file = %q
 
 [nri]
 socket = %q
@@ -193,7 +196,7 @@ address = %q
 level = "debug"
 target = "file"
 file = %q
-`, grace, node.NRISocket, other.CRISocket, k.root, node.LogRoot, k.linksDir, cgroupMount, cgroupRoot(), addr, logFile))
+`, grace, filepath.Join(dir, "state.json"), node.NRISocket, other.CRISocket, k.root, node.LogRoot, k.linksDir, cgroupMount, cgroupRoot(), addr, logFile))
 	runBinary(t, exe, conf, logFile)
 	waitFor(t, "the plugin serves /readyz", 10*time.Second, func() bool { code, _ := get("http://" + addr + "/readyz"); return code != 0 })
 	start := time.Now()

@@ -63,6 +63,7 @@ func pluginConfig(l *lab.Lab, kubeletRoot, linksDir, addr, logFile, level string
 period = %q
 startup_delay = "0s"
 leak_grace = %q
+state_file = %q
 
 [nri]
 socket = %q
@@ -102,7 +103,7 @@ address = %q
 level = %q
 target = "file"
 file = %q
-`, Period, Grace, l.NRISocket, l.CRISocket, kubeletRoot, l.LogRoot, linksDir,
+`, Period, Grace, filepath.Join(filepath.Dir(logFile), "state.json"), l.NRISocket, l.CRISocket, kubeletRoot, l.LogRoot, linksDir,
 		strings.TrimPrefix(l.CgroupRoot, "/"), addr, level, logFile)
 }
 
@@ -684,12 +685,7 @@ func evaluate(s *Summary, plan Plan, tr *Truth, c *Check, leaks []*leakObj, reco
 	}
 
 	// Reclaim.
-	lastRun := c.Runs
 	starts := plugin.Starts()
-	var lastStart time.Time
-	if len(starts) > 0 {
-		lastStart = starts[len(starts)-1]
-	}
 	r := &s.Reclaim
 	r.LastFault = lastFault
 	r.Bound = "leak_grace + 2 periods after max(last fault, leak made), the issue's bound, whatever the object's stage; " +
@@ -706,10 +702,10 @@ func evaluate(s *Summary, plan Plan, tr *Truth, c *Check, leaks []*leakObj, reco
 			at = o.goneAt
 		}
 		if at.IsZero() {
-			if o.podDir && !sawTornDown(c, o.pod, lastRun, lastStart) {
+			if o.podDir && !sawTornDown(c, o.pod, starts) {
 				r.ByDesign++
-				r.Details = append(r.Details, fmt.Sprintf("BY DESIGN %s (torn down %s-%s; the plugin's last run, started %s, did not log it Removed: runs that did: %v)",
-					o.what, stamp(o.pod.TeardownFrom), stamp(o.pod.TeardownUntil), stamp(lastStart), c.Removed[o.pod.UID]))
+				r.Details = append(r.Details, fmt.Sprintf("BY DESIGN %s (torn down %s-%s; no plugin run that started before it logged it Removed: runs that did: %v)",
+					o.what, stamp(o.pod.TeardownFrom), stamp(o.pod.TeardownUntil), c.Removed[o.pod.UID]))
 				continue
 			}
 			r.Objects++
@@ -781,17 +777,16 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-// sawTornDown: whether the plugin run that is left saw the pod torn down
-// (logged it Removed) and was running before its teardown began: only then
-// must it reclaim the orphaned pod dir (it forgets torn-down pods when it
-// restarts, and does not take a pod dir whose pod it never saw go for an
-// orphan: a pod kubelet has not started yet looks the same).
-func sawTornDown(c *Check, p *Pod, lastRun int, lastStart time.Time) bool {
-	if lastStart.IsZero() || !lastStart.Before(p.TeardownFrom) {
-		return false
-	}
+// sawTornDown: whether a plugin run saw the pod torn down (logged it
+// Removed) and was running before its teardown began: only then must the
+// plugin reclaim the orphaned pod dir. It does not take a pod dir whose pod
+// it never saw go for an orphan (a pod kubelet has not started yet looks
+// the same); the pass that logs a pod Removed has written its torn-down
+// mark to the state file first, so every later run has it too. starts[i]
+// is run i+1's start.
+func sawTornDown(c *Check, p *Pod, starts []time.Time) bool {
 	for _, run := range c.Removed[p.UID] {
-		if run == lastRun {
+		if run >= 1 && run <= len(starts) && starts[run-1].Before(p.TeardownFrom) {
 			return true
 		}
 	}

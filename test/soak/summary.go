@@ -91,9 +91,10 @@ type ReclaimSummary struct {
 	// for its backoff).
 	AfterRetry int `json:"after_retry"`
 	Missing    int `json:"missing"` // still there at the end
-	// ByDesign: objects of pod-dir leaks the plugin may not reclaim: it did
-	// not see the pod torn down (it restarted since, or containerd did),
-	// and it only removes orphaned pod dirs of pods it saw torn down.
+	// ByDesign: objects of pod-dir leaks the plugin may not reclaim: no run
+	// of it saw the pod torn down (it was down then, or was killed before
+	// the pass that would have marked it), and it only removes orphaned pod
+	// dirs of pods it saw torn down.
 	ByDesign  int       `json:"by_design"`
 	LastFault time.Time `json:"last_fault"` // the end of the last fault
 	// Worst: the longest time from max(last fault, leak made) to an

@@ -68,6 +68,15 @@ off (config.network.enabled: false). "true" or "false".
 {{- end }}
 
 {{/*
+The state file in the container (housekeeping.state_file): state.json in
+stateDir, which is mounted from the node at the same path; "" (keep nothing)
+when stateDir is empty.
+*/}}
+{{- define "nri-housekeeper.stateFile" -}}
+{{- if .Values.stateDir }}{{ printf "%s/state.json" (trimSuffix "/" (clean .Values.stateDir)) }}{{ end }}
+{{- end }}
+
+{{/*
 The configuration: .Values.config with the keys that must match the
 DaemonSet's mounts and ports set by the chart.
 */}}
@@ -82,10 +91,19 @@ DaemonSet's mounts and ports set by the chart.
   "cgroups" (dict "mountpoint" $v.cgroupMountpoint)
   "metrics" (dict "address" (printf ":%d" (int $v.metrics.port)))
   "log" (dict "target" "stderr")
+  "housekeeping" (dict "state_file" (include "nri-housekeeper.stateFile" .))
   "network" (dict "enabled" (eq (include "nri-housekeeper.networkEnabled" .) "true") "cache_dir" $v.network.cacheDir "conf_dir" $v.network.confDir "bin_dir" $v.network.binDir "netns_dir" $v.network.netnsDir)
 -}}
+{{- /* Set key by key: merge would let config fill a chart key whose value is empty ("", false). */ -}}
 {{- range $section, $keys := $set }}
-{{- $_ := set $cfg $section (merge $keys (default dict (get $cfg $section))) }}
+{{- $s := default dict (get $cfg $section) }}
+{{- if not (kindIs "map" $s) }}
+{{- fail (printf "config.%s: a section of keys, got %s" $section (kindOf $s)) }}
+{{- end }}
+{{- range $k, $val := $keys }}
+{{- $_ := set $s $k $val }}
+{{- end }}
+{{- $_ := set $cfg $section $s }}
 {{- end }}
 {{- include "nri-housekeeper.toml" $cfg }}
 {{- end }}

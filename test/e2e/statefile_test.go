@@ -1,0 +1,117 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/statefile"
+	"github.com/nri-housekeeper/nri-housekeeper/test/e2e/lab"
+)
+
+// TestAPluginRestartKeepsThePodsItSawTornDown: the plugin binary sees a pod
+// torn down whose dir kubelet could not remove, writes it to its state file,
+// and is killed (-9) before leak_grace runs out. The next run restores it
+// and removes the orphaned dir one leak_grace after it starts. A pod torn
+// down while no plugin ran is one it never saw torn down: its dir stays.
+func TestAPluginRestartKeepsThePodsItSawTornDown(t *testing.T) {
+	cleanupPods(t, node)
+	k := newKubelet(t, node)
+	dir := t.TempDir()
+	exe := buildPlugin(t, dir, "nri-housekeeper")
+	logs := filepath.Join(dir, "logs")
+	mkdirAll(t, logs)
+	statePath := filepath.Join(logs, "state.json") // binaryConfig: beside the log
+	const grace, period = 6 * time.Second, time.Second
+	start := func(run string) (*exec.Cmd, string) {
+		runDir := filepath.Join(dir, run)
+		mkdirAll(t, runDir)
+		logFile, addr := filepath.Join(logs, run+".log"), freePort(t)
+		conf := writeConfig(t, runDir, binaryConfig{Period: period.String(), Grace: grace.String(), MetricsAddr: addr, LogFile: logFile,
+			Tables: "\n[pod_dirs]\nremove_orphaned = true\n"}.text(k))
+		cmd := exec.Command(exe, "run", "--config", conf)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				b, _ := os.ReadFile(logFile)
+				t.Logf("plugin run %s log:\n%s", run, b)
+			}
+		})
+		waitFor(t, "plugin run "+run+" is ready", 20*time.Second, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 })
+		return cmd, logFile
+	}
+	tearDown := func(name string) lab.Pod {
+		p := newPod(t, name)
+		k.admit(t, p)
+		mkdirAll(t, filepath.Join(k.podDir(p), "volumes", "kubernetes.io~empty-dir", "cache"))
+		sb, err := node.RunPod(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * period) // a pass sees it live
+		if err := node.StopPod(t.Context(), sb); err != nil {
+			t.Fatal(err)
+		}
+		if err := node.RemovePod(t.Context(), sb); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	kept := func(uid string) bool {
+		s, err := statefile.Load(context.Background(), statePath)
+		return err == nil && slices.ContainsFunc(s.TornDown, func(d statefile.TornDown) bool { return d.UID == uid })
+	}
+
+	first, _ := start("first")
+	seen := tearDown("seen")
+	waitFor(t, "the first run keeps the pod it saw torn down in its state file", 10*time.Second, func() bool { return kept(seen.UID) })
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	if !exists(k.podDir(seen)) {
+		t.Fatal("the first run removed the dir before its grace ran out: the test proves nothing")
+	}
+	// Torn down while no plugin runs: never seen torn down.
+	unseen := tearDown("unseen")
+
+	_, secondLog := start("second")
+	took := waitFor(t, "the second run removes the orphaned dir of the pod the first run saw torn down", grace+2*period+5*time.Second, func() bool {
+		return !exists(k.podDir(seen))
+	})
+	t.Logf("the orphaned pod dir removed %v after the plugin started again (leak_grace %v)", took.Round(time.Millisecond), grace)
+	time.Sleep(grace + 2*period)
+	if !exists(filepath.Join(k.podDir(unseen), "volumes", "kubernetes.io~empty-dir", "cache")) {
+		t.Fatal("the dir of a pod torn down while no plugin ran was touched")
+	}
+	b, err := os.ReadFile(secondLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := string(b)
+	if line := logLine(log, "restored the pods seen torn down", "path="+statePath); line == "" {
+		t.Fatalf("the second run does not say what it restored from %s:\n%s", statePath, log)
+	}
+	removal := logLine(log, "action=remove-pod-dir", "pod_uid="+seen.UID)
+	if !strings.Contains(removal, "pod_name="+seen.Name) {
+		t.Errorf("the removal does not name the pod from the state file: %q", removal)
+	}
+	if strings.Contains(log, "pod_uid="+unseen.UID) && logLine(log, "action=", "pod_uid="+unseen.UID) != "" {
+		t.Errorf("an action names the pod never seen torn down:\n%s", logLine(log, "action=", "pod_uid="+unseen.UID))
+	}
+	if kept(seen.UID) {
+		t.Error("the state file still holds the pod whose dir is gone")
+	}
+}
