@@ -103,3 +103,27 @@ func TestSummaryStringHasEveryLine(t *testing.T) {
 		}
 	}
 }
+
+// A pod-dir leak must be reclaimed once any plugin run saw its pod torn
+// down (that run kept it in the state file), not only the last run; one no
+// run saw go is left by design.
+func TestAPodDirIsExpectedBackOnceAnyRunSawItTornDown(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+	starts := []time.Time{t0, t0.Add(time.Minute), t0.Add(2 * time.Minute)} // runs 1, 2, 3
+	pod := &Pod{UID: "u", TeardownFrom: t0.Add(90 * time.Second)}
+	for _, tc := range []struct {
+		name    string
+		removed []int
+		want    bool
+	}{
+		{"seen by the run it was torn down under, which was killed since", []int{2}, true},
+		{"seen by the last run, which started before the teardown", []int{2, 3}, true},
+		{"logged Removed only by a run that started after the teardown", []int{3}, false},
+		{"never logged Removed", nil, false},
+	} {
+		c := &Check{Removed: map[string][]int{"u": tc.removed}}
+		if got := sawTornDown(c, pod, starts); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
