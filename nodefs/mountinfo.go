@@ -22,19 +22,31 @@ func mountPointsOn(root, target string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return mountsOnTarget(below, target), nil
+}
+
+// mountsOnTarget returns the mount points of mounts (real paths) that are
+// target itself, below it, or on the way to it.
+func mountsOnTarget(mounts []string, target string) []string {
 	var found []string
-	for _, m := range below {
+	for _, m := range mounts {
 		if m == target || strings.HasPrefix(m, target+"/") || strings.HasPrefix(target, m+"/") {
 			found = append(found, m)
 		}
 	}
-	return found, nil
+	return found
 }
 
 // mountPointsBelow returns every mount point strictly below root, in the
 // mount table's order. root is a real path (no symlinks), as the kernel
 // shows it; the root itself, or a mount above it, is not ours to judge.
 func mountPointsBelow(root string) ([]string, error) {
+	return readMountPoints(root + "/")
+}
+
+// readMountPoints returns every mount point of the mount table that starts
+// with prefix ("" for all), in the table's order.
+func readMountPoints(prefix string) ([]string, error) {
 	f, err := os.Open(mountInfoPath)
 	if err != nil {
 		return nil, err
@@ -48,7 +60,7 @@ func mountPointsBelow(root string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", mountInfoPath, err)
 		}
-		if strings.HasPrefix(m, root+"/") {
+		if strings.HasPrefix(m, prefix) {
 			found = append(found, m)
 		}
 	}

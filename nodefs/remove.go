@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,13 +28,28 @@ import (
 //   - it never descends into, or removes, a directory on another device or
 //     another mount (this catches same-device bind mounts), and it refuses the
 //     whole removal up front when the kernel's mount table shows a mount point
-//     at or below the path.
+//     at or below the path (a table read at most a second before where the
+//     kernel gives mount IDs, which the walk checks; afresh otherwise).
 //
 // The roots themselves are trusted configuration: symlinks in a root's own
 // path are followed when it is opened.
 type Remover struct {
 	roots []string // absolute, clean, never "/", longest first
+
+	// The mount table as last read, shared by removals for up to
+	// mountTableReuse where the walk itself tells mounts apart by mount
+	// ID (see mountTable).
+	mu       sync.Mutex
+	mounts   []string
+	mountsAt time.Time
 }
+
+// mountTableReuse is how long one read of the mount table serves later
+// removals. Reading it costs what the node's mounts cost: 4-7 ms, up to
+// 40 ms under load, with 930 mounts (300 live pods); each pod log dir
+// removal read it, so a pass that reclaimed 300 leaked pods spent 2 s on
+// it. Within a second a reclaim's removals share one read.
+const mountTableReuse = time.Second
 
 // RefusedError is returned (wrapped) when a safety rule stops a removal.
 // Nothing at Path was removed. Retrying does not help until a person has
@@ -263,10 +280,11 @@ func (r *Remover) removeTree(ctx context.Context, path string, dirOnly bool) err
 
 	// Everything below root is now known not to be a symlink, so realRoot
 	// plus rel is the path the mount table would show.
-	mounts, err := mountPointsOn(realRoot, realRoot+"/"+strings.Join(rel, "/"))
+	table, err := r.mountTable(rootInfo.mntID != 0)
 	if err != nil {
 		return fmt.Errorf("removing %s: checking for mount points: %w", path, err)
 	}
+	mounts := mountsOnTarget(table, realRoot+"/"+strings.Join(rel, "/"))
 	if len(mounts) > 0 {
 		// Name them as the caller knows them, below the configured root.
 		for i, m := range mounts {
@@ -281,6 +299,33 @@ func (r *Remover) removeTree(ctx context.Context, path string, dirOnly bool) err
 
 	w := walker{ctx: ctx, root: rootInfo}
 	return wrapRemoving(path, w.removeEntry(dirFd, rel[len(rel)-1], path, dirOnly))
+}
+
+// mountTable returns every mount point of the mount table. With shared, a
+// table read less than mountTableReuse ago serves: the caller's kernel
+// gives mount IDs, so the walk refuses any mount made since in the tree it
+// enters (otherMount), as it refuses one made between this read and the
+// walk. Without mount IDs a same-device bind mount is seen only in the
+// table, so it is read afresh for every removal.
+func (r *Remover) mountTable(shared bool) ([]string, error) {
+	if !shared {
+		return readMountPoints("")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mounts != nil && time.Since(r.mountsAt) < mountTableReuse {
+		return r.mounts, nil
+	}
+	at := time.Now()
+	mounts, err := readMountPoints("")
+	if err != nil {
+		return nil, err
+	}
+	if mounts == nil {
+		mounts = []string{}
+	}
+	r.mounts, r.mountsAt = mounts, at
+	return mounts, nil
 }
 
 // wrapRemoving adds "removing <path>" to err, unless err already is a

@@ -436,6 +436,47 @@ func TestWalkerRefusesMountsWithoutTheMountTable(t *testing.T) {
 	}
 }
 
+// One read of the mount table serves the removals of a second (each read
+// costs milliseconds on a busy node), and a mount made after that read is
+// still refused, by the walk's mount IDs, with what it holds untouched.
+func TestAMountMadeAfterTheSharedTableWasReadIsStillRefused(t *testing.T) {
+	ctx := context.Background()
+	tr := newTree(t)
+	first := filepath.Join(tr.podLogs, "default_first_"+testUUID)
+	writeFile(t, filepath.Join(first, "app", "0.log"), "log")
+	if err := tr.r.RemovePodLogDir(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	read := tr.r.mountsAt
+	if read.IsZero() {
+		t.Skip("this kernel gives no mount IDs: every removal reads the table afresh")
+	}
+	pod := filepath.Join(tr.podLogs, podDirName)
+	mnt := filepath.Join(pod, "mnt")
+	writeFile(t, filepath.Join(pod, "other", "0.log"), "log")
+	mkdirAll(t, mnt)
+	src := filepath.Join(tr.outside, "src")
+	mkdirAll(t, src)
+	mount(t, src, mnt, "")
+	writeFile(t, filepath.Join(mnt, "data"), "keep")
+
+	err := tr.r.RemovePodLogDir(ctx, pod)
+	if !tr.r.mountsAt.Equal(read) {
+		t.Fatal("the table was read again within a second: the test proves nothing")
+	}
+	wantRefused(t, err, mnt)
+	mustExist(t, filepath.Join(mnt, "data"))
+
+	// Once the shared read is older than mountTableReuse, the table is
+	// read again and refuses the whole removal up front.
+	tr.r.mountsAt = read.Add(-mountTableReuse)
+	writeFile(t, filepath.Join(pod, "other", "0.log"), "log")
+	err = tr.r.RemovePodLogDir(ctx, pod)
+	wantRefused(t, err, mnt)
+	mustExist(t, filepath.Join(pod, "other", "0.log"))
+	mustExist(t, filepath.Join(mnt, "data"))
+}
+
 func TestRemoveContainerLogLink(t *testing.T) {
 	ctx := context.Background()
 	const name = "nginx_default_nginx-" + testCID + ".log"
