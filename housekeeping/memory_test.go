@@ -2,7 +2,6 @@ package housekeeping
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,16 +51,7 @@ func TestAPodSeenTornDownIsStillOrphanedAfterARestart(t *testing.T) {
 			if tc.stateFile {
 				opts.StateFile = filepath.Join(t.TempDir(), "state", "state.json")
 			}
-			state := podstate.New(0)
-			for _, ev := range []podstate.Event{
-				{Kind: podstate.RunPodSandbox, At: now.Add(-10 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-				{Kind: podstate.StopPodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-				{Kind: podstate.RemovePodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-			} {
-				if err := state.Apply(ev); err != nil {
-					t.Fatal(err)
-				}
-			}
+			state := tornDownState(t, uid)
 			rt := &fakeRuntime{}
 			log, _ := testLogger()
 			first := New(state, rt, opts, log)
@@ -131,26 +121,8 @@ func TestTheHourlyBudgetHoldsAcrossRestarts(t *testing.T) {
 				if pass%3 == 0 { // a restart every 1.5 minutes
 					loop, _ = restartedLoop(opts, rt, at)
 				}
-				snap := cri.Snapshot{TakenAt: at}
-				for i, uid := range live {
-					snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: fmt.Sprintf("live%d", i), UID: uid, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)})
-				}
-				// A new orphan every pass (its pod dir gone); stopped ones are NotReady.
-				for o := 0; o <= pass; o++ {
-					id := fmt.Sprintf("orphan%d", o)
-					snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: id, UID: testUID(1000 + o), Ready: !stopped[id],
-						CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(testUID(1000 + o))})
-				}
-				rt.set(snap, nil)
-				before := len(exec.executed)
-				loop.Pass(context.Background())
-				for _, batch := range exec.executed[before:] {
-					for _, a := range batch {
-						if a.Kind == gc.StopSandbox {
-							stopped[a.SandboxID] = true
-						}
-					}
-				}
+				rt.set(orphanEveryPass(live, pass, at, stopped), nil)
+				passNotingStops(loop, exec, stopped)
 			}
 			if !tc.check(len(stopped)) {
 				t.Fatalf("stopped %d live pods in %d minutes across %d restarts, with a budget of %d an hour; want %s",

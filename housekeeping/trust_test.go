@@ -332,16 +332,7 @@ func TestAPodReAddedOntoItsLingeringPodDirIsLeftAlone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := podDirs(t, uid)
-			state := podstate.New(0)
-			for _, ev := range []podstate.Event{
-				{Kind: podstate.RunPodSandbox, At: now.Add(-10 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-				{Kind: podstate.StopPodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-				{Kind: podstate.RemovePodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-			} {
-				if err := state.Apply(ev); err != nil {
-					t.Fatal(err)
-				}
-			}
+			state := tornDownState(t, uid)
 			rt := &fakeRuntime{}
 			exec := &fakeExecutor{}
 			log, _ := testLogger()
@@ -398,32 +389,60 @@ func TestThePerHourBudgetHoldsAcrossPasses(t *testing.T) {
 	stopped := map[string]bool{}
 	const passes = 60 // 30 minutes
 	for pass := range passes {
-		snap := cri.Snapshot{TakenAt: now.Add(time.Duration(pass) * 30 * time.Second)}
-		for i, uid := range live {
-			snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: fmt.Sprintf("live%d", i), UID: uid, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)})
-		}
-		// A new orphan every pass (its pod dir gone); stopped ones are NotReady.
-		for o := 0; o <= pass; o++ {
-			id := fmt.Sprintf("orphan%d", o)
-			snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: id, UID: testUID(1000 + o), Ready: !stopped[id],
-				CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(testUID(1000 + o))})
-		}
-		rt.set(snap, nil)
-		before := len(exec.executed)
-		loop.Pass(context.Background())
-		for _, batch := range exec.executed[before:] {
-			for _, a := range batch {
-				if a.Kind == gc.StopSandbox {
-					stopped[a.SandboxID] = true
-				}
-			}
-		}
+		rt.set(orphanEveryPass(live, pass, now.Add(time.Duration(pass)*30*time.Second), stopped), nil)
+		passNotingStops(loop, exec, stopped)
 	}
 	if limit := 20; len(stopped) != limit {
 		t.Fatalf("stopped %d live pods in %d minutes, with a budget of %d an hour (one orphan a pass: the budget, not the orphans, is what runs out)", len(stopped), passes/2, limit)
 	}
 	if len(stopped) == 0 {
 		t.Fatal("stopped no orphan at all: the test proves nothing")
+	}
+}
+
+// tornDownState is podstate after NRI reported pod uid run, stopped and
+// removed (its sandbox "first") ten to nine minutes before now.
+func tornDownState(t *testing.T, uid string) *podstate.State {
+	t.Helper()
+	state := podstate.New(0)
+	for _, ev := range []podstate.Event{
+		{Kind: podstate.RunPodSandbox, At: now.Add(-10 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+		{Kind: podstate.StopPodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+		{Kind: podstate.RemovePodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+	} {
+		if err := state.Apply(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return state
+}
+
+// orphanEveryPass is the listing of pass number pass, taken at at: the live
+// pods, and one orphan more every pass (its pod dir gone); the stopped
+// ones are NotReady.
+func orphanEveryPass(live []string, pass int, at time.Time, stopped map[string]bool) cri.Snapshot {
+	snap := cri.Snapshot{TakenAt: at}
+	for i, uid := range live {
+		snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: fmt.Sprintf("live%d", i), UID: uid, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)})
+	}
+	for o := 0; o <= pass; o++ {
+		id := fmt.Sprintf("orphan%d", o)
+		snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: id, UID: testUID(1000 + o), Ready: !stopped[id],
+			CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(testUID(1000 + o))})
+	}
+	return snap
+}
+
+// passNotingStops runs one pass and notes the sandboxes it stopped.
+func passNotingStops(loop *Loop, exec *fakeExecutor, stopped map[string]bool) {
+	before := len(exec.executed)
+	loop.Pass(context.Background())
+	for _, batch := range exec.executed[before:] {
+		for _, a := range batch {
+			if a.Kind == gc.StopSandbox {
+				stopped[a.SandboxID] = true
+			}
+		}
 	}
 }
 

@@ -396,6 +396,25 @@ func TestRemovePodLogDir(t *testing.T) {
 // defence on its own: even if the mount table check missed a mount (it was
 // mounted after the check), the walk never enters or removes it, and keeps
 // removing what is safe around it.
+// podLogDirWithAMount makes a pod log dir with a log in other/ and a mount
+// at mnt/ holding a file named data: a bind mount of a dir outside the
+// roots, or (fstype "tmpfs") another file system. It returns both paths.
+func (tr tree) podLogDirWithAMount(t *testing.T, fstype string) (pod, mnt string) {
+	t.Helper()
+	pod = filepath.Join(tr.podLogs, podDirName)
+	mnt = filepath.Join(pod, "mnt")
+	writeFile(t, filepath.Join(pod, "other", "0.log"), "log")
+	mkdirAll(t, mnt)
+	src := filepath.Join(tr.outside, "src")
+	mkdirAll(t, src)
+	if fstype != "" {
+		src = "tmpfs"
+	}
+	mount(t, src, mnt, fstype)
+	writeFile(t, filepath.Join(mnt, "data"), "keep")
+	return pod, mnt
+}
+
 func TestWalkerRefusesMountsWithoutTheMountTable(t *testing.T) {
 	for _, tt := range []struct {
 		rule   string
@@ -406,17 +425,7 @@ func TestWalkerRefusesMountsWithoutTheMountTable(t *testing.T) {
 	} {
 		t.Run(tt.rule, func(t *testing.T) {
 			tr := newTree(t)
-			pod := filepath.Join(tr.podLogs, podDirName)
-			mnt := filepath.Join(pod, "mnt")
-			writeFile(t, filepath.Join(pod, "other", "0.log"), "log")
-			mkdirAll(t, mnt)
-			src := filepath.Join(tr.outside, "src")
-			mkdirAll(t, src)
-			if tt.fstype != "" {
-				src = "tmpfs"
-			}
-			mount(t, src, mnt, tt.fstype)
-			writeFile(t, filepath.Join(mnt, "data"), "keep")
+			pod, mnt := tr.podLogDirWithAMount(t, tt.fstype)
 
 			rootFd, err := openRoot(tr.podLogs)
 			if err != nil {
@@ -451,14 +460,7 @@ func TestAMountMadeAfterTheSharedTableWasReadIsStillRefused(t *testing.T) {
 	if read.IsZero() {
 		t.Skip("this kernel gives no mount IDs: every removal reads the table afresh")
 	}
-	pod := filepath.Join(tr.podLogs, podDirName)
-	mnt := filepath.Join(pod, "mnt")
-	writeFile(t, filepath.Join(pod, "other", "0.log"), "log")
-	mkdirAll(t, mnt)
-	src := filepath.Join(tr.outside, "src")
-	mkdirAll(t, src)
-	mount(t, src, mnt, "")
-	writeFile(t, filepath.Join(mnt, "data"), "keep")
+	pod, mnt := tr.podLogDirWithAMount(t, "")
 
 	err := tr.r.RemovePodLogDir(ctx, pod)
 	if !tr.r.mountsAt.Equal(read) {

@@ -32,20 +32,27 @@ func sample() State {
 	}
 }
 
+// writeAndLoad writes s to path and reads it back; it returns the bytes
+// written and what was read.
+func writeAndLoad(t *testing.T, path string, s State) ([]byte, State) {
+	t.Helper()
+	data, err := Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(context.Background(), path, data); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, got
+}
+
 func TestWhatIsWrittenIsReadBack(t *testing.T) {
-	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "made", "state.json")
-	data, err := Encode(sample())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Write(ctx, path, data); err != nil {
-		t.Fatal(err)
-	}
-	got, err := Load(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data, got := writeAndLoad(t, path, sample())
 	again, err := Encode(got)
 	if err != nil {
 		t.Fatal(err)
@@ -92,23 +99,12 @@ func TestAnAbsentFileIsNotExist(t *testing.T) {
 }
 
 func TestAWriteReplacesTheFileWhole(t *testing.T) {
-	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.json")
 	for i := range 3 {
 		s := sample()
 		s.Spent = s.Spent[:i]
-		data, err := Encode(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := Write(ctx, path, data); err != nil {
-			t.Fatal(err)
-		}
-		got, err := Load(ctx, path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, got := writeAndLoad(t, path, s)
 		if len(got.Spent) != i {
 			t.Fatalf("write %d: %d steps read back, want %d", i, len(got.Spent), i)
 		}
