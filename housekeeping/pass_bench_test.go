@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
@@ -249,11 +250,20 @@ func cachedFakeNode(b *testing.B, v2 bool, live, leaked int) fakeNode {
 	return n
 }
 
-// TestMain removes the benchmarks' fake nodes.
+// TestMain removes the benchmarks' fake nodes, and fails the package when
+// a test wrote the node's own state file (config.Default's), absent
+// before: a test must set housekeeping.state_file, or "".
 func TestMain(m *testing.M) {
+	node := config.Default().Housekeeping.StateFile
+	_, err := os.Lstat(node)
+	existed := err == nil
 	code := m.Run()
 	if fakeNodes.dir != "" {
 		_ = os.RemoveAll(fakeNodes.dir)
+	}
+	if _, err := os.Lstat(node); err == nil && !existed {
+		fmt.Fprintf(os.Stderr, "a test wrote the node's own state file %s: set housekeeping.state_file in the test\n", node)
+		code = 1
 	}
 	os.Exit(code)
 }

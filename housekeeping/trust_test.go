@@ -375,6 +375,7 @@ func TestThePerHourBudgetHoldsAcrossPasses(t *testing.T) {
 	root := podDirs(t, live...)
 	cfg := config.Default()
 	cfg.Housekeeping.Period, cfg.Housekeeping.LeakGrace = 30*time.Second, 30*time.Second
+	cfg.Housekeeping.StateFile = "" // never the node's own
 	cfg.Orphans.Action = config.OrphansActionStop
 	cfg.Pods.KubeletRoot = root
 	cfg.Cgroups.Enabled = false
