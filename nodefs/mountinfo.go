@@ -25,6 +25,17 @@ func mountPointsOn(root, target string) ([]string, error) {
 	return mountsOnTarget(below, target), nil
 }
 
+// mountsBelow returns the mount points of mounts strictly below root.
+func strictlyBelow(mounts []string, root string) []string {
+	var below []string
+	for _, m := range mounts {
+		if strings.HasPrefix(m, root+"/") {
+			below = append(below, m)
+		}
+	}
+	return below
+}
+
 // mountsOnTarget returns the mount points of mounts (real paths) that are
 // target itself, below it, or on the way to it.
 func mountsOnTarget(mounts []string, target string) []string {

@@ -284,7 +284,9 @@ func (r *Remover) removeTree(ctx context.Context, path string, dirOnly bool) err
 	if err != nil {
 		return fmt.Errorf("removing %s: checking for mount points: %w", path, err)
 	}
-	mounts := mountsOnTarget(table, realRoot+"/"+strings.Join(rel, "/"))
+	// Only mounts strictly below the root count: the root itself (a
+	// DaemonSet's hostPath) or a mount above it is not ours to judge.
+	mounts := mountsOnTarget(strictlyBelow(table, realRoot), realRoot+"/"+strings.Join(rel, "/"))
 	if len(mounts) > 0 {
 		// Name them as the caller knows them, below the configured root.
 		for i, m := range mounts {

@@ -479,6 +479,23 @@ func TestAMountMadeAfterTheSharedTableWasReadIsStillRefused(t *testing.T) {
 	mustExist(t, filepath.Join(mnt, "data"))
 }
 
+// A removal root that is itself a mount point (the DaemonSet mounts
+// /var/log/pods from the node) is not a mount in the way of what lies
+// below it, whether the mount table is read afresh or shared.
+func TestARootThatIsAMountPointDoesNotRefuseWhatIsBelowIt(t *testing.T) {
+	ctx := context.Background()
+	tr := newTree(t)
+	mount(t, tr.podLogs, tr.podLogs, "")
+	for _, name := range []string{"default_first_" + testUUID, podDirName} {
+		dir := filepath.Join(tr.podLogs, name)
+		writeFile(t, filepath.Join(dir, "app", "0.log"), "log")
+		if err := tr.r.RemovePodLogDir(ctx, dir); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		mustBeGone(t, dir)
+	}
+}
+
 func TestRemoveContainerLogLink(t *testing.T) {
 	ctx := context.Background()
 	const name = "nginx_default_nginx-" + testCID + ".log"
