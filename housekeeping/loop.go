@@ -79,7 +79,7 @@ type Options struct {
 	// StateFile is where the pods seen torn down and the budgeted steps of
 	// the last hour are kept across restarts (housekeeping.state_file; see
 	// Restore); "" keeps nothing. StateReadOnly reads it but never writes
-	// it (the report command, beside a running plugin).
+	// it (the report and once commands, beside a running plugin).
 	StateFile     string
 	StateReadOnly bool
 }

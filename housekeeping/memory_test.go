@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
@@ -97,18 +96,13 @@ func TestTheHourlyBudgetHoldsAcrossRestarts(t *testing.T) {
 				live = append(live, testUID(100+i))
 			}
 			root := podDirs(t, live...)
-			cfg := config.Default()
-			cfg.Housekeeping.Period, cfg.Housekeeping.LeakGrace = 30*time.Second, 30*time.Second
-			cfg.Housekeeping.StateFile = ""
+			stateFile := ""
 			if tc.stateFile {
-				cfg.Housekeeping.StateFile = filepath.Join(t.TempDir(), "state.json")
+				stateFile = filepath.Join(t.TempDir(), "state.json")
 			}
+			cfg := orphanStopConfig(t, root, stateFile)
 			// The per-pass limit out of the way: the hour is what is tested.
 			cfg.Budget.MaxPerPass, cfg.Budget.MinPerPass, cfg.Budget.MaxFraction, cfg.Budget.MaxPerHour = 100, 100, 1, limit
-			cfg.Orphans.Action = config.OrphansActionStop
-			cfg.Pods.KubeletRoot = root
-			cfg.Cgroups.Enabled = false
-			cfg.Logs.PodLogsDir, cfg.Logs.ContainerLogsDir = t.TempDir(), t.TempDir()
 			opts := OptionsFromConfig(cfg)
 			exec := &fakeExecutor{}
 			opts.Executor = exec
@@ -138,13 +132,7 @@ func TestTheHourlyBudgetHoldsAcrossRestarts(t *testing.T) {
 func TestAnUnreadableStateFileHoldsTheBudgetForAnHour(t *testing.T) {
 	orphan := testUID(9)
 	root := podDirs(t) // the orphan's pod dir is gone
-	cfg := config.Default()
-	cfg.Housekeeping.Period, cfg.Housekeeping.LeakGrace = 30*time.Second, 30*time.Second
-	cfg.Housekeeping.StateFile = filepath.Join(t.TempDir(), "state.json")
-	cfg.Orphans.Action = config.OrphansActionStop
-	cfg.Pods.KubeletRoot = root
-	cfg.Cgroups.Enabled = false
-	cfg.Logs.PodLogsDir, cfg.Logs.ContainerLogsDir = t.TempDir(), t.TempDir()
+	cfg := orphanStopConfig(t, root, filepath.Join(t.TempDir(), "state.json"))
 	garbage := []byte(`{"version": 1, "torn_down": [`)
 	if err := os.WriteFile(cfg.Housekeeping.StateFile, garbage, 0o600); err != nil {
 		t.Fatal(err)

@@ -373,14 +373,7 @@ func TestThePerHourBudgetHoldsAcrossPasses(t *testing.T) {
 		live = append(live, testUID(100+i))
 	}
 	root := podDirs(t, live...)
-	cfg := config.Default()
-	cfg.Housekeeping.Period, cfg.Housekeeping.LeakGrace = 30*time.Second, 30*time.Second
-	cfg.Housekeeping.StateFile = "" // never the node's own
-	cfg.Orphans.Action = config.OrphansActionStop
-	cfg.Pods.KubeletRoot = root
-	cfg.Cgroups.Enabled = false
-	cfg.Logs.PodLogsDir, cfg.Logs.ContainerLogsDir = t.TempDir(), t.TempDir()
-	opts := OptionsFromConfig(cfg)
+	opts := OptionsFromConfig(orphanStopConfig(t, root, ""))
 	exec := &fakeExecutor{}
 	opts.Executor = exec
 	rt := &fakeRuntime{}
@@ -399,6 +392,21 @@ func TestThePerHourBudgetHoldsAcrossPasses(t *testing.T) {
 	if len(stopped) == 0 {
 		t.Fatal("stopped no orphan at all: the test proves nothing")
 	}
+}
+
+// orphanStopConfig is the default config with orphans stopped, a 30 s
+// period and leak_grace, kubelet's root at root, no cgroups, log dirs
+// under the test's temp dir, and the state file at stateFile ("" keeps
+// none: never the node's own).
+func orphanStopConfig(t *testing.T, root, stateFile string) config.Config {
+	cfg := config.Default()
+	cfg.Housekeeping.Period, cfg.Housekeeping.LeakGrace = 30*time.Second, 30*time.Second
+	cfg.Housekeeping.StateFile = stateFile
+	cfg.Orphans.Action = config.OrphansActionStop
+	cfg.Pods.KubeletRoot = root
+	cfg.Cgroups.Enabled = false
+	cfg.Logs.PodLogsDir, cfg.Logs.ContainerLogsDir = t.TempDir(), t.TempDir()
+	return cfg
 }
 
 // tornDownState is podstate after NRI reported pod uid run, stopped and

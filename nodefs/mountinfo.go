@@ -25,7 +25,7 @@ func mountPointsOn(root, target string) ([]string, error) {
 	return mountsOnTarget(below, target), nil
 }
 
-// mountsBelow returns the mount points of mounts strictly below root.
+// strictlyBelow returns the mount points of mounts strictly below root.
 func strictlyBelow(mounts []string, root string) []string {
 	var below []string
 	for _, m := range mounts {
@@ -52,12 +52,16 @@ func mountsOnTarget(mounts []string, target string) []string {
 // mount table's order. root is a real path (no symlinks), as the kernel
 // shows it; the root itself, or a mount above it, is not ours to judge.
 func mountPointsBelow(root string) ([]string, error) {
-	return readMountPoints(root + "/")
+	all, err := readMountPoints()
+	if err != nil {
+		return nil, err
+	}
+	return strictlyBelow(all, root), nil
 }
 
-// readMountPoints returns every mount point of the mount table that starts
-// with prefix ("" for all), in the table's order.
-func readMountPoints(prefix string) ([]string, error) {
+// readMountPoints returns every mount point of the mount table, in the
+// table's order.
+func readMountPoints() ([]string, error) {
 	f, err := os.Open(mountInfoPath)
 	if err != nil {
 		return nil, err
@@ -71,9 +75,7 @@ func readMountPoints(prefix string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", mountInfoPath, err)
 		}
-		if strings.HasPrefix(m, prefix) {
-			found = append(found, m)
-		}
+		found = append(found, m)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", mountInfoPath, err)

@@ -311,7 +311,7 @@ func (r *Remover) removeTree(ctx context.Context, path string, dirOnly bool) err
 // table, so it is read afresh for every removal.
 func (r *Remover) mountTable(shared bool) ([]string, error) {
 	if !shared {
-		return readMountPoints("")
+		return readMountPoints()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -319,7 +319,7 @@ func (r *Remover) mountTable(shared bool) ([]string, error) {
 		return r.mounts, nil
 	}
 	at := time.Now()
-	mounts, err := readMountPoints("")
+	mounts, err := readMountPoints()
 	if err != nil {
 		return nil, err
 	}
