@@ -97,6 +97,9 @@ type Observer interface {
 	// (SourceListing, SourceOracle).
 	SetUntrusted(source string, untrusted bool)
 	SetStuckTerminating(n int)
+	// SetDegraded says whether a part of housekeeping (PartNetwork,
+	// PartStateFile) is failing while the rest goes on.
+	SetDegraded(part string, degraded bool)
 }
 
 // Pass results, as counted by the Observer.
@@ -112,6 +115,20 @@ const (
 	SourceListing = "runtime-listing" // the CRI listing disagrees with NRI
 	SourceOracle  = "pod-oracle"      // kubelet's pod dirs disagree with the runtime
 )
+
+// Parts of housekeeping that can fail while the rest goes on, as the
+// Observer is told: each failure is also said in the log while it lasts.
+const (
+	PartNetwork   = "network"    // the network side cannot read its sources: network leaks are not looked for
+	PartStateFile = "state-file" // the state file cannot be written: a restart would forget what it should hold
+)
+
+// setDegraded tells the Observer, if any, whether part is failing.
+func (l *Loop) setDegraded(part string, degraded bool) {
+	if l.opts.Observer != nil {
+		l.opts.Observer.SetDegraded(part, degraded)
+	}
+}
 
 // Loop is the housekeeping loop. Create it with New, start it with Run.
 type Loop struct {

@@ -136,6 +136,7 @@ func (l *Loop) persist(ctx context.Context, now time.Time) {
 	if err != nil {
 		problem = err.Error()
 	}
+	l.setDegraded(PartStateFile, err != nil)
 	l.sayWhileItLasts("state-file", problem,
 		"cannot write the state file: a restart now would forget the pods seen torn down and the budgeted steps of the last hour; check housekeeping.state_file",
 		"the state file is written again")

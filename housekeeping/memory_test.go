@@ -261,18 +261,44 @@ func TestAStateFileThatCannotBeWrittenIsSaidWhileItLasts(t *testing.T) {
 	}
 	rt := &fakeRuntime{}
 	log, buf := testLogger()
-	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, StateFile: filepath.Join(blocker, "state.json"),
+	obs := &partsObserver{}
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, StateFile: filepath.Join(blocker, "state.json"), Observer: obs,
 		Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
-	for i := range 3 {
+	pass := func(i int) {
+		t.Helper()
 		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute)}, nil)
 		if r := loop.Pass(context.Background()); r.Err != nil {
 			t.Fatal(r.Err)
 		}
+	}
+	for i := range 3 {
+		pass(i)
 	}
 	if loop.tornDown[uid] == nil {
 		t.Fatal("nothing to keep: the test proves nothing")
 	}
 	if n := strings.Count(buf.String(), "cannot write the state file"); n != 1 {
 		t.Fatalf("said %d times in 3 passes, want once:\n%s", n, buf.String())
+	}
+	if degraded, _ := obs.told(PartStateFile); !degraded {
+		t.Fatal("the state-file part is not degraded while the file cannot be written")
+	}
+
+	// The dir becomes writable: the next pass writes what it kept.
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(blocker, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pass(3)
+	if _, err := os.Stat(filepath.Join(blocker, "state.json")); err != nil {
+		t.Fatalf("the state file was not written once it could be: %v", err)
+	}
+	if degraded, told := obs.told(PartStateFile); degraded || !told {
+		t.Fatalf("the state-file part is degraded=%v (told: %v) after a write that worked, want false", degraded, told)
+	}
+	if !strings.Contains(buf.String(), "the state file is written again") {
+		t.Fatalf("the recovery is not said:\n%s", buf.String())
 	}
 }

@@ -198,6 +198,7 @@ func (l *Loop) networkInput(ctx context.Context, listing networkListing, err err
 	if err == nil {
 		var recs cri.Records
 		if recs, err = l.opts.Network.rt.Records(ctx); err == nil {
+			l.setDegraded(PartNetwork, false)
 			l.sayWhileItLasts("network", "", "", "network leaks are looked for again")
 			for _, u := range listing.Unreadable {
 				l.noteSkipped([]nodefs.Skipped{{Path: u.Path, Reason: "cannot be read: " + u.Reason}})
@@ -208,11 +209,13 @@ func (l *Loop) networkInput(ctx context.Context, listing networkListing, err err
 	if errors.Is(err, podnet.ErrNoNetwork) {
 		// A node with host-network pods only: nothing to look at, and
 		// nothing wrong. Said once.
+		l.setDegraded(PartNetwork, false)
 		if l.firstSeen(err.Error()) {
 			l.log.WithError(err).Info("network leaks are not looked for: containerd has no CNI network")
 		}
 		return nil
 	}
+	l.setDegraded(PartNetwork, true)
 	l.sayWhileItLasts("network", err.Error(), "network leaks are not looked for this pass", "network leaks are looked for again")
 	return nil
 }

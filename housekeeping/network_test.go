@@ -170,7 +170,8 @@ func TestABrokenCNIConfigIsAnErrorNoCNIIsNot(t *testing.T) {
 			rt := &fakeRuntime{}
 			rt.set(cri.Snapshot{TakenAt: now}, nil)
 			log, buf := testLogger()
-			loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot,
+			obs := &partsObserver{}
+			loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot, Observer: obs,
 				Policy:  gc.Policy{Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
 				Network: NewNetwork(&fakeContainerd{netnsDir: t.TempDir()}, NetworkOptions{CacheDir: t.TempDir(), ConfDir: confDir, BinDir: "/nonexistent"})}, log)
 			loop.Pass(context.Background())
@@ -183,6 +184,11 @@ func TestABrokenCNIConfigIsAnErrorNoCNIIsNot(t *testing.T) {
 			}
 			if len(lines) != 1 || !strings.Contains(lines[0], "level="+tc.level) || !strings.Contains(lines[0], tc.says) {
 				t.Fatalf("two passes logged %q; want one line at %s saying %q", lines, tc.level, tc.says)
+			}
+			// Only a failure degrades the network side; a node without CNI
+			// has nothing wrong with it.
+			if degraded, told := obs.told(PartNetwork); degraded != (tc.level == "error") || !told {
+				t.Fatalf("the network part is degraded=%v (told: %v), want %v", degraded, told, tc.level == "error")
 			}
 		})
 	}

@@ -19,6 +19,7 @@ const (
 	labelEvent  = "event"
 	labelClass  = "class"
 	labelSource = "source"
+	labelPart   = "part"
 )
 
 // Pass results (ObservePass).
@@ -48,6 +49,7 @@ type knownValues struct {
 	nriEvents     []string // NRI events of package plugin
 	classes       []string // gc.BudgetClasses
 	sources       []string // the sources a pass may distrust (housekeeping.Source*)
+	parts         []string // the parts of housekeeping that can fail alone (housekeeping.Part*)
 	// actionPairs are the (kind, rule) pairs the planner proposes; actions
 	// are zero-filled for these only (every kind × rule would be mostly
 	// impossible series).
@@ -80,6 +82,7 @@ func known() knownValues {
 		nriEvents: []string{"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "CreateContainer", "StartContainer", "StopContainer", "RemoveContainer", "Synchronize"},
 		classes:   []string{"orphan-stop", "unknown-stop", "cgroup-kill", "cgroup-cpu", "pod-dir", "pod-log-dir", "network"},
 		sources:   []string{"runtime-listing", "pod-oracle"},
+		parts:     []string{"network", "state-file"},
 		actionPairs: [][2]string{
 			// An UNKNOWN container is stopped and removed under the rule
 			// that evicts it (remove-container).
@@ -121,6 +124,7 @@ func AllowedLabelValues() map[string]map[string][]string {
 		nameBreakerTrips:  {labelClass: k.classes},
 		nameBudgetPaused:  {labelClass: k.classes},
 		nameUntrusted:     {labelSource: k.sources},
+		nameDegraded:      {labelPart: k.parts},
 	}
 }
 

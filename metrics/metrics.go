@@ -18,6 +18,7 @@
 //	breaker_trips_total{class}                    counter   passes in which the blast-radius budget refused a class
 //	budget_paused{class}                          gauge     1 while the last pass refused the class (it is paused)
 //	untrusted_source{source}                      gauge     1 while the last pass distrusted the source (runtime-listing, pod-oracle)
+//	degraded{part}                                gauge     1 while a part of housekeeping fails on its own (network, state-file)
 //	cri_call_duration_seconds{method}             histogram CRI call latency
 //	cri_errors_total{method}                      counter   failed CRI calls
 //	nri_events_total{event}                       counter   NRI events received
@@ -50,6 +51,7 @@ const (
 	nameBreakerTrips     = namespace + "_breaker_trips_total"
 	nameBudgetPaused     = namespace + "_budget_paused"
 	nameUntrusted        = namespace + "_untrusted_source"
+	nameDegraded         = namespace + "_degraded"
 	nameCRIDuration      = namespace + "_cri_call_duration_seconds"
 	nameCRIErrors        = namespace + "_cri_errors_total"
 	nameNRIEvents        = namespace + "_nri_events_total"
@@ -98,6 +100,7 @@ type Metrics struct {
 	breakerTrips     *prometheus.CounterVec
 	budgetPaused     *prometheus.GaugeVec
 	untrusted        *prometheus.GaugeVec
+	degraded         *prometheus.GaugeVec
 	criDuration      *prometheus.HistogramVec
 	criErrors        *prometheus.CounterVec
 	nriEvents        map[string]prometheus.Counter // resolved at New: NRI handlers must stay within microseconds
@@ -116,6 +119,7 @@ type Metrics struct {
 	criMethods  valueSet
 	classes     valueSet
 	sources     valueSet
+	parts       valueSet
 
 	started time.Time // for /healthz before the first pass
 }
@@ -137,6 +141,7 @@ func New(build BuildInfo) *Metrics {
 		criMethods:  newValueSet(k.criMethods),
 		classes:     newValueSet(k.classes),
 		sources:     newValueSet(k.sources),
+		parts:       newValueSet(k.parts),
 		started:     time.Now(),
 
 		trackedPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -180,6 +185,10 @@ func New(build BuildInfo) *Metrics {
 			Name: nameUntrusted,
 			Help: "1 while the last housekeeping pass distrusted a source: runtime-listing (the CRI listing disagrees with NRI: no plan at all) or pod-oracle (kubelet's pod dirs call running pods gone: no pod-gone rule), else 0.",
 		}, []string{labelSource}),
+		degraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameDegraded,
+			Help: "1 while a part of housekeeping fails while the rest goes on, else 0: network (the network side cannot read its sources: network leaks are not looked for) or state-file (housekeeping.state_file cannot be written: a restart would forget the pods seen torn down and the budgeted steps of the last hour).",
+		}, []string{labelPart}),
 		criDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    nameCRIDuration,
 			Help:    "Duration of CRI calls, failed or not, by method, in seconds.",
@@ -221,7 +230,7 @@ func New(build BuildInfo) *Metrics {
 
 	m.reg.MustRegister(
 		m.trackedPods, m.leakedObjects, m.actions, m.passDuration, m.passes, m.lastSuccess,
-		m.stuckTerminating, m.breakerTrips, m.budgetPaused, m.untrusted, m.criDuration, m.criErrors, nriEvents,
+		m.stuckTerminating, m.breakerTrips, m.budgetPaused, m.untrusted, m.degraded, m.criDuration, m.criErrors, nriEvents,
 		m.nriConnected, m.nriReconnects, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -245,6 +254,9 @@ func New(build BuildInfo) *Metrics {
 	}
 	for _, src := range k.sources {
 		m.untrusted.WithLabelValues(src)
+	}
+	for _, part := range k.parts {
+		m.degraded.WithLabelValues(part)
 	}
 	for _, meth := range k.criMethods {
 		m.criDuration.WithLabelValues(meth)
@@ -344,6 +356,16 @@ func (m *Metrics) SetUntrusted(source string, untrusted bool) {
 		v = 1
 	}
 	m.untrusted.WithLabelValues(m.sources.pick(source)).Set(v)
+}
+
+// SetDegraded says whether a part of housekeeping ("network",
+// "state-file") is failing while the rest goes on.
+func (m *Metrics) SetDegraded(part string, degraded bool) {
+	v := 0.0
+	if degraded {
+		v = 1
+	}
+	m.degraded.WithLabelValues(m.parts.pick(part)).Set(v)
 }
 
 // SetStuckTerminating sets the number of pods Terminating longer than

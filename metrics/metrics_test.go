@@ -154,6 +154,14 @@ func TestObservationsChangeTheirSeries(t *testing.T) {
 			m.SetUntrusted("pod-oracle", true)
 			m.SetUntrusted("pod-oracle", false)
 		}, func(m *Metrics) prometheus.Collector { return m.untrusted.WithLabelValues("pod-oracle") }, 0},
+		{"a failing part is degraded", func(m *Metrics) { m.SetDegraded("state-file", true) },
+			func(m *Metrics) prometheus.Collector { return m.degraded.WithLabelValues("state-file") }, 1},
+		{"a part that works again is no longer degraded", func(m *Metrics) {
+			m.SetDegraded("network", true)
+			m.SetDegraded("network", false)
+		}, func(m *Metrics) prometheus.Collector { return m.degraded.WithLabelValues("network") }, 0},
+		{"an unknown part is other", func(m *Metrics) { m.SetDegraded("/var/lib/x/state.json", true) },
+			func(m *Metrics) prometheus.Collector { return m.degraded.WithLabelValues(Other) }, 1},
 		{"stuck terminating set", func(m *Metrics) { m.SetStuckTerminating(5) },
 			func(m *Metrics) prometheus.Collector { return m.stuckTerminating }, 5},
 		{"CRI error counted", func(m *Metrics) {

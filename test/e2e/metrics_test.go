@@ -127,6 +127,9 @@ func TestMetricsAndHealthOfTheRunningPlugin(t *testing.T) {
 		{"nri_housekeeper_nri_events_total", map[string]string{"event": "StartContainer"}, 2},
 		{"nri_housekeeper_breaker_trips_total", nil, 0},
 		{"nri_housekeeper_tracked_pods", map[string]string{"phase": "Running", "orphan": "false"}, 0},
+		// Its state file (beside the log) is written, the lab's network read.
+		{"nri_housekeeper_degraded", map[string]string{"part": "state-file"}, 0},
+		{"nri_housekeeper_degraded", map[string]string{"part": "network"}, 0},
 	} {
 		if got := s.value(tc.name, tc.labels); got != tc.want {
 			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
