@@ -23,6 +23,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+	"github.com/nri-housekeeper/nri-housekeeper/statefile"
 )
 
 // Runtime is what a pass needs from the container runtime.
@@ -176,6 +177,13 @@ type Loop struct {
 	budgetHeldWhy   string
 	// persisted is what the state file holds, as last written or read.
 	persisted []byte
+	// stateLock is this plugin's hold on the state file (nil: not held).
+	// stateHeldBy says, while another plugin holds it, who: until this one
+	// takes it, every budgeted step is held and nothing is written.
+	// restorePending: the file is read when the lock is taken.
+	stateLock      *statefile.Lock
+	stateHeldBy    string
+	restorePending bool
 	// said holds what the last pass said once while it lasts: the listing
 	// or oracle distrusted, each budget class tripped.
 	said map[string]string

@@ -28,11 +28,28 @@ const budgetHold = time.Hour
 // mode), the pods in it are forgotten (their dirs are reported, not
 // removed) and every budgeted step is held for an hour, a hold the next
 // write keeps across restarts. It logs what it did.
+//
+// Not in read-only mode, it first takes the file's lock (statefile.Lock):
+// when another plugin holds it, this one reads nothing yet, writes nothing
+// and holds every budgeted step until it can take the lock (it tries again
+// after every pass), then reads the file as it is then. Release the lock
+// with Close.
 func (l *Loop) Restore(ctx context.Context) {
 	path := l.opts.StateFile
 	if path == "" {
 		return
 	}
+	if !l.opts.StateReadOnly && !l.lockStateFile(ctx) && l.stateHeldBy != "" {
+		l.restorePending = true
+		return
+	}
+	l.restore(ctx)
+}
+
+// restore reads the state file into the loop (see Restore): what it holds
+// is added to what the loop holds.
+func (l *Loop) restore(ctx context.Context) {
+	path := l.opts.StateFile
 	now := l.now()
 	s, err := statefile.Load(ctx, path)
 	switch {
@@ -59,6 +76,9 @@ func (l *Loop) Restore(ctx context.Context) {
 		return
 	}
 	for _, t := range s.TornDown {
+		if l.tornDown[t.UID] != nil {
+			continue // seen torn down by this run too: its own mark stands
+		}
 		mark := &tornDownMark{at: t.At, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}}
 		if t.Inspected {
 			mark.seen = make(map[string]bool, len(t.Seen))
@@ -69,10 +89,12 @@ func (l *Loop) Restore(ctx context.Context) {
 		l.tornDown[t.UID] = mark
 	}
 	for _, sp := range s.Spent {
-		l.spent = append(l.spent, spent{at: sp.At, class: sp.Class, unit: sp.Unit})
+		if !slices.ContainsFunc(l.spent, func(o spent) bool { return o.at.Equal(sp.At) && o.class == sp.Class && o.unit == sp.Unit }) {
+			l.spent = append(l.spent, spent{at: sp.At, class: sp.Class, unit: sp.Unit})
+		}
 	}
 	hour := len(l.budgetSpent(now))
-	if now.Before(s.BudgetHeldUntil) {
+	if now.Before(s.BudgetHeldUntil) && s.BudgetHeldUntil.After(l.budgetHeldUntil) {
 		l.budgetHeldUntil, l.budgetHeldWhy = s.BudgetHeldUntil, s.BudgetHeldWhy
 	}
 	if data, err := statefile.Encode(l.keep()); err == nil {
@@ -85,8 +107,49 @@ func (l *Loop) Restore(ctx context.Context) {
 	f.Info("restored the pods seen torn down and the budgeted steps of the last hour from the state file")
 }
 
+// lockStateFile takes the state file's lock if this loop does not hold it
+// yet, and says whether it holds it now. When another plugin holds it,
+// stateHeldBy says so; any other failure to lock is left to the write,
+// which fails the same way and is said.
+func (l *Loop) lockStateFile(ctx context.Context) bool {
+	if l.stateLock != nil {
+		return true
+	}
+	lock, err := statefile.TryLock(ctx, l.opts.StateFile)
+	var held *statefile.HeldError
+	switch {
+	case errors.As(err, &held):
+		l.stateHeldBy = err.Error()
+		l.setDegraded(PartStateFile, true)
+		l.sayWhileItLasts("state-file", l.stateHeldBy, "another nri-housekeeper holds the state file: "+
+			"this one holds every budgeted step and writes nothing until it can take the file (it tries after every pass); "+
+			"run one nri-housekeeper per node: the pre-registered plugin, the systemd service or the DaemonSet",
+			"the state file is written again")
+		return false
+	case err != nil:
+		l.stateHeldBy = ""
+		return false
+	}
+	if l.stateHeldBy != "" {
+		l.log.WithField("path", l.opts.StateFile).Info("took the state file over: the other nri-housekeeper let it go")
+	}
+	l.stateLock, l.stateHeldBy = lock, ""
+	return true
+}
+
+// Close gives up the state file's lock (a plugin that exits drops it
+// anyway). The loop must not run passes after it.
+func (l *Loop) Close() error {
+	err := l.stateLock.Release()
+	l.stateLock = nil
+	return err
+}
+
 // budgetHeld says why every budgeted step is held at now ("" when none is).
 func (l *Loop) budgetHeld(now time.Time) string {
+	if l.stateHeldBy != "" {
+		return l.stateHeldBy + "; the budgeted steps it takes are not counted here, so every budgeted step is held until this plugin can take the file"
+	}
 	if now.Before(l.budgetHeldUntil) {
 		return l.budgetHeldWhy
 	}
@@ -119,6 +182,16 @@ func (l *Loop) keep() statefile.State {
 func (l *Loop) persist(ctx context.Context, now time.Time) {
 	if l.opts.StateFile == "" || l.opts.StateReadOnly {
 		return
+	}
+	if !l.lockStateFile(ctx) && l.stateHeldBy != "" {
+		return
+	}
+	if l.restorePending {
+		// Taken over: what the other plugin kept is added to what this
+		// one learned meanwhile, and written below.
+		l.restorePending = false
+		l.restore(ctx)
+		l.persisted = nil
 	}
 	l.budgetSpent(now) // forget the steps older than an hour
 	if !l.budgetHeldUntil.IsZero() && !now.Before(l.budgetHeldUntil) {

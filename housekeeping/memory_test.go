@@ -16,8 +16,12 @@ import (
 
 // restartedLoop is a loop as the plugin builds it after a restart: fresh
 // podstate (NRI has forgotten everything), the same options, the state
-// file restored, its clock at start.
-func restartedLoop(opts Options, rt Runtime, start time.Time) (*Loop, func() string) {
+// file restored, its clock at start. prev (nil: none) is the run before,
+// which exited: its hold on the state file is gone.
+func restartedLoop(prev *Loop, opts Options, rt Runtime, start time.Time) (*Loop, func() string) {
+	if prev != nil {
+		_ = prev.Close()
+	}
 	log, buf := testLogger()
 	loop := New(podstate.New(0), rt, opts, log)
 	loop.now = func() time.Time { return start }
@@ -63,7 +67,7 @@ func TestAPodSeenTornDownIsStillOrphanedAfterARestart(t *testing.T) {
 			// Killed before its grace ran out; started again.
 			exec := &fakeExecutor{}
 			opts.Executor = exec
-			second, _ := restartedLoop(opts, rt, now.Add(time.Minute))
+			second, _ := restartedLoop(first, opts, rt, now.Add(time.Minute))
 			for _, at := range []time.Duration{time.Minute, 7 * time.Minute} {
 				rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
 				second.Pass(context.Background())
@@ -113,7 +117,7 @@ func TestTheHourlyBudgetHoldsAcrossRestarts(t *testing.T) {
 			for pass := range passes {
 				at := now.Add(time.Duration(pass) * 30 * time.Second)
 				if pass%3 == 0 { // a restart every 1.5 minutes
-					loop, _ = restartedLoop(opts, rt, at)
+					loop, _ = restartedLoop(loop, opts, rt, at)
 				}
 				rt.set(orphanEveryPass(live, pass, at, stopped), nil)
 				passNotingStops(loop, exec, stopped)
@@ -151,7 +155,7 @@ func TestAnUnreadableStateFileHoldsTheBudgetForAnHour(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "pods", testUID(1)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	loop, logs := restartedLoop(opts, rt, now)
+	loop, logs := restartedLoop(nil, opts, rt, now)
 	if !strings.Contains(logs(), "cannot read the state file") || !strings.Contains(logs(), "line 1") {
 		t.Fatalf("the unreadable file was not said with where it is wrong:\n%s", logs())
 	}
@@ -185,7 +189,7 @@ func TestAnUnreadableStateFileHoldsTheBudgetForAnHour(t *testing.T) {
 	if err != nil || !s.BudgetHeldUntil.Equal(now.Add(time.Hour)) {
 		t.Fatalf("state file after the first pass: %+v, %v; want the hold until %s in it", s, err, now.Add(time.Hour))
 	}
-	loop, _ = restartedLoop(opts, rt, now.Add(2*time.Minute))
+	loop, _ = restartedLoop(loop, opts, rt, now.Add(2*time.Minute))
 	rt.set(snapAt(now.Add(3*time.Minute)), nil)
 	loop.Pass(context.Background())
 	rt.set(snapAt(now.Add(4*time.Minute)), nil)
@@ -223,7 +227,7 @@ func TestAReadOnlyLoopNeverWritesTheStateFile(t *testing.T) {
 	opts := Options{Period: time.Minute, KubeletRoot: root, StateFile: path, StateReadOnly: true,
 		Policy: gc.Policy{LeakGrace: 0, MaxPerPodContainer: 1, MaxContainers: -1, RemoveOrphanedPodDirs: true,
 			PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(), Budget: gc.Budget{MaxPerPass: 1, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 1}}}
-	loop, _ := restartedLoop(opts, rt, now)
+	loop, _ := restartedLoop(nil, opts, rt, now)
 	rt.set(cri.Snapshot{TakenAt: now}, nil)
 	r := loop.Pass(context.Background())
 	if after, err := os.ReadFile(path); err != nil || string(after) != string(data) {
@@ -300,5 +304,115 @@ func TestAStateFileThatCannotBeWrittenIsSaidWhileItLasts(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "the state file is written again") {
 		t.Fatalf("the recovery is not said:\n%s", buf.String())
+	}
+}
+
+// Two plugins on one node (a DaemonSet beside a leftover systemd unit)
+// would each count only their own budgeted steps: together, twice
+// budget.max_per_hour. The second one to start finds the state file's lock
+// held: it takes no budgeted step and writes nothing until the first
+// exits; then it takes the file over with the first's steps in it, and the
+// hour they were taken in still counts.
+func TestASecondPluginOnTheSameStateFileTakesNoBudgetedStep(t *testing.T) {
+	const limit = 3
+	var live []string
+	// Enough live pods that the orphans (one more a pass) stay few enough
+	// for the pod oracle to be trusted.
+	for i := range 20 {
+		live = append(live, testUID(100+i))
+	}
+	root := podDirs(t, live...)
+	stateFile := filepath.Join(t.TempDir(), "state.json")
+	cfg := orphanStopConfig(t, root, stateFile)
+	cfg.Budget.MaxPerPass, cfg.Budget.MinPerPass, cfg.Budget.MaxFraction, cfg.Budget.MaxPerHour = 100, 100, 1, limit
+	rt := &fakeRuntime{}
+	plugin := func(prev *Loop, start time.Time) (*Loop, *fakeExecutor, *partsObserver, func() string) {
+		opts := OptionsFromConfig(cfg)
+		exec, obs := &fakeExecutor{}, &partsObserver{}
+		opts.Executor, opts.Observer = exec, obs
+		loop, logs := restartedLoop(prev, opts, rt, start)
+		return loop, exec, obs, logs
+	}
+	first, firstExec, _, _ := plugin(nil, now)
+	second, secondExec, secondObs, secondLogs := plugin(nil, now)
+	t.Cleanup(func() { _ = first.Close(); _ = second.Close() })
+
+	stoppedFirst, stoppedSecond := map[string]bool{}, map[string]bool{}
+	pass, skip := 0, time.Duration(0)
+	both := func(loops ...*Loop) {
+		at := now.Add(time.Duration(pass)*30*time.Second + skip)
+		for _, l := range loops {
+			l.now = func() time.Time { return at }
+		}
+		stopped := map[string]bool{}
+		for id := range stoppedFirst {
+			stopped[id] = true
+		}
+		for id := range stoppedSecond {
+			stopped[id] = true
+		}
+		rt.set(orphanEveryPass(live, pass, at, stopped), nil)
+		for _, l := range loops {
+			if l == first {
+				passNotingStops(l, firstExec, stoppedFirst)
+			} else {
+				passNotingStops(l, secondExec, stoppedSecond)
+			}
+		}
+		pass++
+	}
+	for range 4 { // an orphan is due a pass after it is listed: 3 stops
+		both(first, second)
+	}
+	if len(stoppedFirst) != limit {
+		t.Fatalf("the first plugin stopped %d orphans, want its budget of %d: the test proves nothing", len(stoppedFirst), limit)
+	}
+	if len(stoppedSecond) != 0 {
+		t.Fatalf("the second plugin on the same state file stopped %v: with the first's %d, more than max_per_hour %d",
+			stoppedSecond, len(stoppedFirst), limit)
+	}
+	if degraded, _ := secondObs.told(PartStateFile); !degraded {
+		t.Fatal("the second plugin's state-file part is not degraded while another holds the file")
+	}
+	if n := strings.Count(secondLogs(), "holds every budgeted step and writes nothing"); n != 1 {
+		t.Fatalf("the second plugin said it %d times in 4 passes, want once:\n%s", n, secondLogs())
+	}
+	if held := second.last.Plan.Trips; len(held) == 0 || !strings.Contains(held[0].Message, "another nri-housekeeper uses the same state file") {
+		t.Fatalf("the second plugin's last pass tripped %+v; want the hold said", held)
+	}
+	kept, err := statefile.Load(context.Background(), stateFile)
+	if err != nil || len(kept.Spent) != limit {
+		t.Fatalf("the state file holds %+v (%v); want the first plugin's %d steps", kept.Spent, err, limit)
+	}
+
+	// The first exits: the second takes the file over after its next pass,
+	// and the first's steps of the hour count against it.
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		both(second)
+	}
+	if why := second.last.Plan.OracleUntrusted; why != "" {
+		t.Fatalf("the pod oracle is not trusted, so no orphan is stopped anyway: the test proves nothing: %s", why)
+	}
+	if len(stoppedSecond) != 0 {
+		t.Fatalf("after taking over within the hour, the second plugin stopped %v; the first's %d steps spent the hour", stoppedSecond, limit)
+	}
+	if !strings.Contains(secondLogs(), "took the state file over") || !strings.Contains(secondLogs(), "the state file is written again") {
+		t.Fatalf("the take-over is not said:\n%s", secondLogs())
+	}
+	if degraded, _ := secondObs.told(PartStateFile); degraded {
+		t.Fatal("the second plugin's state-file part is still degraded after it took the file over")
+	}
+	if kept, err := statefile.Load(context.Background(), stateFile); err != nil || len(kept.Spent) != limit {
+		t.Fatalf("after the take-over the file holds %+v (%v); want the first plugin's %d steps kept", kept.Spent, err, limit)
+	}
+	// An hour after the first's steps, the second takes its own.
+	skip = time.Hour
+	both(second)
+	if len(stoppedSecond) == 0 {
+		t.Fatalf("an hour later the second plugin still stops nothing: it is held for good; its last pass: blocked %q, trips %+v, due %d, oracle %q, leaks %v, deferred %d, stopped %v",
+			second.last.Blocked, second.last.Plan.Trips, len(second.last.Plan.Actions), second.last.Plan.OracleUntrusted, second.last.Plan.Leaks, len(second.last.Plan.Deferred), stoppedSecond)
 	}
 }

@@ -11,7 +11,7 @@
 // The file is replaced atomically (a temp file in the same directory,
 // fsync, rename), so a crash leaves the old file or the new one. A file
 // that cannot be read whole is an error for the caller to act on; nothing
-// in it is guessed at.
+// in it is guessed at. One plugin owns a file at a time (Lock).
 package statefile
 
 import (

@@ -126,7 +126,8 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	opts := housekeeping.OptionsFromConfig(cfg)
 	opts.Synchronized, opts.Executor, opts.Observer, opts.Network = nri.Synchronized, exec, m, network
 	loop := housekeeping.New(state, client, opts, log)
-	loop.Restore(ctx)
+	loop.Restore(ctx) // takes the state file's lock: one plugin per state file
+	defer func() { _ = loop.Close() }()
 	waker.loop.Store(loop)
 	go watchTaskExits(ctx, client, cfg.Runtime.Namespace, loop, log)
 	if cfg.Metrics.Address != "" {

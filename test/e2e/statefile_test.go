@@ -115,3 +115,71 @@ func TestAPluginRestartKeepsThePodsItSawTornDown(t *testing.T) {
 		t.Error("the state file still holds the pod whose dir is gone")
 	}
 }
+
+// TestASecondPluginOnTheSameStateFileWaitsForTheFirst: two plugin binaries
+// on one node and one state file (a DaemonSet beside a leftover systemd
+// unit). The second finds the file's lock held: it says so, in its log and
+// in nri_housekeeper_degraded{part="state-file"}, holds every budgeted step
+// and writes nothing. Once the first is killed (-9: the kernel drops its
+// lock), the second takes the file over.
+func TestASecondPluginOnTheSameStateFileWaitsForTheFirst(t *testing.T) {
+	cleanupPods(t, node)
+	k := newKubelet(t, node)
+	dir := t.TempDir()
+	exe := buildPlugin(t, dir, "nri-housekeeper")
+	logs := filepath.Join(dir, "logs")
+	mkdirAll(t, logs)
+	statePath := filepath.Join(logs, "state.json") // binaryConfig: beside the log
+	start := func(run string) (cmd *exec.Cmd, logFile, addr string) {
+		runDir := filepath.Join(dir, run)
+		mkdirAll(t, runDir)
+		logFile, addr = filepath.Join(logs, run+".log"), freePort(t)
+		conf := writeConfig(t, runDir, binaryConfig{Period: "1s", Grace: "5s", MetricsAddr: addr, LogFile: logFile,
+			PluginName: "nri-housekeeper-" + run}.text(k))
+		cmd = exec.Command(exe, "run", "--config", conf)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				b, _ := os.ReadFile(logFile)
+				t.Logf("plugin run %s log:\n%s", run, b)
+			}
+		})
+		waitFor(t, "plugin run "+run+" is ready", 20*time.Second, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 })
+		return cmd, logFile, addr
+	}
+	logSays := func(logFile, what string) func() bool {
+		return func() bool { b, _ := os.ReadFile(logFile); return strings.Contains(string(b), what) }
+	}
+	degraded := func(addr string) float64 {
+		s, _ := scrapeMetrics(t, addr)
+		return s.value("nri_housekeeper_degraded", map[string]string{"part": "state-file"})
+	}
+
+	first, firstLog, firstAddr := start("first")
+	_, secondLog, secondAddr := start("second")
+	waitFor(t, "the second plugin says another holds the state file", 10*time.Second,
+		logSays(secondLog, "another nri-housekeeper holds the state file"))
+	waitFor(t, "the second plugin's state-file part is degraded", 5*time.Second, func() bool { return degraded(secondAddr) == 1 })
+	if got := degraded(firstAddr); got != 0 {
+		t.Fatalf("the first plugin's state-file part is %v, want 0: it holds the file", got)
+	}
+	if logSays(firstLog, "another nri-housekeeper holds the state file")() {
+		t.Fatal("the first plugin, which holds the file, says another holds it")
+	}
+	line := logLine(readFile(t, secondLog), "another nri-housekeeper holds the state file")
+	if !strings.Contains(line, statefile.LockPath(statePath)) || !strings.Contains(line, "pid ") {
+		t.Fatalf("the second plugin's error does not name the lock and its holder: %q", line)
+	}
+
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	took := waitFor(t, "the second plugin takes the state file over", 10*time.Second, logSays(secondLog, "took the state file over"))
+	t.Logf("the second plugin took the state file over %v after the first was killed", took.Round(time.Millisecond))
+	waitFor(t, "the second plugin's state-file part is no longer degraded", 5*time.Second, func() bool { return degraded(secondAddr) == 0 })
+}
