@@ -32,24 +32,8 @@ func TestAPluginRestartKeepsThePodsItSawTornDown(t *testing.T) {
 	statePath := filepath.Join(logs, "state.json") // binaryConfig: beside the log
 	const grace, period = 6 * time.Second, time.Second
 	start := func(run string) (*exec.Cmd, string) {
-		runDir := filepath.Join(dir, run)
-		mkdirAll(t, runDir)
-		logFile, addr := filepath.Join(logs, run+".log"), freePort(t)
-		conf := writeConfig(t, runDir, binaryConfig{Period: period.String(), Grace: grace.String(), MetricsAddr: addr, LogFile: logFile,
-			Tables: "\n[pod_dirs]\nremove_orphaned = true\n"}.text(k))
-		cmd := exec.Command(exe, "run", "--config", conf)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			if t.Failed() {
-				b, _ := os.ReadFile(logFile)
-				t.Logf("plugin run %s log:\n%s", run, b)
-			}
-		})
-		waitFor(t, "plugin run "+run+" is ready", 20*time.Second, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 })
+		cmd, logFile, _ := startRun(t, k, exe, dir, logs, run, binaryConfig{Period: period.String(), Grace: grace.String(),
+			Tables: "\n[pod_dirs]\nremove_orphaned = true\n"})
 		return cmd, logFile
 	}
 	tearDown := func(name string) lab.Pod {
@@ -130,26 +114,8 @@ func TestASecondPluginOnTheSameStateFileWaitsForTheFirst(t *testing.T) {
 	logs := filepath.Join(dir, "logs")
 	mkdirAll(t, logs)
 	statePath := filepath.Join(logs, "state.json") // binaryConfig: beside the log
-	start := func(run string) (cmd *exec.Cmd, logFile, addr string) {
-		runDir := filepath.Join(dir, run)
-		mkdirAll(t, runDir)
-		logFile, addr = filepath.Join(logs, run+".log"), freePort(t)
-		conf := writeConfig(t, runDir, binaryConfig{Period: "1s", Grace: "5s", MetricsAddr: addr, LogFile: logFile,
-			PluginName: "nri-housekeeper-" + run}.text(k))
-		cmd = exec.Command(exe, "run", "--config", conf)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			if t.Failed() {
-				b, _ := os.ReadFile(logFile)
-				t.Logf("plugin run %s log:\n%s", run, b)
-			}
-		})
-		waitFor(t, "plugin run "+run+" is ready", 20*time.Second, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 })
-		return cmd, logFile, addr
+	start := func(run string) (*exec.Cmd, string, string) {
+		return startRun(t, k, exe, dir, logs, run, binaryConfig{Period: "1s", Grace: "5s", PluginName: "nri-housekeeper-" + run})
 	}
 	logSays := func(logFile, what string) func() bool {
 		return func() bool { b, _ := os.ReadFile(logFile); return strings.Contains(string(b), what) }
@@ -182,4 +148,32 @@ func TestASecondPluginOnTheSameStateFileWaitsForTheFirst(t *testing.T) {
 	took := waitFor(t, "the second plugin takes the state file over", 10*time.Second, logSays(secondLog, "took the state file over"))
 	t.Logf("the second plugin took the state file over %v after the first was killed", took.Round(time.Millisecond))
 	waitFor(t, "the second plugin's state-file part is no longer degraded", 5*time.Second, func() bool { return degraded(secondAddr) == 0 })
+}
+
+// startRun starts one run of the plugin binary exe with c, its config in
+// dir/<run> and its log in logs/<run>.log (binaryConfig puts the state file
+// beside the log: every run in logs shares logs/state.json), on a free
+// metrics address, and waits until it is ready. The test kills it at its
+// end, and logs its log if it failed.
+func startRun(t *testing.T, k *kubelet, exe, dir, logs, run string, c binaryConfig) (cmd *exec.Cmd, logFile, addr string) {
+	t.Helper()
+	runDir := filepath.Join(dir, run)
+	mkdirAll(t, runDir)
+	logFile, addr = filepath.Join(logs, run+".log"), freePort(t)
+	c.LogFile, c.MetricsAddr = logFile, addr
+	conf := writeConfig(t, runDir, c.text(k))
+	cmd = exec.Command(exe, "run", "--config", conf)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile)
+			t.Logf("plugin run %s log:\n%s", run, b)
+		}
+	})
+	waitFor(t, "plugin run "+run+" is ready", 20*time.Second, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 })
+	return cmd, logFile, addr
 }
