@@ -23,16 +23,11 @@ import (
 // and removes the orphaned dir one leak_grace after it starts. A pod torn
 // down while no plugin ran is one it never saw torn down: its dir stays.
 func TestAPluginRestartKeepsThePodsItSawTornDown(t *testing.T) {
-	cleanupPods(t, node)
-	k := newKubelet(t, node)
-	dir := t.TempDir()
-	exe := buildPlugin(t, dir, "nri-housekeeper")
-	logs := filepath.Join(dir, "logs")
-	mkdirAll(t, logs)
-	statePath := filepath.Join(logs, "state.json") // binaryConfig: beside the log
+	runs := newPluginRuns(t)
+	k, statePath := runs.k, runs.statePath
 	const grace, period = 6 * time.Second, time.Second
 	start := func(run string) (*exec.Cmd, string) {
-		cmd, logFile, _ := startRun(t, k, exe, dir, logs, run, binaryConfig{Period: period.String(), Grace: grace.String(),
+		cmd, logFile, _ := runs.start(run, binaryConfig{Period: period.String(), Grace: grace.String(),
 			Tables: "\n[pod_dirs]\nremove_orphaned = true\n"})
 		return cmd, logFile
 	}
@@ -107,15 +102,10 @@ func TestAPluginRestartKeepsThePodsItSawTornDown(t *testing.T) {
 // and writes nothing. Once the first is killed (-9: the kernel drops its
 // lock), the second takes the file over.
 func TestASecondPluginOnTheSameStateFileWaitsForTheFirst(t *testing.T) {
-	cleanupPods(t, node)
-	k := newKubelet(t, node)
-	dir := t.TempDir()
-	exe := buildPlugin(t, dir, "nri-housekeeper")
-	logs := filepath.Join(dir, "logs")
-	mkdirAll(t, logs)
-	statePath := filepath.Join(logs, "state.json") // binaryConfig: beside the log
+	runs := newPluginRuns(t)
+	statePath := runs.statePath
 	start := func(run string) (*exec.Cmd, string, string) {
-		return startRun(t, k, exe, dir, logs, run, binaryConfig{Period: "1s", Grace: "5s", PluginName: "nri-housekeeper-" + run})
+		return runs.start(run, binaryConfig{Period: "1s", Grace: "5s", PluginName: "nri-housekeeper-" + run})
 	}
 	logSays := func(logFile, what string) func() bool {
 		return func() bool { b, _ := os.ReadFile(logFile); return strings.Contains(string(b), what) }
@@ -150,19 +140,36 @@ func TestASecondPluginOnTheSameStateFileWaitsForTheFirst(t *testing.T) {
 	waitFor(t, "the second plugin's state-file part is no longer degraded", 5*time.Second, func() bool { return degraded(secondAddr) == 0 })
 }
 
-// startRun starts one run of the plugin binary exe with c, its config in
-// dir/<run> and its log in logs/<run>.log (binaryConfig puts the state file
-// beside the log: every run in logs shares logs/state.json), on a free
-// metrics address, and waits until it is ready. The test kills it at its
-// end, and logs its log if it failed.
-func startRun(t *testing.T, k *kubelet, exe, dir, logs, run string, c binaryConfig) (cmd *exec.Cmd, logFile, addr string) {
+// pluginRuns are runs of one plugin binary on the lab sharing one state
+// file: binaryConfig puts it beside the log, and every run logs in logs.
+type pluginRuns struct {
+	t                         *testing.T
+	k                         *kubelet
+	exe, dir, logs, statePath string
+}
+
+func newPluginRuns(t *testing.T) *pluginRuns {
+	cleanupPods(t, node)
+	r := &pluginRuns{t: t, k: newKubelet(t, node), dir: t.TempDir()}
+	r.exe = buildPlugin(t, r.dir, "nri-housekeeper")
+	r.logs = filepath.Join(r.dir, "logs")
+	mkdirAll(t, r.logs)
+	r.statePath = filepath.Join(r.logs, "state.json")
+	return r
+}
+
+// start starts one run with c, its config in dir/<run> and its log in
+// logs/<run>.log, on a free metrics address, and waits until it is ready.
+// The test kills it at its end, and logs its log if it failed.
+func (r *pluginRuns) start(run string, c binaryConfig) (cmd *exec.Cmd, logFile, addr string) {
+	t := r.t
 	t.Helper()
-	runDir := filepath.Join(dir, run)
+	runDir := filepath.Join(r.dir, run)
 	mkdirAll(t, runDir)
-	logFile, addr = filepath.Join(logs, run+".log"), freePort(t)
+	logFile, addr = filepath.Join(r.logs, run+".log"), freePort(t)
 	c.LogFile, c.MetricsAddr = logFile, addr
-	conf := writeConfig(t, runDir, c.text(k))
-	cmd = exec.Command(exe, "run", "--config", conf)
+	conf := writeConfig(t, runDir, c.text(r.k))
+	cmd = exec.Command(r.exe, "run", "--config", conf)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
