@@ -109,8 +109,8 @@ func (l *Loop) restore(ctx context.Context) {
 
 // lockStateFile takes the state file's lock if this loop does not hold it
 // yet, and says whether it holds it now. When another plugin holds it,
-// stateHeldBy says so; any other failure to lock is left to the write,
-// which fails the same way and is said.
+// stateHeldBy says so until the lock is taken; any other failure to lock
+// is left to the write, which fails the same way and is said.
 func (l *Loop) lockStateFile(ctx context.Context) bool {
 	if l.stateLock != nil {
 		return true
@@ -127,7 +127,7 @@ func (l *Loop) lockStateFile(ctx context.Context) bool {
 			"the state file is written again")
 		return false
 	case err != nil:
-		l.stateHeldBy = ""
+		// Says nothing of another plugin: a hold it said stands.
 		return false
 	}
 	if l.stateHeldBy != "" {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -52,8 +51,8 @@ func TryLock(ctx context.Context, path string) (*Lock, error) {
 		return nil, err
 	}
 	lockPath := LockPath(path)
-	if err := os.MkdirAll(filepath.Dir(lockPath), 0o700); err != nil {
-		return nil, fmt.Errorf("make the state file's directory: %w", err)
+	if _, err := makeDir(lockPath); err != nil {
+		return nil, err
 	}
 	// O_NOFOLLOW: a symlink planted at the lock's name is refused, not
 	// followed to truncate what it points at.

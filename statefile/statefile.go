@@ -100,9 +100,9 @@ func Write(ctx context.Context, path string, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("make the state file's directory: %w", err)
+	dir, err := makeDir(path)
+	if err != nil {
+		return err
 	}
 	// The temp file in the same directory: a rename across file systems
 	// (a private /tmp) would fail.
@@ -110,6 +110,16 @@ func Write(ctx context.Context, path string, data []byte) error {
 		return fmt.Errorf("write the state file %s: %w", path, err)
 	}
 	return nil
+}
+
+// makeDir makes the directory of the file at path if it is missing (0700:
+// the file names pods) and returns it.
+func makeDir(path string) (string, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("make the state file's directory: %w", err)
+	}
+	return dir, nil
 }
 
 // Load reads the file at path. An absent file is an error wrapping
