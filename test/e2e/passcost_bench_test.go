@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -414,10 +415,11 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 	}
 	defer client.Close()
 	var serial, pass, ceiling []time.Duration
+	var serialCPU, passCPU, ceilingCPU []cpuUse
 	for b.Loop() {
 		for range 3 {
 			ids := leak()
-			start := time.Now()
+			start, cpu := time.Now(), startCPU(b)
 			for _, id := range ids {
 				if err := node.StopPod(ctx, id); err != nil {
 					b.Fatal(err)
@@ -427,13 +429,17 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 				}
 			}
 			serial = append(serial, time.Since(start))
+			serialCPU = append(serialCPU, cpu.stop(b))
 			forget()
 
 			leak()
 			// No grace: the first pass finds every leak due. Pod cgroups
 			// are left alone, as by the loop: containerd leaves them (kubelet
 			// removes them), and the pass would reclaim the loop's too.
-			r := benchLoop(b, k, client, 0, false).Pass(ctx)
+			loop := benchLoop(b, k, client, 0, false)
+			cpu = startCPU(b)
+			r := loop.Pass(ctx)
+			passCPU = append(passCPU, cpu.stop(b))
 			if r.Err != nil {
 				b.Fatal(r.Err)
 			}
@@ -459,14 +465,31 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 			logDirs = nil // the pass removed them
 
 			ids = leak()
-			start = time.Now()
+			start, cpu = time.Now(), startCPU(b)
 			if err := removeInParallel(ctx, ids, benchParallel()); err != nil {
 				b.Fatal(err)
 			}
 			ceiling = append(ceiling, time.Since(start))
+			ceilingCPU = append(ceilingCPU, cpu.stop(b))
 			forget()
 		}
 	}
+	// How busy each variant kept the machine: a serial loop that already
+	// keeps containerd near a core busy leaves a parallel remover on this
+	// machine's cores little room, whatever it does.
+	for _, v := range []struct {
+		name string
+		use  []cpuUse
+	}{{"serial", serialCPU}, {"pass", passCPU}, {"bare", ceilingCPU}} {
+		containerd, machine := medianCores(v.use)
+		b.ReportMetric(containerd, v.name+"-containerd-cores")
+		b.ReportMetric(machine, v.name+"-machine-cores")
+		b.Logf("%s: containerd %v, machine %v (busy CPU time over wall time, per round)", v.name, v.use, machine)
+	}
+	// The most any remover could gain over the serial loop if it did the
+	// loop's work with every CPU busy and nothing waiting.
+	_, serialMachine := medianCores(serialCPU)
+	b.ReportMetric(float64(runtime.NumCPU())/serialMachine, "cpu-bound-speedup")
 	b.ReportMetric(ms(median(serial)), "serial-loop-ms")
 	b.ReportMetric(ms(median(pass)), "one-pass-ms")
 	b.ReportMetric(ms(median(ceiling)), "bare-parallel-remove-ms")
@@ -475,6 +498,69 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 	b.ReportMetric(float64(median(pass))/float64(median(ceiling)), "pass/bare")
 	b.Logf("%d leaked pods: serial loop %v, one pass %v, bare RemovePodSandbox with %d in flight %v",
 		n, serial, pass, benchParallel(), ceiling)
+}
+
+// cpuUse is the CPU time containerd and the whole machine (/proc/stat: all
+// but idle and iowait) spent over a timed variant, and its wall time.
+type cpuUse struct{ containerd, machine, wall time.Duration }
+
+func (u cpuUse) String() string {
+	return fmt.Sprintf("%.2f cores (%v CPU over %v)", float64(u.containerd)/float64(u.wall),
+		u.containerd.Round(10*time.Millisecond), u.wall.Round(time.Millisecond))
+}
+
+// cpuClock is a started cpuUse.
+type cpuClock struct {
+	at                  time.Time
+	containerd, machine time.Duration
+}
+
+func startCPU(b *testing.B) cpuClock {
+	return cpuClock{at: time.Now(), containerd: procCPU(b, node.ContainerdPID()), machine: machineBusy(b)}
+}
+
+func (c cpuClock) stop(b *testing.B) cpuUse {
+	return cpuUse{containerd: procCPU(b, node.ContainerdPID()) - c.containerd,
+		machine: machineBusy(b) - c.machine, wall: time.Since(c.at)}
+}
+
+// medianCores is the median, over rounds, of the cores containerd and the
+// machine kept busy.
+func medianCores(use []cpuUse) (containerd, machine float64) {
+	var c, m []float64
+	for _, u := range use {
+		c = append(c, float64(u.containerd)/float64(u.wall))
+		m = append(m, float64(u.machine)/float64(u.wall))
+	}
+	slices.Sort(c)
+	slices.Sort(m)
+	return c[len(c)/2], m[len(m)/2]
+}
+
+// machineBusy is the CPU time all CPUs spent busy since boot: the first
+// line of /proc/stat without idle and iowait.
+func machineBusy(b *testing.B) time.Duration {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		b.Fatalf("/proc/stat starts with %q, want the cpu line", line)
+	}
+	var busy int64
+	for i, v := range f[1:9] { // user nice system idle iowait irq softirq steal
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.Fatalf("/proc/stat cpu field %d %q: %v", i+1, v, err)
+		}
+		busy += n
+	}
+	return time.Duration(busy) * 10 * time.Millisecond // USER_HZ 100
 }
 
 // removeInParallel removes the sandboxes with one RemovePodSandbox each
