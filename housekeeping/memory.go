@@ -122,8 +122,9 @@ func (l *Loop) lockStateFile(ctx context.Context) bool {
 		l.stateHeldBy = err.Error()
 		l.setDegraded(PartStateFile, true)
 		l.sayWhileItLasts("state-file", l.stateHeldBy, "another nri-housekeeper holds the state file: "+
-			"this one holds every budgeted step and writes nothing until it can take the file (it tries after every pass); "+
-			"run one nri-housekeeper per node: the pre-registered plugin, the systemd service or the DaemonSet",
+			"this one holds every budgeted step and writes nothing until it can take the file (a plugin tries after every pass, once at its end); "+
+			"run one nri-housekeeper per node: the pre-registered plugin, the systemd service or the DaemonSet; "+
+			"beside a running one, once takes no budgeted step (the running one takes them)",
 			"the state file is written again")
 		return false
 	case err != nil:
@@ -148,7 +149,7 @@ func (l *Loop) Close() error {
 // budgetHeld says why every budgeted step is held at now ("" when none is).
 func (l *Loop) budgetHeld(now time.Time) string {
 	if l.stateHeldBy != "" {
-		return l.stateHeldBy + "; the budgeted steps it takes are not counted here, so every budgeted step is held until this plugin can take the file"
+		return l.stateHeldBy + "; the budgeted steps it takes are not counted here, so every budgeted step is held until this one can take the file"
 	}
 	if now.Before(l.budgetHeldUntil) {
 		return l.budgetHeldWhy

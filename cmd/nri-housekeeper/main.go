@@ -38,7 +38,9 @@ Usage:
                                           one fresh listing and plan, printed: what is
                                           leaked, what would be done, why the rest is kept
   nri-housekeeper once [--config FILE] [--leak-grace D]
-                                          one housekeeping pass, executed (honours dry_run)
+                                          one housekeeping pass, executed (honours dry_run);
+                                          its budgeted steps count in the state file's hour,
+                                          and beside a running plugin it takes none
   nri-housekeeper config check FILE       validate a configuration file
   nri-housekeeper config example          print the documented example configuration
   nri-housekeeper version                 print version information

@@ -21,8 +21,8 @@ import (
 
 // oneShot is the report and once commands: one fresh listing and plan,
 // printed (report) or executed (once). Neither connects to NRI and neither
-// has grace clocks (they read the state file only: the pods the plugin saw
-// torn down, its budgeted steps of the last hour), so leak_grace counts
+// has grace clocks (the state file keeps only the pods the plugin saw torn
+// down and the budgeted steps of the last hour), so leak_grace counts
 // from now: with the default grace they
 // show what would be due, not act; --leak-grace 0s acts on the listing as
 // it is (once) or shows it all as due (report).
@@ -85,11 +85,17 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	// The state file is read, never written: a running plugin owns it. Its
-	// pods seen torn down and its hour of budgeted steps count here too.
-	opts.StateReadOnly = true
+	// The state file's pods seen torn down and hour of budgeted steps count
+	// here too. report and a dry run take no step: they read the file and
+	// never write it. A once that acts is one more housekeeper on the node:
+	// it takes the file's lock and adds its budgeted steps to the file, so
+	// that runs of once (a cron job, an operator) cannot take more than
+	// max_per_hour between them; beside a running plugin, which holds the
+	// lock, it takes no budgeted step and says why (the plugin takes them).
+	opts.StateReadOnly = cmd == "report" || cfg.DryRun
 	loop := housekeeping.New(podstate.New(0), client, opts, log)
 	loop.Restore(ctx)
+	defer func() { _ = loop.Close() }()
 	r := loop.Pass(ctx)
 	if r.Err != nil {
 		fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, r.Err)

@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,4 +185,100 @@ func (r *pluginRuns) start(run string, c binaryConfig) (cmd *exec.Cmd, logFile, 
 	})
 	waitFor(t, "plugin run "+run+" is ready", 20*time.Second, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 })
 	return cmd, logFile, addr
+}
+
+// TestOnceTakesNoBudgetedStepBesideARunningPluginAndCountsItsOwn: once acts
+// on the node like a plugin, so it shares the plugin's hour of budget. Beside
+// a running plugin (which holds the state file) it takes no budgeted step and
+// says why; alone, it takes the lock and adds its steps to the file, so that
+// repeated runs take no more than budget.max_per_hour between them.
+func TestOnceTakesNoBudgetedStepBesideARunningPluginAndCountsItsOwn(t *testing.T) {
+	runs := newPluginRuns(t)
+	k, statePath := runs.k, runs.statePath
+	// One live pod: the pod dirs are trusted, and the budget allows one
+	// step of a class a pass (min_per_pass).
+	live := newPod(t, "live")
+	k.admit(t, live)
+	runPod(t, node, live, 1)
+	// Four pods gone from the node, nothing of them left but their log dirs:
+	// budgeted steps (class pod-log-dir), two allowed an hour.
+	var gone []string
+	for i := range 4 {
+		p := newPod(t, fmt.Sprintf("gone-%d", i))
+		dir := node.PodLogDir(p)
+		mkdirAll(t, filepath.Join(dir, "app"))
+		if err := os.WriteFile(filepath.Join(dir, "app", "0.log"), []byte("bye\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		gone = append(gone, dir)
+	}
+	left := func() int {
+		n := 0
+		for _, d := range gone {
+			if exists(d) {
+				n++
+			}
+		}
+		return n
+	}
+	onceDir := filepath.Join(runs.dir, "once")
+	mkdirAll(t, onceDir)
+	onceConf := writeConfig(t, onceDir, binaryConfig{Period: "1s", Grace: "5s", LogFile: filepath.Join(runs.logs, "once.log"),
+		Tables: "\n[budget]\nmax_per_hour = 2\n"}.text(k))
+	once := func() (stdout, stderr string) {
+		t.Helper()
+		cmd := exec.Command(runs.exe, "once", "--leak-grace", "0s", "--config", onceConf)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("once: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+		}
+		return out.String(), errOut.String()
+	}
+	spentInFile := func() int {
+		s, err := statefile.Load(context.Background(), statePath)
+		if err != nil {
+			t.Fatalf("the state file: %v", err)
+		}
+		n := 0
+		for _, sp := range s.Spent {
+			if sp.Class == "pod-log-dir" {
+				n++
+			}
+		}
+		return n
+	}
+
+	// A running plugin (its grace far off: it takes no step itself).
+	plugin, _, _ := runs.start("plugin", binaryConfig{Period: "1s", Grace: "1h"})
+	out, errOut := once()
+	if n := left(); n != 4 {
+		t.Fatalf("once beside a running plugin removed %d pod log dir(s) of the budget's class; want none:\n%s", 4-n, out)
+	}
+	// once logs to stderr, whatever [log] says.
+	line := logLine(errOut, "another nri-housekeeper holds the state file")
+	if !strings.Contains(line, statefile.LockPath(statePath)) || !strings.Contains(line, fmt.Sprintf("pid %d", plugin.Process.Pid)) {
+		t.Fatalf("once does not log that the running plugin (pid %d) holds %s:\n%s", plugin.Process.Pid, statefile.LockPath(statePath), errOut)
+	}
+	if !strings.Contains(out, "BUDGET: pod-log-dir PAUSED") || !strings.Contains(out, fmt.Sprintf("is held by another process (pid %d)", plugin.Process.Pid)) {
+		t.Fatalf("once's report does not show the budget held, and why:\n%s", out)
+	}
+	t.Logf("once beside a running plugin:\n%s", out)
+
+	if err := plugin.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = plugin.Wait()
+	// Alone, each run takes one (a pass's share) and counts it in the file;
+	// the third finds the hour's two spent.
+	for run, want := range []struct{ left, spent int }{{3, 1}, {2, 2}, {2, 2}} {
+		out, _ := once()
+		if n, s := left(), spentInFile(); n != want.left || s != want.spent {
+			t.Fatalf("once run %d: %d pod log dir(s) left and %d pod-log-dir step(s) in the state file's hour; want %d and %d:\n%s",
+				run+1, n, s, want.left, want.spent, out)
+		}
+	}
+	if out, _ := once(); !strings.Contains(out, "over the 0 left of budget.max_per_hour = 2 (2 taken in the last hour)") {
+		t.Fatalf("once does not say that the hour's budget is spent:\n%s", out)
+	}
 }
