@@ -643,14 +643,15 @@ wait_ready() {
 	for ((i = 0; i < LAB_READY_TIMEOUT * 20; i++)); do
 		if ! containerd_alive; then
 			# Right after the fork the child may not have exec'd containerd yet
-			# (its cmdline is still this script's, seen on a loaded machine):
-			# while the process lives, give it two seconds before judging.
-			if ((i < 40)) && alive "$PIDFILE" ""; then
+			# (its cmdline is still this script's, seen on a loaded machine).
+			# It is this script's child, so its pid cannot be reused before
+			# this script exits: while it lives (not a zombie) it is waited for.
+			if alive "$PIDFILE" ""; then
 				sleep 0.05
 				continue
 			fi
 			tail -20 "$LAB_DIR/containerd.log" >&2
-			die "containerd exited (log: $LAB_DIR/containerd.log)"
+			die "containerd (pid $(<"$PIDFILE")) exited $(printf '%d.%02d' $((i / 20)) $((i % 20 * 5)))s after it was started (log: $LAB_DIR/containerd.log)"
 		fi
 		if [[ -S $SOCK ]] && cri -timeout 2s status 2>/dev/null | grep -q '^RuntimeReady=true'; then
 			echo "${EPOCHREALTIME/./}" >"$READY_FILE"
