@@ -127,10 +127,14 @@ bench:
 # The plugin's cost on the real lab (takes ~30 min, as root): a pass beside
 # the bare CRI listing with 300 live pods (and 30 leaked pod cgroups), idle
 # CPU at a 30 s and a 2 s period, pod lifecycle latency with the plugin on
-# and off, and 300 leaked pods reclaimed by one pass vs a serial loop.
+# and off, and 300 leaked pods reclaimed by one pass vs a serial loop, with
+# where containerd's removals wait (its goroutine profile, on its debug
+# socket in the lab's dir, which lab down removes). NRIHK_BENCH_PODS=0: the
+# same on an empty node.
+BENCH_DEBUG_SOCKET ?= /tmp/nrihk-e2e/containerd-debug.sock
 .PHONY: bench-lab
 bench-lab: lab-install
-	$(GO) test -tags e2e -count=1 -run '^$$' -bench Lab -benchtime 1x -timeout 90m -v ./test/e2e/
+	LAB_DEBUG_ADDRESS=$(BENCH_DEBUG_SOCKET) $(GO) test -tags e2e -count=1 -run '^$$' -bench Lab -benchtime 1x -timeout 90m -v ./test/e2e/
 
 IMAGE_TAR ?= bin/nri-housekeeper-image.tar
 HELM_VERSION ?= v3.22.0

@@ -36,10 +36,10 @@ import (
 //	go test -tags e2e -run '^$' -bench 'Lab' -benchtime 1x -timeout 90m ./test/e2e/
 //
 // NRIHK_BENCH_PODS (300) live pods, each a sandbox with one running
-// container, are made once and shared.
+// container, are made once and shared; 0 runs them on an empty node.
 
 func benchPods() int {
-	if n, err := strconv.Atoi(os.Getenv("NRIHK_BENCH_PODS")); err == nil && n > 0 {
+	if n, err := strconv.Atoi(os.Getenv("NRIHK_BENCH_PODS")); err == nil && n >= 0 {
 		return n
 	}
 	return 300
@@ -367,7 +367,9 @@ func BenchmarkLabChurnLatency(b *testing.B) {
 // else (no listing, no plan, no log dirs): how fast this containerd removes
 // these pods at all. Each variant's CPU (containerd's, the machine's) is
 // reported next to what the node burns idle, to show the cores a remover
-// has left.
+// has left; with LAB_DEBUG_ADDRESS (make bench-lab), so is where
+// containerd's RemovePodSandbox calls were (removalWaits): queued for its
+// metadata database's single writer, or not.
 func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 	n := 300
 	if v, err := strconv.Atoi(os.Getenv("NRIHK_BENCH_LEAKED")); err == nil && v > 0 {
@@ -418,6 +420,7 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 	defer client.Close()
 	var serial, pass, ceiling []time.Duration
 	var idleCPU, serialCPU, passCPU, ceilingCPU []cpuUse
+	var serialWaits, passWaits, ceilingWaits removalWaits
 	for b.Loop() {
 		for range 3 {
 			ids := leak()
@@ -428,7 +431,7 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 			time.Sleep(10 * time.Second)
 			idleCPU = append(idleCPU, cpu.stop(b))
 			start := time.Now()
-			cpu = startCPU(b)
+			cpu, waits := startCPU(b), sampleRemovalWaits(b)
 			for _, id := range ids {
 				if err := node.StopPod(ctx, id); err != nil {
 					b.Fatal(err)
@@ -439,6 +442,7 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 			}
 			serial = append(serial, time.Since(start))
 			serialCPU = append(serialCPU, cpu.stop(b))
+			serialWaits = serialWaits.add(waits())
 			forget()
 
 			leak()
@@ -446,9 +450,10 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 			// are left alone, as by the loop: containerd leaves them (kubelet
 			// removes them), and the pass would reclaim the loop's too.
 			loop := benchLoop(b, k, client, 0, false)
-			cpu = startCPU(b)
+			cpu, waits = startCPU(b), sampleRemovalWaits(b)
 			r := loop.Pass(ctx)
 			passCPU = append(passCPU, cpu.stop(b))
+			passWaits = passWaits.add(waits())
 			if r.Err != nil {
 				b.Fatal(r.Err)
 			}
@@ -474,12 +479,13 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 			logDirs = nil // the pass removed them
 
 			ids = leak()
-			start, cpu = time.Now(), startCPU(b)
+			start, cpu, waits = time.Now(), startCPU(b), sampleRemovalWaits(b)
 			if err := removeInParallel(ctx, ids, benchParallel()); err != nil {
 				b.Fatal(err)
 			}
 			ceiling = append(ceiling, time.Since(start))
 			ceilingCPU = append(ceilingCPU, cpu.stop(b))
+			ceilingWaits = ceilingWaits.add(waits())
 			forget()
 		}
 	}
@@ -493,6 +499,21 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 		b.ReportMetric(containerd, v.name+"-containerd-cores")
 		b.ReportMetric(machine, v.name+"-machine-cores")
 		b.Logf("%s: containerd %v, machine %.2f of %d cores (busy CPU time over wall time, per round)", v.name, v.use, machine, runtime.NumCPU())
+	}
+	// Where containerd's removals were, when sampled (LAB_DEBUG_ADDRESS):
+	// the serial loop's one call never queues, so its lock share is the
+	// control for the others'.
+	for _, v := range []struct {
+		name  string
+		waits removalWaits
+	}{{"serial", serialWaits}, {"pass", passWaits}, {"bare", ceilingWaits}} {
+		b.Logf("%s: %v", v.name, v.waits)
+		if v.waits.samples == 0 {
+			continue
+		}
+		lock, commit := v.waits.shares()
+		b.ReportMetric(lock, v.name+"-bolt-lock-wait-share")
+		b.ReportMetric(commit, v.name+"-bolt-commit-share")
 	}
 	b.ReportMetric(ms(median(serial)), "serial-loop-ms")
 	b.ReportMetric(ms(median(pass)), "one-pass-ms")
