@@ -514,6 +514,7 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 		lock, commit := v.waits.shares()
 		b.ReportMetric(lock, v.name+"-bolt-lock-wait-share")
 		b.ReportMetric(commit, v.name+"-bolt-commit-share")
+		b.ReportMetric(v.waits.writerBusy(), v.name+"-bolt-writer-busy")
 	}
 	b.ReportMetric(ms(median(serial)), "serial-loop-ms")
 	b.ReportMetric(ms(median(pass)), "one-pass-ms")

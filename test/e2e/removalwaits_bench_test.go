@@ -60,13 +60,24 @@ func (w removalWaits) inFlight() float64 {
 	return float64(w.calls()) / float64(w.samples)
 }
 
+// writerBusy is the mean number of removals committing per sample: bbolt
+// lets one write transaction commit at a time, so this is the share of the
+// time the database's writer was kept busy by removals; near 1 it is the
+// bound.
+func (w removalWaits) writerBusy() float64 {
+	if w.samples == 0 {
+		return 0
+	}
+	return float64(w.committing) / float64(w.samples)
+}
+
 func (w removalWaits) String() string {
 	if w.samples == 0 {
 		return "not sampled (LAB_DEBUG_ADDRESS unset)"
 	}
 	lock, commit := w.shares()
-	return fmt.Sprintf("%d samples, %.1f removals in containerd per sample: %.0f%% waiting for bbolt's writer lock, %.0f%% committing, %.0f%% elsewhere",
-		w.samples, w.inFlight(), 100*lock, 100*commit, 100*(1-lock-commit))
+	return fmt.Sprintf("%d samples, %.1f removals in containerd per sample: %.0f%% waiting for bbolt's writer lock, %.0f%% committing, %.0f%% elsewhere; the writer busy with removals %.0f%% of the time",
+		w.samples, w.inFlight(), 100*lock, 100*commit, 100*(1-lock-commit), 100*w.writerBusy())
 }
 
 // sampleRemovalWaits samples containerd's goroutines every 100 ms until the
@@ -233,5 +244,8 @@ func TestClassifyRemovalsCountsOnlyRemovalsByWhereTheyWait(t *testing.T) {
 	}
 	if l, c := w.shares(); l != 0.5 || c != 1.0/6 {
 		t.Errorf("shares = %v, %v; want 0.5, 1/6", l, c)
+	}
+	if got := w.writerBusy(); got != 0.5 {
+		t.Errorf("writerBusy = %v, want 0.5 (1 committing over 2 samples)", got)
 	}
 }
