@@ -2,7 +2,6 @@ package podnet
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -198,45 +197,128 @@ func netnsInUse(ctx context.Context) (map[uint64]bool, error) {
 	if st.Ino != initPIDNamespaceInode {
 		return nil, fmt.Errorf("cannot tell whether a thread is in it: this process is in PID namespace pid:[%d], not the node's (pid:[%d]), so /proc does not show every thread (run it in the host's PID namespace)", st.Ino, uint64(initPIDNamespaceInode))
 	}
-	pids, err := readNames(ctx, "/proc")
+	return threadsNetns(ctx, "/proc", statInode, unreadableRereads, unreadableRereadDelay)
+}
+
+// A thread that exits while /proc is read can fail the stat of its
+// namespace with EACCES, not ENOENT: the kernel (fs/proc/namespaces.c,
+// proc_ns_get_link) finds no task behind the entry any more, and says
+// "permission denied" until the entry itself goes. So a process with an
+// unreadable thread is read again, a little later, a few times: gone then,
+// it is in no namespace; readable, it counts; still unreadable, nothing
+// can be told.
+const (
+	unreadableRereads     = 3
+	unreadableRereadDelay = 20 * time.Millisecond
+)
+
+// statInode is the inode of what path names, following links.
+func statInode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// threadsNetns reads the network namespace of every thread under proc
+// (proc/<pid>/task/<tid>/ns/net) with stat. A process with a thread it
+// cannot read (neither read nor gone) is read again after delay, up to
+// rereads times; one still unreadable then is an error, unless it is PID 1.
+func threadsNetns(ctx context.Context, proc string, stat func(string) (uint64, error), rereads int, delay time.Duration) (map[uint64]bool, error) {
+	names, err := readNames(ctx, proc)
 	if err != nil {
 		return nil, fmt.Errorf("cannot tell whether a thread is in it: %w", err)
 	}
+	var pids []string
+	for _, pid := range names {
+		if pid != "" && pid[0] >= '0' && pid[0] <= '9' {
+			pids = append(pids, pid)
+		}
+	}
 	inUse := map[uint64]bool{}
-	var (
-		unknown int
+	// unreadable: per process, its threads that could not be read and the
+	// first error.
+	type unreadable struct {
+		threads int
 		first   error
-	)
-	for _, pid := range pids {
-		if pid == "" || pid[0] < '0' || pid[0] > '9' {
-			continue
+	}
+	read := func(pid string) (*unreadable, error) {
+		var u *unreadable
+		note := func(err error) {
+			if u == nil {
+				u = &unreadable{first: err}
+			}
+			u.threads++
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		taskDir := "/proc/" + pid + "/task"
+		taskDir := proc + "/" + pid + "/task"
 		tids, err := readNames(ctx, taskDir)
 		if err != nil {
-			if !gone(err) && pid != "1" {
-				unknown++
-				first = cmp.Or(first, err)
+			if !gone(err) {
+				note(err)
 			}
-			continue
+			return u, nil
 		}
 		for _, tid := range tids {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
 			path := taskDir + "/" + tid + "/ns/net"
-			if err := unix.Stat(path, &st); err != nil {
-				if !gone(err) && pid != "1" {
-					unknown++
-					first = cmp.Or(first, error(&os.PathError{Op: "stat", Path: path, Err: err}))
+			ino, err := stat(path)
+			if err != nil {
+				if !gone(err) {
+					note(&os.PathError{Op: "stat", Path: path, Err: err})
 				}
 				continue
 			}
-			inUse[st.Ino] = true
+			inUse[ino] = true
+		}
+		return u, nil
+	}
+	pending := map[string]*unreadable{}
+	for _, pid := range pids {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		u, err := read(pid)
+		if err != nil {
+			return nil, err
+		}
+		if u != nil && pid != "1" {
+			pending[pid] = u
 		}
 	}
-	if unknown > 0 {
-		return nil, fmt.Errorf("cannot tell whether a thread is in it: the network namespace of %d threads cannot be read, e.g. %w", unknown, first)
+	for range rereads {
+		if len(pending) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		for pid := range pending {
+			u, err := read(pid)
+			if err != nil {
+				return nil, err
+			}
+			if u == nil {
+				delete(pending, pid)
+			} else {
+				pending[pid] = u
+			}
+		}
+	}
+	if len(pending) > 0 {
+		unknown, first, firstPID := 0, error(nil), ""
+		for pid, u := range pending {
+			unknown += u.threads
+			if first == nil || pid < firstPID {
+				first, firstPID = u.first, pid
+			}
+		}
+		return nil, fmt.Errorf("cannot tell whether a thread is in it: the network namespace of %d threads cannot be read (read %d more times, %v apart), e.g. %w",
+			unknown, rereads, delay, first)
 	}
 	return inUse, nil
 }
