@@ -2,6 +2,7 @@ package podnet
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -237,88 +238,64 @@ func threadsNetns(ctx context.Context, proc string, stat func(string) (uint64, e
 		}
 	}
 	inUse := map[uint64]bool{}
-	// unreadable: per process, its threads that could not be read and the
-	// first error.
-	type unreadable struct {
-		threads int
-		first   error
-	}
-	read := func(pid string) (*unreadable, error) {
-		var u *unreadable
-		note := func(err error) {
-			if u == nil {
-				u = &unreadable{first: err}
-			}
-			u.threads++
-		}
+	// read reads the threads of pid, and returns how many of them could be
+	// neither read nor found gone, with the first such error.
+	read := func(pid string) (unknown int, first error) {
 		taskDir := proc + "/" + pid + "/task"
 		tids, err := readNames(ctx, taskDir)
 		if err != nil {
-			if !gone(err) {
-				note(err)
+			if gone(err) {
+				return 0, nil
 			}
-			return u, nil
+			return 1, err
 		}
 		for _, tid := range tids {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
 			path := taskDir + "/" + tid + "/ns/net"
 			ino, err := stat(path)
-			if err != nil {
-				if !gone(err) {
-					note(&os.PathError{Op: "stat", Path: path, Err: err})
-				}
-				continue
+			switch {
+			case err == nil:
+				inUse[ino] = true
+			case !gone(err):
+				unknown++
+				first = cmp.Or(first, error(&os.PathError{Op: "stat", Path: path, Err: err}))
 			}
-			inUse[ino] = true
 		}
-		return u, nil
+		return unknown, first
 	}
-	pending := map[string]*unreadable{}
+	// pending: the processes with threads not read yet, in /proc's order;
+	// unknown and first: their threads, and the first error, as last read.
+	var pending []string
+	unknown, first := 0, error(nil)
 	for _, pid := range pids {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		u, err := read(pid)
-		if err != nil {
-			return nil, err
-		}
-		if u != nil && pid != "1" {
-			pending[pid] = u
+		if n, err := read(pid); n > 0 && pid != "1" {
+			unknown += n
+			first = cmp.Or(first, err)
+			pending = append(pending, pid)
 		}
 	}
-	for range rereads {
-		if len(pending) == 0 {
-			break
+	for reread := 0; len(pending) > 0; reread++ {
+		if reread == rereads {
+			return nil, fmt.Errorf("cannot tell whether a thread is in it: the network namespace of %d threads cannot be read (read %d more times, %v apart), e.g. %w",
+				unknown, rereads, delay, first)
 		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(delay):
 		}
-		for pid := range pending {
-			u, err := read(pid)
-			if err != nil {
-				return nil, err
-			}
-			if u == nil {
-				delete(pending, pid)
-			} else {
-				pending[pid] = u
+		still := pending[:0]
+		unknown, first = 0, nil
+		for _, pid := range pending {
+			if n, err := read(pid); n > 0 {
+				unknown += n
+				first = cmp.Or(first, err)
+				still = append(still, pid)
 			}
 		}
-	}
-	if len(pending) > 0 {
-		unknown, first, firstPID := 0, error(nil), ""
-		for pid, u := range pending {
-			unknown += u.threads
-			if first == nil || pid < firstPID {
-				first, firstPID = u.first, pid
-			}
-		}
-		return nil, fmt.Errorf("cannot tell whether a thread is in it: the network namespace of %d threads cannot be read (read %d more times, %v apart), e.g. %w",
-			unknown, rereads, delay, first)
+		pending = still
 	}
 	return inUse, nil
 }

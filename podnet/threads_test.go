@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -15,7 +14,6 @@ import (
 // are scripted: each path answers its errors in turn, then its inode.
 type fakeProc struct {
 	root string
-	mu   sync.Mutex
 	// answers are what successive stats of a path return: an error, or nil
 	// for the inode; the last one repeats.
 	answers map[string][]error
@@ -49,11 +47,9 @@ func (p *fakeProc) stat(path string) (uint64, error) {
 	if _, err := os.Stat(path); err != nil {
 		return 0, err // gone from the tree: ENOENT, as the kernel's
 	}
-	p.mu.Lock()
 	call := p.calls[path]
 	p.calls[path]++
 	answers := p.answers[path]
-	p.mu.Unlock()
 	err := answers[min(call, len(answers)-1)]
 	if p.onStat != nil {
 		p.onStat(path, call)

@@ -501,8 +501,8 @@ func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 		b.Logf("%s: containerd %v, machine %.2f of %d cores (busy CPU time over wall time, per round)", v.name, v.use, machine, runtime.NumCPU())
 	}
 	// Where containerd's removals were, when sampled (LAB_DEBUG_ADDRESS):
-	// the serial loop's one call never queues, so its lock share is the
-	// control for the others'.
+	// the serial loop's one call queues only behind containerd's own GC, so
+	// its lock share is the control for the others'.
 	for _, v := range []struct {
 		name  string
 		waits removalWaits
