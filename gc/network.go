@@ -17,7 +17,11 @@ type NetworkInput struct {
 	// listing knows is not one being made.
 	Listing podnet.Listing
 	// Records are containerd's sandbox store (every namespace) and container
-	// store (every namespace but CRI's), read after Listing.
+	// store (every namespace but CRI's), read after Listing. They are read
+	// only when NetworkSuspects finds a suspect without them: a source only
+	// ever makes owners known, so without suspects they change no plan.
+	// Listing.Netns holds what InspectNetns read of the suspect namespaces
+	// (NetworkSuspects with Records): the others are explained.
 	Records cri.Records
 	// NetnsDir is where this containerd mounts sandbox network namespaces.
 	// An attachment that ran in a namespace elsewhere is not this
@@ -168,6 +172,56 @@ func (p *planner) networkRules() {
 			ContainerID: netnsOwner[ns.Path], DependsOn: netnsDeps[ns.Path],
 			Reason: "network namespace containerd made that no sandbox record names and no process is in"})
 	}
+}
+
+// NetworkSuspects returns what of in.Network may be a leak, given the
+// sources in hand (in.Network.Records as read, possibly none): owners is
+// true when some attachment or reservation names an owner no source knows,
+// and netns lists the NetnsPaths that neither a sandbox record nor an
+// attachment of a known owner names, in Listing order. Only those are worth
+// reading more about: containerd's records (the sandbox store's full
+// records), and for a namespace whether it is mounted and whether a thread
+// is in it (the mount table and every thread on the node). The rules then
+// judge exactly as if everything had been read: more sources only make more
+// owners known, and a namespace outside netns is explained without its
+// details. It is a superset of what networkRules may propose.
+func NetworkSuspects(in Input) (owners bool, netns []string) {
+	n := in.Network
+	if n == nil {
+		return false, nil
+	}
+	p := &planner{in: in}
+	valid := p.validOwners()
+	for _, u := range n.Listing.Unreadable {
+		if u.Owner != "" {
+			valid[u.Owner] = true
+		}
+	}
+	explained := make(map[string]bool, len(n.Listing.Attachments)+len(n.Records.Sandboxes))
+	for _, a := range n.Listing.Attachments {
+		switch {
+		case !valid[a.ContainerID]:
+			owners = true
+		case a.NetNS != "":
+			explained[a.NetNS] = true
+		}
+	}
+	for _, r := range n.Listing.Reservations {
+		if !valid[r.Owner] {
+			owners = true
+		}
+	}
+	for _, s := range n.Records.Sandboxes {
+		if s.NetNSPath != "" {
+			explained[s.NetNSPath] = true
+		}
+	}
+	for _, path := range n.Listing.NetnsPaths {
+		if !explained[path] {
+			netns = append(netns, path)
+		}
+	}
+	return owners, netns
 }
 
 // validOwners are the IDs any source knows (see networkRules).

@@ -1,6 +1,8 @@
 package gc
 
 import (
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -197,5 +199,135 @@ func TestALeakedSandboxIsOneUnitOfTheNetworkBudget(t *testing.T) {
 		if d.ContainerID != "g2" || !d.Throttled {
 			t.Fatalf("deferred %s (%s), want only g2's steps, throttled", d.Key, d.Why())
 		}
+	}
+}
+
+// suspectsOnly is in as a pass reads it (housekeeping's networkInput): the
+// netns dir's names, containerd's records only when NetworkSuspects finds
+// a suspect without them, and the namespaces' details only for the
+// suspects with them.
+func suspectsOnly(in Input) (lazy Input, readRecords bool, inspected int) {
+	full := in.Network
+	n := &NetworkInput{Listing: full.Listing, NetnsDir: full.NetnsDir,
+		Records: cri.Records{Sandboxes: map[string]cri.SandboxRecord{}, Containers: map[string]string{}}}
+	n.Listing.NetnsPaths = nil
+	for _, ns := range full.Listing.Netns {
+		n.Listing.NetnsPaths = append(n.Listing.NetnsPaths, ns.Path)
+	}
+	n.Listing.Netns = nil
+	lazy = in
+	lazy.Network = n
+	owners, netns := NetworkSuspects(lazy)
+	if owners || len(netns) > 0 {
+		n.Records, readRecords = full.Records, true
+		_, netns = NetworkSuspects(lazy)
+	}
+	for _, ns := range full.Listing.Netns {
+		if slices.Contains(netns, ns.Path) {
+			n.Listing.Netns = append(n.Listing.Netns, ns)
+		}
+	}
+	return lazy, readRecords, len(n.Listing.Netns)
+}
+
+// TestReadingOnlyForSuspectsChangesNoPlan: a pass reads containerd's
+// records and the namespaces' details only for what NetworkSuspects
+// names; the plan must be the one made from everything read.
+func TestReadingOnlyForSuspectsChangesNoPlan(t *testing.T) {
+	skippedRecords, skippedNetns := 0, 0
+	for seed := int64(1); seed <= 3000; seed++ {
+		in := randomInput(seed, 1+int(seed%40))
+		if in.Network == nil {
+			continue
+		}
+		if seed%2 == 0 {
+			// Half the nodes without the objects of owners only records
+			// or nobody know: records are then often not needed.
+			known := func(owner string) bool {
+				return !strings.HasPrefix(owner, "gone") && !strings.HasPrefix(owner, "unlisted") &&
+					!strings.HasPrefix(owner, "record") && !strings.HasPrefix(owner, "nerdctl")
+			}
+			n := *in.Network
+			n.Listing.Attachments = slices.DeleteFunc(slices.Clone(n.Listing.Attachments), func(a podnet.Attachment) bool { return !known(a.ContainerID) })
+			n.Listing.Reservations = slices.DeleteFunc(slices.Clone(n.Listing.Reservations), func(r podnet.Reservation) bool {
+				// Some keep the reservations of owners only records know.
+				onlyRecorded := strings.HasPrefix(r.Owner, "record") || strings.HasPrefix(r.Owner, "nerdctl")
+				return !known(r.Owner) && !(onlyRecorded && seed%8 == 4)
+			})
+			if seed%4 == 0 {
+				// And a quarter without namespaces no attachment names.
+				named := map[string]bool{}
+				for _, a := range n.Listing.Attachments {
+					named[a.NetNS] = true
+				}
+				n.Listing.Netns = slices.DeleteFunc(slices.Clone(n.Listing.Netns), func(ns podnet.Netns) bool { return !named[ns.Path] })
+			}
+			in.Network = &n
+		}
+		lazy, readRecords, inspected := suspectsOnly(in)
+		if !readRecords {
+			skippedRecords++
+		}
+		skippedNetns += len(in.Network.Listing.Netns) - inspected
+		if got, want := Plan(lazy), Plan(in); !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: reading only for suspects changed the plan:\n got steps %v, kept %v\nwant steps %v, kept %v",
+				seed, networkSteps(got), got.Kept, networkSteps(want), want.Kept)
+		}
+	}
+	t.Logf("records not read on %d nodes, %d namespaces not inspected", skippedRecords, skippedNetns)
+	if skippedNetns == 0 || skippedRecords == 0 {
+		t.Fatal("records were always read, or every namespace inspected: the test does not exercise the suspects")
+	}
+}
+
+// TestAHealthyNodesNetworkNeedsNoRecordsAndNoNamespaceDetails: a node
+// whose every attachment and reservation belongs to a listed sandbox, and
+// every namespace to one of those attachments, has no suspect; one leak
+// makes its owner (or its namespace) a suspect.
+func TestAHealthyNodesNetworkNeedsNoRecordsAndNoNamespaceDetails(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		edit        func(in *Input)
+		owners      bool
+		netns       []string
+		recordsRead bool
+	}{
+		{name: "a listed sandbox's attachment, reservation and netns explain themselves", edit: func(*Input) {}},
+		{name: "an attachment no listing knows makes its owner a suspect", edit: func(in *Input) {
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", netnsDir+"/cni-leak"))
+		}, owners: true},
+		{name: "a reservation no listing knows makes its owner a suspect", edit: func(in *Input) {
+			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("gone2", "10.0.0.3"))
+		}, owners: true},
+		{name: "a netns no attachment of a known owner names is a suspect", edit: func(in *Input) {
+			in.Network.Listing.NetnsPaths = append(in.Network.Listing.NetnsPaths, netnsDir+"/cni-leak")
+		}, netns: []string{netnsDir + "/cni-leak"}},
+		{name: "a netns only a sandbox record names is explained once records are read", edit: func(in *Input) {
+			in.Network.Listing.Attachments = nil
+			in.Network.Listing.Reservations = nil
+		}, netns: []string{netnsDir + "/cni-live"}, recordsRead: true},
+		{name: "an attachment of an unreadable listed entry is no suspect", edit: func(in *Input) {
+			in.Unreadable = []cri.Malformed{{Kind: "sandbox", ID: "s5", Reason: "no metadata"}}
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("s5", netnsDir+"/cni-s5"))
+			in.Network.Listing.NetnsPaths = append(in.Network.Listing.NetnsPaths, netnsDir+"/cni-s5")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := networkInput()
+			in.Network.Listing.NetnsPaths = []string{netnsDir + "/cni-live"}
+			tc.edit(&in)
+			records := in.Network.Records
+			in.Network.Records = cri.Records{}
+			owners, netns := NetworkSuspects(in)
+			if owners != tc.owners || !slices.Equal(netns, tc.netns) {
+				t.Fatalf("without records: suspects = %v, %v; want %v, %v", owners, netns, tc.owners, tc.netns)
+			}
+			if tc.recordsRead {
+				in.Network.Records = records
+				if _, netns := NetworkSuspects(in); len(netns) != 0 {
+					t.Fatalf("with records: netns suspects %v, want none", netns)
+				}
+			}
+		})
 	}
 }

@@ -445,7 +445,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 
 	in := l.planInput(ctx, snap, view)
 	in.NRI = nri
-	in.Network = l.networkInput(ctx, netListing, netErr)
+	in.Network = l.networkInput(ctx, in, netListing, netErr)
 	r.Plan = gc.Plan(in)
 	l.eligible = r.Plan.EligibleSince
 	r.Blocked = l.gate(in.Now, r.Plan, synced)

@@ -188,22 +188,39 @@ func (l *Loop) listNetwork(ctx context.Context) (networkListing, error) {
 // errNetworkOff: network.enabled = false.
 var errNetworkOff = errors.New("network.enabled is false")
 
-// networkInput completes the network side of a plan with containerd's
-// records, read now, after the CRI listing. A failure leaves the network
-// out of the plan this pass, said once while it lasts.
-func (l *Loop) networkInput(ctx context.Context, listing networkListing, err error) *gc.NetworkInput {
+// networkInput completes the network side of a plan with what only the
+// suspects need (gc.NetworkSuspects): containerd's records, read now, after
+// the CRI listing, when an owner or a namespace is not explained by the CRI
+// listing and NRI; and what each still unexplained namespace is (the mount
+// table, every thread on the node). A node with no leak pays for neither.
+// A failure leaves the network out of the plan this pass, said once while
+// it lasts.
+func (l *Loop) networkInput(ctx context.Context, in gc.Input, listing networkListing, err error) *gc.NetworkInput {
 	if errors.Is(err, errNetworkOff) {
 		return nil
 	}
 	if err == nil {
-		var recs cri.Records
-		if recs, err = l.opts.Network.rt.Records(ctx); err == nil {
+		n := &gc.NetworkInput{Listing: listing.Listing, NetnsDir: listing.netnsDir}
+		in.Network = n
+		owners, netns := gc.NetworkSuspects(in)
+		if owners || len(netns) > 0 {
+			if n.Records, err = l.opts.Network.rt.Records(ctx); err == nil {
+				_, netns = gc.NetworkSuspects(in)
+			}
+		}
+		if err == nil && len(netns) > 0 {
+			var unreadable []podnet.Unreadable
+			if n.Listing.Netns, unreadable, err = podnet.InspectNetns(ctx, listing.netnsDir, netns); err == nil {
+				n.Listing.Unreadable = append(slices.Clip(n.Listing.Unreadable), unreadable...)
+			}
+		}
+		if err == nil {
 			l.setDegraded(PartNetwork, false)
 			l.sayWhileItLasts("network", "", "", "network leaks are looked for again")
-			for _, u := range listing.Unreadable {
+			for _, u := range n.Listing.Unreadable {
 				l.noteSkipped([]nodefs.Skipped{{Path: u.Path, Reason: "cannot be read: " + u.Reason}})
 			}
-			return &gc.NetworkInput{Listing: listing.Listing, Records: recs, NetnsDir: listing.netnsDir}
+			return n
 		}
 	}
 	if errors.Is(err, podnet.ErrNoNetwork) {

@@ -25,6 +25,8 @@ type fakeContainerd struct {
 	// created then writes its record, then its CNI ADD writes the cache
 	// entry (containerd v2.4.2 RunPodSandbox's order).
 	afterRecords func()
+	// recordsRead counts the Records calls.
+	recordsRead int
 }
 
 func (f *fakeContainerd) NetworkStatus(context.Context) (cri.NetworkStatus, error) {
@@ -33,6 +35,7 @@ func (f *fakeContainerd) NetworkStatus(context.Context) (cri.NetworkStatus, erro
 
 func (f *fakeContainerd) Records(context.Context) (cri.Records, error) {
 	f.mu.Lock()
+	f.recordsRead++
 	recs := cri.Records{Sandboxes: map[string]cri.SandboxRecord{}, Containers: map[string]string{}}
 	for id, s := range f.records.Sandboxes {
 		recs.Sandboxes[id] = s
@@ -80,7 +83,7 @@ func newNetNode(t *testing.T) netNode {
 func (n netNode) attach(t *testing.T, id, ip string) {
 	t.Helper()
 	entry, err := json.Marshal(map[string]any{"kind": "cniCacheV1", "containerId": id, "config": []byte(`{}`), "ifName": "eth0",
-		"networkName": "pods", "netns": filepath.Join(n.netnsDir, "cni-"+id[:8]), "result": map[string]any{"cniVersion": "1.0.0"}})
+		"networkName": "pods", "netns": n.netnsOf(id), "result": map[string]any{"cniVersion": "1.0.0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +93,12 @@ func (n netNode) attach(t *testing.T, id, ip string) {
 	if err := os.WriteFile(filepath.Join(n.dataDir, "pods", ip), []byte(id+"\r\neth0"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// netnsOf is the path of sandbox id's network namespace: containerd names
+// it cni-<uuid>.
+func (n netNode) netnsOf(id string) string {
+	return filepath.Join(n.netnsDir, "cni-"+id[:8]+"-0000-4000-8000-000000000000")
 }
 
 // networkKeys are the network steps a pass proposed, due or not.
@@ -144,6 +153,71 @@ func TestTheNetworkIsReadBeforeTheRecordsThatOwnIt(t *testing.T) {
 			t.Fatalf("second pass proposes %s of a sandbox containerd has a record of", k)
 		}
 	}
+}
+
+// TestAPassReadsContainerdsRecordsOnlyForSuspects: on a node whose every
+// attachment, reservation and namespace belongs to a listed sandbox, a pass
+// reads neither containerd's records (the sandbox store's full records,
+// every namespace) nor what the namespaces are (the mount table and every
+// thread on the node): costs that grow with the node, not with its leaks.
+// A leaked attachment, or a namespace no attachment of a listed sandbox
+// names, makes the pass read the records.
+func TestAPassReadsContainerdsRecordsOnlyForSuspects(t *testing.T) {
+	n := newNetNode(t)
+	const live1, live2, leaked = "11ae000000000000000000000000000000000000000000000000000000000000",
+		"22ae000000000000000000000000000000000000000000000000000000000000", "1eaced0000000000000000000000000000000000000000000000000000000000"
+	n.attach(t, live1, "10.9.0.2")
+	n.attach(t, live2, "10.9.0.3")
+	for _, id := range []string{live1, live2} {
+		// Named as attach names them; plain files, as the names are all a
+		// pass reads of a namespace nobody suspects.
+		if err := os.WriteFile(n.netnsOf(id), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctrd := &fakeContainerd{netnsDir: n.netnsDir}
+	kubeletRoot := t.TempDir()
+	for _, d := range []string{"pods/u1", "pods/u2"} {
+		if err := os.MkdirAll(filepath.Join(kubeletRoot, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{
+		{ID: live1, UID: "u1", Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels("u1")},
+		{ID: live2, UID: "u2", Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels("u2")}}}, nil)
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot,
+		Policy:  gc.Policy{LeakGrace: time.Hour, Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
+		Network: NewNetwork(ctrd, NetworkOptions{CacheDir: n.cacheDir, ConfDir: n.confDir, BinDir: "/nonexistent"})}, log)
+	pass := func(what string, wantRecords int, wantKeys ...string) {
+		t.Helper()
+		before := ctrd.recordsRead
+		r := loop.Pass(context.Background())
+		if r.Err != nil || r.Untrusted != "" {
+			t.Fatalf("%s: pass failed: %v %q", what, r.Err, r.Untrusted)
+		}
+		if got := ctrd.recordsRead - before; got != wantRecords {
+			t.Errorf("%s: containerd's records read %d times, want %d", what, got, wantRecords)
+		}
+		if got := networkKeys(r); strings.Join(got, ",") != strings.Join(wantKeys, ",") {
+			t.Errorf("%s: proposed %q, want %q", what, got, wantKeys)
+		}
+	}
+	pass("a node with no leak", 0)
+	n.attach(t, leaked, "10.9.0.4")
+	pass("a leaked attachment", 1, "cni-attachment/pods/"+leaked+"/eth0")
+	if err := os.Remove(filepath.Join(n.cacheDir, "results", "pods-"+leaked+"-eth0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(n.dataDir, "pods", "10.9.0.4")); err != nil {
+		t.Fatal(err)
+	}
+	pass("the leak gone", 0)
+	if err := os.WriteFile(n.netnsOf("33ae0000"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pass("a namespace no listed sandbox's attachment names", 1)
 }
 
 // A node without CNI (host-network pods only) is nothing wrong: said once,

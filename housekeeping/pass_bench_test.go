@@ -284,14 +284,15 @@ func (n fakeNode) loop(network bool) *Loop {
 		Network: net}, log)
 }
 
-// readNetwork is the network side's reads of a pass: containerd's CNI
-// configuration (from the conf dir here), the cache entries, reservations
-// and netns dir, then containerd's records. It fails when the network side
+// readNetwork is the network side's reads of a pass beside the CRI
+// listing snap: containerd's CNI configuration (from the conf dir here), the
+// cache entries, reservations and netns dir, then, for the suspects only,
+// containerd's records and the namespaces. It fails when the network side
 // would be left out of the plan, or the node's network is not what the
 // fake node has: two cache entries and one reservation a pod.
-func (l *Loop) readNetwork(ctx context.Context, pods int) (*gc.NetworkInput, error) {
+func (l *Loop) readNetwork(ctx context.Context, snap cri.Snapshot, pods int) (*gc.NetworkInput, error) {
 	listing, err := l.listNetwork(ctx)
-	in := l.networkInput(ctx, listing, err)
+	in := l.networkInput(ctx, gc.Input{Sandboxes: snap.Sandboxes, Containers: snap.Containers, Unreadable: snap.Malformed}, listing, err)
 	switch {
 	case err != nil:
 		return nil, err
@@ -358,7 +359,7 @@ func BenchmarkPass(b *testing.B) {
 				l := n.loop(size.network)
 				if size.network {
 					l.warning = map[string]bool{}
-					if _, err := l.readNetwork(context.Background(), size.live+size.leaked); err != nil {
+					if _, err := l.readNetwork(context.Background(), n.snap, size.live+size.leaked); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -401,7 +402,7 @@ func BenchmarkNetwork(b *testing.B) {
 			l := n.loop(true)
 			ctx := context.Background()
 			l.warning = map[string]bool{}
-			net, err := l.readNetwork(ctx, size.live+size.leaked)
+			net, err := l.readNetwork(ctx, n.snap, size.live+size.leaked)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -417,12 +418,12 @@ func BenchmarkNetwork(b *testing.B) {
 				name string
 				run  func() error
 			}{
-				{"read", func() error { _, err := l.readNetwork(ctx, size.live+size.leaked); return err }},
+				{"read", func() error { _, err := l.readNetwork(ctx, n.snap, size.live+size.leaked); return err }},
 				{"read-cold", func() error {
 					warm := l.opts.Network
 					defer func() { l.opts.Network = warm }()
 					l.opts.Network = NewNetwork(warm.rt, warm.opts)
-					_, err := l.readNetwork(ctx, size.live+size.leaked)
+					_, err := l.readNetwork(ctx, n.snap, size.live+size.leaked)
 					return err
 				}},
 				{"plan", func() error { gc.Plan(in); return nil }},

@@ -63,8 +63,8 @@ func benchmarkListing(b *testing.B, newLister func() lister) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if len(l.Attachments) != count || len(l.Reservations) != count || len(l.Netns) != 4 || len(l.Unreadable) != 0 {
-					b.Fatalf("listed %d attachments, %d reservations, %d netns, %d unreadable", len(l.Attachments), len(l.Reservations), len(l.Netns), len(l.Unreadable))
+				if len(l.Attachments) != count || len(l.Reservations) != count || len(l.NetnsPaths) != 4 || len(l.Unreadable) != 0 {
+					b.Fatalf("listed %d attachments, %d reservations, %d netns, %d unreadable", len(l.Attachments), len(l.Reservations), len(l.NetnsPaths), len(l.Unreadable))
 				}
 			}
 			check(list(ctx, cfg, n.cacheDir, n.netnsDir))
@@ -115,7 +115,7 @@ func countThreads(b *testing.B) int {
 	return len(tasks)
 }
 
-// BenchmarkNetnsInUse is the /proc scan List and RemoveNetns make: one stat
+// BenchmarkNetnsInUse is the /proc scan InspectNetns and RemoveNetns make: one stat
 // per thread on the node. ns/thread scales it to a busier node.
 func BenchmarkNetnsInUse(b *testing.B) {
 	ctx := context.Background()

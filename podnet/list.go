@@ -103,8 +103,12 @@ type Listing struct {
 	// networks. host-local's "lock" and "last_reserved_ip.*" files are
 	// left out.
 	Reservations []Reservation
-	// Netns are the nsfs mounts directly in netnsDir whose name is
-	// containerd's format; other files and mounts are left out.
+	// NetnsPaths are the entries directly in netnsDir whose name is
+	// containerd's format (<netnsDir>/cni-<uuid>), in name order: names
+	// only, which List reads.
+	NetnsPaths []string
+	// Netns are the nsfs mounts InspectNetns found among NetnsPaths (other
+	// files and mounts are left out); List leaves it empty.
 	Netns []Netns
 	// Unreadable are the entries skipped, of all three kinds.
 	Unreadable []Unreadable
@@ -145,20 +149,18 @@ func (l Listing) ByNetns() map[string][]Attachment {
 // List reads the pod networking objects of cfg's networks: libcni's cache
 // entries in <cacheDir>/results (cacheDir is /var/lib/cni for containerd,
 // which never sets another), host-local's reservations in each network's
-// HostLocalDir, and the namespace mounts in netnsDir (/var/run/netns, or
-// <state_dir>/netns with containerd's netns_mounts_under_state_dir).
+// HostLocalDir, and the names of the entries in netnsDir (/var/run/netns, or
+// <state_dir>/netns with containerd's netns_mounts_under_state_dir) that
+// have containerd's name for a namespace mount: NetnsPaths. Which of those
+// are namespace mounts, and whether a thread is in one, InspectNetns reads,
+// for the ones a plan may act on: that takes the mount table and a stat of
+// every thread on the node, a cost that grows with the node, not with its
+// leaks.
 //
 // A missing results dir, host-local dir or netnsDir is an empty listing. Any
-// other error reading one of these dirs, the mount table or the threads'
-// namespaces is an error naming the path, and nothing is returned: plan
-// nothing from network data this pass. Entries that cannot be read are in
-// Unreadable, with the reason.
-//
-// Whether a namespace is in use is read from /proc/<pid>/task/<tid>/ns/net of
-// every thread on the node. When that cannot be done (this process is not in
-// the node's PID namespace, or some thread's namespace cannot be read), no
-// namespace is known to be unused, and every namespace mount is Unreadable
-// with the reason.
+// other error reading one of these dirs is an error naming the path, and
+// nothing is returned: plan nothing from network data this pass. Entries
+// that cannot be read are in Unreadable, with the reason.
 //
 // List reads every file each time; a Lister makes repeated listings cheap by
 // reading again only the files that changed, for the same result.
@@ -187,16 +189,14 @@ func listFiles(ctx context.Context, cfg Config, cacheDir string, c *fileCache) (
 	return l, nil
 }
 
-// addNetns adds the namespace mounts in netnsDir to l. They are read every
-// time: whether a thread is in a namespace changes without any file
-// changing.
+// addNetns adds the names of the namespace mounts in netnsDir to l. They
+// are read every time; what they are, InspectNetns reads.
 func addNetns(ctx context.Context, l Listing, netnsDir string) (Listing, error) {
-	netns, unreadable, err := listNetns(ctx, netnsDir)
+	paths, err := listNetnsPaths(ctx, netnsDir)
 	if err != nil {
 		return Listing{}, err
 	}
-	l.Netns = netns
-	l.Unreadable = append(l.Unreadable, unreadable...)
+	l.NetnsPaths = paths
 	return l, nil
 }
 

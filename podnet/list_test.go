@@ -22,12 +22,30 @@ func unreadableByPath(l Listing) map[string]Unreadable {
 	return m
 }
 
+// mustList lists n and inspects every namespace mount it names.
 func mustList(t *testing.T, cfg Config, n node) Listing {
 	t.Helper()
-	l, err := List(context.Background(), cfg, n.cacheDir, n.netnsDir)
+	return mustInspect(t, n.netnsDir, mustListNames(t, cfg, n.cacheDir, n.netnsDir))
+}
+
+func mustListNames(t *testing.T, cfg Config, cacheDir, netnsDir string) Listing {
+	t.Helper()
+	l, err := List(context.Background(), cfg, cacheDir, netnsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l
+}
+
+// mustInspect adds to l what InspectNetns reads of all its NetnsPaths.
+func mustInspect(t *testing.T, netnsDir string, l Listing) Listing {
+	t.Helper()
+	netns, unreadable, err := InspectNetns(context.Background(), netnsDir, l.NetnsPaths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Netns = netns
+	l.Unreadable = append(l.Unreadable, unreadable...)
 	return l
 }
 
@@ -180,7 +198,7 @@ func TestListDirs(t *testing.T) {
 			tt.setup(t, n)
 			l, err := List(context.Background(), cfg, n.cacheDir, n.netnsDir)
 			if tt.wantErr == "" {
-				if err != nil || len(l.Attachments)+len(l.Reservations)+len(l.Netns)+len(l.Unreadable) != 0 {
+				if err != nil || len(l.Attachments)+len(l.Reservations)+len(l.NetnsPaths)+len(l.Unreadable) != 0 {
 					t.Fatalf("List = %+v, %v; want an empty listing", l, err)
 				}
 				return
@@ -419,10 +437,7 @@ func TestListNetns(t *testing.T) {
 		if err := os.Symlink(n.netnsDir, link); err != nil {
 			t.Fatal(err)
 		}
-		l, err := List(context.Background(), cfg, n.cacheDir, link)
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := mustInspect(t, link, mustListNames(t, cfg, n.cacheDir, link))
 		if len(l.Netns) != 3 || l.Netns[0].Path != filepath.Join(link, filepath.Base(idle.Path)) || l.Netns[0].Inode != idle.Inode {
 			t.Fatalf("netns = %+v", l.Netns)
 		}

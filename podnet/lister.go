@@ -23,8 +23,8 @@ import (
 // test, TestListerListsWhatListLists, checks it after every kind of change).
 // The Attachments of a listing share their CniArgs and CapabilityArgs with
 // those of later listings: they are read-only, as they are to the planner.
-// Only the namespace mounts are read in full every time: whether a thread is
-// in a namespace changes without any file changing.
+// The netns dir's names are read every time; what each is, InspectNetns
+// reads.
 //
 // A Lister remembers only the files it saw in its last listing. The zero
 // Lister is ready to use; it is safe for concurrent use (listings run one at

@@ -110,16 +110,41 @@ func nsfsStat(path string) (ino uint64, mtime time.Time, ok bool, err error) {
 	return st.Ino, time.Unix(st.Mtim.Unix()), true, nil
 }
 
-// listNetns reads the namespace mounts containerd made in netnsDir.
-func listNetns(ctx context.Context, netnsDir string) ([]Netns, []Unreadable, error) {
-	realDir, err := filepath.EvalSymlinks(netnsDir)
+// listNetnsPaths reads the names in netnsDir that have containerd's format
+// for a namespace mount, as paths under netnsDir.
+func listNetnsPaths(ctx context.Context, netnsDir string) ([]string, error) {
+	entries, err := readDir(ctx, netnsDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("netns dir %s: %w", netnsDir, err)
+		return nil, fmt.Errorf("netns dir %s: %w", netnsDir, err)
 	}
-	entries, err := readDir(ctx, netnsDir)
+	var paths []string
+	for _, e := range entries {
+		if IsNetnsName(e.Name()) {
+			paths = append(paths, filepath.Join(netnsDir, e.Name()))
+		}
+	}
+	return paths, nil
+}
+
+// InspectNetns reads what each of paths (entries directly in netnsDir, as
+// in Listing.NetnsPaths) is: a namespace mount (the mount table and a stat
+// agree on its inode) and, if so, whether some thread on the node is in it
+// (/proc/<pid>/task/<tid>/ns/net of every thread). A path that is gone, not
+// mounted or not a namespace mount is left out.
+//
+// An error reading netnsDir's mount table is an error, and nothing is
+// returned. When whether a thread is in a namespace cannot be told (this
+// process is not in the node's PID namespace, or some thread's namespace
+// cannot be read), no namespace is known to be unused, and every namespace
+// mount is Unreadable with the reason.
+func InspectNetns(ctx context.Context, netnsDir string, paths []string) ([]Netns, []Unreadable, error) {
+	if len(paths) == 0 {
+		return nil, nil, nil
+	}
+	realDir, err := filepath.EvalSymlinks(netnsDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
 	}
@@ -134,11 +159,10 @@ func listNetns(ctx context.Context, netnsDir string) ([]Netns, []Unreadable, err
 		found      []Netns
 		unreadable []Unreadable
 	)
-	for _, e := range entries {
-		name := e.Name()
-		path := filepath.Join(netnsDir, name)
+	for _, path := range paths {
+		name := filepath.Base(path)
 		ms := mounts[name]
-		if !IsNetnsName(name) || len(ms) == 0 {
+		if filepath.Dir(path) != filepath.Clean(netnsDir) || !IsNetnsName(name) || len(ms) == 0 {
 			continue // not containerd's, or not mounted: not a namespace
 		}
 		if len(ms) > 1 {

@@ -466,6 +466,11 @@ func childListAndRemove(t *testing.T, netnsDir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	netns, unreadable, err := InspectNetns(context.Background(), netnsDir, l.NetnsPaths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Netns, l.Unreadable = netns, append(l.Unreadable, unreadable...)
 	if len(l.Netns) != 0 || len(l.Unreadable) != 1 || !strings.Contains(l.Unreadable[0].Reason, "not the node's") {
 		t.Fatalf("listing = %+v, want the namespace unreadable", l)
 	}
