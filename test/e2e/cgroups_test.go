@@ -63,9 +63,19 @@ func fakeOrphanCgroup(t testing.TB, uid string) (*exec.Cmd, []string) {
 	}
 	exited := make(chan struct{})
 	go func() { _ = proc.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = proc.Process.Kill(); <-exited })
 	rel := filepath.Join(cgroupRoot(), "besteffort", "pod"+uid)
 	var paths []string
+	// One cleanup, in order: a cgroup with the process still in it cannot
+	// be removed (two cleanups run last-registered first, and left every
+	// cgroup behind for the benchmarks that run next on the same node).
+	t.Cleanup(func() {
+		_ = proc.Process.Kill()
+		<-exited
+		for _, p := range paths {
+			_ = syscall.Rmdir(filepath.Join(p, "0123456789abcdef"))
+			_ = syscall.Rmdir(p)
+		}
+	})
 	for _, h := range hierarchies(t) {
 		ctr := mkdirCgroup(t, h, filepath.Join(rel, "0123456789abcdef"))
 		paths = append(paths, filepath.Join(h, rel))
@@ -73,12 +83,6 @@ func fakeOrphanCgroup(t testing.TB, uid string) (*exec.Cmd, []string) {
 			t.Fatalf("moving %d into %s: %v", proc.Process.Pid, ctr, err)
 		}
 	}
-	t.Cleanup(func() {
-		for _, p := range paths {
-			_ = syscall.Rmdir(filepath.Join(p, "0123456789abcdef"))
-			_ = syscall.Rmdir(p)
-		}
-	})
 	return proc, paths
 }
 
