@@ -60,6 +60,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: lab down:", err)
 		code = 1
 	}
+	// The benchmarks' busy node: its kubelet root outlives each of them.
+	if busyNode.dir != "" {
+		if err := os.RemoveAll(busyNode.dir); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: removing the busy node's dir:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

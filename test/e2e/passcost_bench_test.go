@@ -53,6 +53,7 @@ var busyNode struct {
 	once sync.Once
 	k    *kubelet
 	err  error
+	dir  string // removed by TestMain once the lab is down
 }
 
 func liveBusyNode(b *testing.B) *kubelet {
@@ -63,6 +64,7 @@ func liveBusyNode(b *testing.B) *kubelet {
 			busyNode.err = err
 			return
 		}
+		busyNode.dir = dir
 		k := &kubelet{root: filepath.Join(dir, "kubelet"), linksDir: filepath.Join(dir, "containers"), lab: node}
 		for _, d := range []string{filepath.Join(k.root, "pods"), k.linksDir} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
