@@ -202,7 +202,11 @@ func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) erro
 	if seen && pod.QOS != qos {
 		// A pod has one QoS class for life; two means a leftover from
 		// something this package does not understand. Leave it alone.
-		s.skipped = append(s.skipped, Skipped{path, fmt.Sprintf("pod %s was already found as %s at %s", uid, pod.QOS, pod.Paths[0])})
+		reason := fmt.Sprintf("pod %s was already found as %s", uid, pod.QOS)
+		if len(pod.Paths) > 0 { // none kept for a pod known by name only
+			reason += " at " + pod.Paths[0]
+		}
+		s.skipped = append(s.skipped, Skipped{path, reason})
 		return nil
 	}
 	if !seen {

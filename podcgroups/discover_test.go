@@ -251,17 +251,29 @@ func TestDiscoverRootWithDashesSystemd(t *testing.T) {
 }
 
 // TestDiscoverSameUIDTwoQoS: a UID found under two QoS classes keeps the
-// first; the other is skipped and never touched.
+// first; the other is skipped and never touched, whether the pod is looked
+// into or known by name only (a pod with listed objects).
 func TestDiscoverSameUIDTwoQoS(t *testing.T) {
-	mp := hybridTree(t)
-	cgroup(t, filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidA))
-	cgroup(t, filepath.Join(mp, "pids", "kubepods", "besteffort", "pod"+uidA))
-	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil)
-	if !l.Ready || l.Pods[uidA].QOS != QOSBurstable || len(l.Pods[uidA].Paths) != 1 {
-		t.Fatalf("got %+v", l)
-	}
-	if len(l.Skipped) != 1 || l.Skipped[0].Path != filepath.Join(mp, "pids", "kubepods", "besteffort", "pod"+uidA) {
-		t.Errorf("skipped %+v", l.Skipped)
+	for _, tc := range []struct {
+		name      string
+		inspect   func(string) bool
+		wantPaths int
+	}{
+		{"a candidate", nil, 1},
+		{"a pod with listed objects", func(string) bool { return false }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mp := hybridTree(t)
+			cgroup(t, filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidA))
+			cgroup(t, filepath.Join(mp, "pids", "kubepods", "besteffort", "pod"+uidA))
+			l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, tc.inspect)
+			if !l.Ready || l.Pods[uidA].QOS != QOSBurstable || len(l.Pods[uidA].Paths) != tc.wantPaths {
+				t.Fatalf("got %+v", l)
+			}
+			if len(l.Skipped) != 1 || l.Skipped[0].Path != filepath.Join(mp, "pids", "kubepods", "besteffort", "pod"+uidA) {
+				t.Errorf("skipped %+v", l.Skipped)
+			}
+		})
 	}
 }
 
