@@ -128,6 +128,7 @@ func Discover(ctx context.Context, opts Options, inspect func(uid string) bool) 
 		pods:    map[string]PodCgroup{},
 		pids:    map[string]map[int]struct{}{},
 		cpuMin:  map[string]bool{},
+		buf:     make([]byte, direntBufSize),
 	}
 	for _, h := range hierarchies {
 		for _, p := range parents {
@@ -145,6 +146,8 @@ func Discover(ctx context.Context, opts Options, inspect func(uid string) bool) 
 		sort.Strings(pod.Containers)
 		s.pods[uid] = pod
 	}
+	// Directory order is the file system's: sorted, the same node reads the same.
+	sort.Slice(s.skipped, func(i, j int) bool { return s.skipped[i].Path < s.skipped[j].Path })
 	return Listing{Ready: true, Driver: driver, Hierarchies: hierarchies, Pods: s.pods, Skipped: s.skipped}
 }
 
@@ -157,12 +160,13 @@ type scan struct {
 	pids    map[string]map[int]struct{} // per UID, across hierarchies
 	cpuMin  map[string]bool             // per UID: every CPU file seen is at the minimum
 	skipped []Skipped
+	buf     []byte // for subdirs
 }
 
 // parent lists the pods of one QoS class in one hierarchy.
 func (s *scan) parent(ctx context.Context, h Hierarchy, p podParent) error {
 	dir := filepath.Join(h.Path, p.rel)
-	entries, err := readDir(ctx, dir)
+	names, symlinks, err := subdirs(ctx, dir, s.buf)
 	if errors.Is(err, fs.ErrNotExist) {
 		// kubelet does the same: a hierarchy without the root or a QoS
 		// cgroup simply has no pods there.
@@ -171,19 +175,16 @@ func (s *scan) parent(ctx context.Context, h Hierarchy, p podParent) error {
 	if err != nil {
 		return fmt.Errorf("cgroup %s cannot be read: %w", dir, err)
 	}
-	for _, e := range entries {
-		path := dir + "/" + e.Name() // dir is clean, the name one component
-		switch {
-		case e.Type()&fs.ModeSymlink != 0:
-			// cgroup file systems have no symlinks; someone made this.
-			s.skipped = append(s.skipped, Skipped{path, "a symlink, not a cgroup"})
-			continue
-		case !e.IsDir():
-			continue // a control file such as cgroup.procs
-		case contains(p.notPods, e.Name()):
+	for _, name := range symlinks {
+		// cgroup file systems have no symlinks; someone made this.
+		s.skipped = append(s.skipped, Skipped{dir + "/" + name, "a symlink, not a cgroup"})
+	}
+	for _, name := range names {
+		if contains(p.notPods, name) {
 			continue
 		}
-		uid, ok := p.parse(e.Name())
+		path := dir + "/" + name // dir is clean, the name one component
+		uid, ok := p.parse(name)
 		if !ok {
 			s.skipped = append(s.skipped, Skipped{path, fmt.Sprintf("not a %s pod cgroup name for %s pods here (want %s)", s.driver, p.qos, p.want)})
 			continue
