@@ -61,12 +61,9 @@ func (p *planner) networkRules() {
 	unknownCache := ""
 	for _, u := range n.Listing.Unreadable {
 		switch {
-		case u.Owner != "":
-			valid[u.Owner] = true
-			if u.Kind == podnet.KindAttachment {
-				cacheOwners[cacheOwner{"*", u.Owner}] = true
-			}
-		case u.Kind == podnet.KindAttachment:
+		case u.Owner != "" && u.Kind == podnet.KindAttachment:
+			cacheOwners[cacheOwner{"*", u.Owner}] = true
+		case u.Owner == "" && u.Kind == podnet.KindAttachment:
 			unknownCache = u.Path
 		}
 	}
@@ -192,11 +189,6 @@ func NetworkSuspects(in Input) (owners bool, netns []string) {
 	}
 	p := &planner{in: in}
 	valid := p.validOwners()
-	for _, u := range n.Listing.Unreadable {
-		if u.Owner != "" {
-			valid[u.Owner] = true
-		}
-	}
 	explained := make(map[string]bool, len(n.Listing.Attachments)+len(n.Records.Sandboxes))
 	for _, a := range n.Listing.Attachments {
 		switch {
@@ -224,7 +216,8 @@ func NetworkSuspects(in Input) (owners bool, netns []string) {
 	return owners, netns
 }
 
-// validOwners are the IDs any source knows (see networkRules).
+// validOwners are the IDs any source knows (see networkRules), the owners
+// unreadable network objects name among them.
 func (p *planner) validOwners() map[string]bool {
 	n := p.in.Network
 	valid := make(map[string]bool, len(p.in.Sandboxes)+len(n.Records.Sandboxes))
@@ -252,6 +245,11 @@ func (p *planner) validOwners() map[string]bool {
 	}
 	for id := range n.Records.Containers {
 		valid[id] = true
+	}
+	for _, u := range n.Listing.Unreadable {
+		if u.Owner != "" {
+			valid[u.Owner] = true
+		}
 	}
 	return valid
 }
