@@ -186,7 +186,7 @@ func (tr *tracker) sandboxState(t *testing.T, uid, id string) podstate.SandboxSt
 	return 0
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {
+func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for !cond() {
