@@ -345,7 +345,7 @@ func podLifecycle(ctx context.Context, hierarchies []string, i int) error {
 
 // BenchmarkLabChurnLatency times pod lifecycles on the busy node with the
 // plugin running (default period) and without, in interleaved rounds of
-// 100, and reads the plugin's CPU during its rounds.
+// 100 (off-on, on-off, ...), and reads the plugin's CPU during its rounds.
 func BenchmarkLabChurnLatency(b *testing.B) {
 	const perRound, rounds = 100, 4
 	k := liveBusyNode(b)
@@ -362,16 +362,27 @@ func BenchmarkLabChurnLatency(b *testing.B) {
 		}
 		return time.Since(start) / perRound
 	}
+	withPlugin := func(i int) time.Duration {
+		cmd, stop, _ := startPluginBinary(b, k, 30*time.Second, "churn-bench")
+		defer stop()
+		time.Sleep(3 * time.Second)
+		before, start := procCPU(b, cmd.Process.Pid), time.Now()
+		d := round(i)
+		pluginCPU += procCPU(b, cmd.Process.Pid) - before
+		pluginTime += time.Since(start)
+		return d
+	}
 	for b.Loop() {
+		// off, on, on, off, ...: a node that drifts over the run (it
+		// gets slower or faster) weighs on both alike.
 		for r := range rounds {
-			off = append(off, round(2*r))
-			cmd, stop, _ := startPluginBinary(b, k, 30*time.Second, "churn-bench")
-			time.Sleep(3 * time.Second)
-			before, start := procCPU(b, cmd.Process.Pid), time.Now()
-			on = append(on, round(2*r+1))
-			pluginCPU += procCPU(b, cmd.Process.Pid) - before
-			pluginTime += time.Since(start)
-			stop()
+			if r%2 == 0 {
+				off = append(off, round(2*r))
+				on = append(on, withPlugin(2*r+1))
+			} else {
+				on = append(on, withPlugin(2*r))
+				off = append(off, round(2*r+1))
+			}
 		}
 	}
 	b.ReportMetric(ms(median(off)), "off-ms/pod")
