@@ -146,7 +146,8 @@ func Discover(ctx context.Context, opts Options, inspect func(uid string) bool) 
 		sort.Strings(pod.Containers)
 		s.pods[uid] = pod
 	}
-	// Directory order is the file system's: sorted, the same node reads the same.
+	// subdirs gives entries in directory order: sorted, the skips of the
+	// same node read the same every pass.
 	sort.Slice(s.skipped, func(i, j int) bool { return s.skipped[i].Path < s.skipped[j].Path })
 	return Listing{Ready: true, Driver: driver, Hierarchies: hierarchies, Pods: s.pods, Skipped: s.skipped}
 }
