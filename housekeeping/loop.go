@@ -154,6 +154,10 @@ type Loop struct {
 	eligible map[string]time.Time // gc.Result.EligibleSince of the last plan
 	blocked  string               // why the last pass could not act ("" = it could)
 	reported map[string]bool      // orphaned live pods already reported, by UID
+	// cgroups lists the pod cgroups pass after pass, reading every
+	// hierarchy every podcgroups.FullScanEvery (nil: cgroups.enabled =
+	// false).
+	cgroups *podcgroups.Scanner
 	// warned has the problems (malformed entries, unreadable or unparsable
 	// files) logged by the last listed pass; warning is what this pass
 	// sees. A problem is logged once while it lasts, again if it comes
@@ -218,12 +222,16 @@ func New(state *podstate.State, runtime Runtime, opts Options, log logrus.FieldL
 	if opts.WakeInterval <= 0 {
 		opts.WakeInterval = WakeIntervalFor(opts.Period, opts.Debounce)
 	}
-	return &Loop{
+	l := &Loop{
 		state: state, runtime: runtime, opts: opts, log: log, now: time.Now, started: time.Now(),
 		resync: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		phases: make(map[string]podstate.Phase), reported: make(map[string]bool), tornDown: make(map[string]*tornDownMark),
 		said: make(map[string]string),
 	}
+	if opts.Cgroups != nil {
+		l.cgroups = podcgroups.NewScanner(*opts.Cgroups, podcgroups.FullScanEvery)
+	}
+	return l
 }
 
 // Resync asks for a pass now. It never blocks.
@@ -511,7 +519,7 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		inspect := func(uid string) bool {
 			return listed.lacks(uid) || (quiet.has(uid) && in.Oracle.PodDirs.Ready && !in.Oracle.PodDirs.Present(uid) && !l.opts.OracleDisabled)
 		}
-		cgs := podcgroups.Discover(ctx, *l.opts.Cgroups, inspect)
+		cgs := l.cgroups.Discover(ctx, in.Now, inspect)
 		if !cgs.Ready {
 			l.warnOnce("pod cgroups are not cleaned this pass", cgs.Err)
 		}

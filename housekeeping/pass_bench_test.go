@@ -445,17 +445,29 @@ func BenchmarkNetwork(b *testing.B) {
 }
 
 // BenchmarkGather splits a pass's reads by source, on a node of 1,000 live
-// pods with cgroup v1: each source as the pass reads it, and the pod
-// cgroups also as read before candidates were (every pod looked into).
+// pods with cgroup v1: each source as the pass reads it (the pod cgroups
+// between full scans, and in a full scan, every podcgroups.FullScanEvery),
+// and the pod cgroups also as read before candidates were (every pod
+// looked into).
 func BenchmarkGather(b *testing.B) {
 	n := cachedFakeNode(b, false, 1000, 0)
 	listed, running := listedUIDs(n.snap), listedRunning(n.snap)
 	ctx := context.Background()
+	scanner := podcgroups.NewScanner(n.cgroups, time.Hour)
+	if l := scanner.Discover(ctx, now, listed.lacks); !l.Ready || scanner.Primary() == "" {
+		b.Fatalf("the first (full) scan: %v, primary %q", l.Err, scanner.Primary())
+	}
 	for _, src := range []struct {
 		name string
 		read func() error
 	}{
-		{"pod-cgroups-candidates", func() error {
+		{"pod-cgroups-between-full-scans", func() error {
+			if l := scanner.Discover(ctx, now.Add(time.Minute), listed.lacks); !l.Ready {
+				return l.Err
+			}
+			return nil
+		}},
+		{"pod-cgroups-full-scan", func() error {
 			if l := podcgroups.Discover(ctx, n.cgroups, listed.lacks); !l.Ready {
 				return l.Err
 			}

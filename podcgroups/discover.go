@@ -103,40 +103,75 @@ type Listing struct {
 // with a listed sandbox or container is never a candidate, and on a busy
 // node its cgroups are most of the tree.
 func Discover(ctx context.Context, opts Options, inspect func(uid string) bool) Listing {
-	if !filepath.IsAbs(opts.Mountpoint) || filepath.Clean(opts.Mountpoint) != opts.Mountpoint {
-		return Listing{Err: fmt.Errorf("cgroups mountpoint %q is not a clean absolute path", opts.Mountpoint)}
+	tree, failed := layout(ctx, opts)
+	if failed != nil {
+		return *failed
 	}
-	if err := checkRoot(opts.Root); err != nil {
-		return Listing{Err: err}
-	}
-	hierarchies, err := findHierarchies(ctx, opts.Mountpoint)
-	if err != nil {
-		return Listing{Err: err}
-	}
-	driver, err := pickDriver(opts, hierarchies)
-	if err != nil {
-		return Listing{Err: err, Hierarchies: hierarchies}
-	}
-	parents, err := podParents(driver, opts.Root)
-	if err != nil {
-		return Listing{Err: err, Driver: driver, Hierarchies: hierarchies}
-	}
-	s := scan{
-		inspect: inspect,
-		driver:  driver,
-		root:    opts.Root,
-		pods:    map[string]PodCgroup{},
-		pids:    map[string]map[int]struct{}{},
-		cpuMin:  map[string]bool{},
-		buf:     make([]byte, direntBufSize),
-	}
-	for _, h := range hierarchies {
-		for _, p := range parents {
-			if err := s.parent(ctx, h, p); err != nil {
-				return Listing{Err: err, Driver: driver, Hierarchies: hierarchies}
+	s := newScan(tree, inspect)
+	for _, h := range tree.hierarchies {
+		for _, p := range tree.parents {
+			if err := s.parent(ctx, h, p, nil); err != nil {
+				return tree.failed(err)
 			}
 		}
 	}
+	return s.listing()
+}
+
+// tree is where a node's pod cgroups are: its hierarchies, its driver and
+// the parents of its pods in each.
+type tree struct {
+	root        string
+	hierarchies []Hierarchy
+	driver      Driver
+	parents     []podParent
+}
+
+// layout finds the tree of opts; a Listing that is not ready when it
+// cannot.
+func layout(ctx context.Context, opts Options) (tree, *Listing) {
+	if !filepath.IsAbs(opts.Mountpoint) || filepath.Clean(opts.Mountpoint) != opts.Mountpoint {
+		return tree{}, &Listing{Err: fmt.Errorf("cgroups mountpoint %q is not a clean absolute path", opts.Mountpoint)}
+	}
+	if err := checkRoot(opts.Root); err != nil {
+		return tree{}, &Listing{Err: err}
+	}
+	hierarchies, err := findHierarchies(ctx, opts.Mountpoint)
+	if err != nil {
+		return tree{}, &Listing{Err: err}
+	}
+	driver, err := pickDriver(opts, hierarchies)
+	if err != nil {
+		return tree{}, &Listing{Err: err, Hierarchies: hierarchies}
+	}
+	parents, err := podParents(driver, opts.Root)
+	if err != nil {
+		return tree{}, &Listing{Err: err, Driver: driver, Hierarchies: hierarchies}
+	}
+	return tree{root: opts.Root, hierarchies: hierarchies, driver: driver, parents: parents}, nil
+}
+
+// failed is the listing of a scan of t that could not complete.
+func (t tree) failed(err error) Listing {
+	return Listing{Err: err, Driver: t.driver, Hierarchies: t.hierarchies}
+}
+
+func newScan(t tree, inspect func(uid string) bool) *scan {
+	return &scan{
+		inspect:  inspect,
+		driver:   t.driver,
+		root:     t.root,
+		tree:     t,
+		pods:     map[string]PodCgroup{},
+		pids:     map[string]map[int]struct{}{},
+		cpuMin:   map[string]bool{},
+		twoClass: map[string]string{},
+		buf:      make([]byte, direntBufSize),
+	}
+}
+
+// listing completes what the scan found.
+func (s *scan) listing() Listing {
 	for uid, pod := range s.pods {
 		if !pod.Inspected {
 			continue
@@ -149,7 +184,7 @@ func Discover(ctx context.Context, opts Options, inspect func(uid string) bool) 
 	// subdirs gives entries in directory order: sorted, the skips of the
 	// same node read the same every pass.
 	sort.Slice(s.skipped, func(i, j int) bool { return s.skipped[i].Path < s.skipped[j].Path })
-	return Listing{Ready: true, Driver: driver, Hierarchies: hierarchies, Pods: s.pods, Skipped: s.skipped}
+	return Listing{Ready: true, Driver: s.driver, Hierarchies: s.tree.hierarchies, Pods: s.pods, Skipped: s.skipped}
 }
 
 // scan accumulates one Discover pass.
@@ -161,11 +196,19 @@ type scan struct {
 	pids    map[string]map[int]struct{} // per UID, across hierarchies
 	cpuMin  map[string]bool             // per UID: every CPU file seen is at the minimum
 	skipped []Skipped
-	buf     []byte // for subdirs
+	// twoClass are the skips of pod cgroups found in a second QoS class
+	// (path to pod UID), as opposed to names that are not pod cgroups.
+	twoClass map[string]string
+	buf      []byte // for subdirs
+	tree     tree
 }
 
+// visitFunc is what a scan does with a pod cgroup it found by name in a
+// parent; a nil visitFunc adds it (scan.pod).
+type visitFunc func(ctx context.Context, h Hierarchy, p podParent, uid, path string) error
+
 // parent lists the pods of one QoS class in one hierarchy.
-func (s *scan) parent(ctx context.Context, h Hierarchy, p podParent) error {
+func (s *scan) parent(ctx context.Context, h Hierarchy, p podParent, visit visitFunc) error {
 	dir := filepath.Join(h.Path, p.rel)
 	names, symlinks, err := subdirs(ctx, dir, s.buf)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -190,7 +233,12 @@ func (s *scan) parent(ctx context.Context, h Hierarchy, p podParent) error {
 			s.skipped = append(s.skipped, Skipped{path, fmt.Sprintf("not a %s pod cgroup name for %s pods here (want %s)", s.driver, p.qos, p.want)})
 			continue
 		}
-		if err := s.pod(ctx, h, p.qos, uid, path); err != nil {
+		if visit == nil {
+			err = s.pod(ctx, h, p.qos, uid, path)
+		} else {
+			err = visit(ctx, h, p, uid, path)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -209,6 +257,7 @@ func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) erro
 			reason += " at " + pod.Paths[0]
 		}
 		s.skipped = append(s.skipped, Skipped{path, reason})
+		s.twoClass[path] = uid
 		return nil
 	}
 	if !seen {

@@ -20,51 +20,7 @@ import (
 func TestWhatIsInspectedChangesNoFinding(t *testing.T) {
 	for seed := range uint64(80) {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		mp := hybridTree(t)
-		driver := []Driver{DriverCgroupfs, DriverSystemd}[rng.IntN(2)]
-		uids := make([]string, 1+rng.IntN(12))
-		for i := range uids {
-			uids[i] = fmt.Sprintf("%08x-0000-4000-8000-%012x", seed, i)
-		}
-		hierarchies := []string{"cpu,cpuacct", "memory", "pids", "systemd", "unified"}
-		qoses := []string{QOSGuaranteed, QOSBurstable, QOSBestEffort}
-		for _, uid := range uids {
-			qos := qoses[rng.IntN(3)]
-			for _, h := range hierarchies {
-				if rng.IntN(4) == 0 {
-					continue // not in every hierarchy: a partial leftover
-				}
-				q := qos
-				if rng.IntN(10) == 0 {
-					q = qoses[rng.IntN(3)] // now and then in a second class
-				}
-				rel, err := podRel(driver, "kubepods", q, uid)
-				if err != nil {
-					t.Fatal(err)
-				}
-				dir := filepath.Join(mp, h, rel)
-				var pids []int
-				if rng.IntN(2) == 0 {
-					pids = []int{100 + rng.IntN(5)}
-				}
-				cgroup(t, dir, pids...)
-				if rng.IntN(2) == 0 {
-					cgroup(t, filepath.Join(dir, "ctr"), 200+rng.IntN(5))
-				}
-				if rng.IntN(8) == 0 {
-					writeFile(t, filepath.Join(dir, "cpu.shares"), "2\n")
-				}
-				parent := filepath.Dir(dir)
-				switch rng.IntN(8) {
-				case 0:
-					_ = os.Mkdir(filepath.Join(parent, "pod-not-a-uid"), 0o755)
-				case 1:
-					_ = os.Symlink(filepath.Base(dir), filepath.Join(parent, "alias"))
-				case 2:
-					writeFile(t, filepath.Join(parent, "tasks"), "")
-				}
-			}
-		}
+		mp, uids := randomTree(t, rng, seed)
 		opts := Options{Mountpoint: mp, Root: "kubepods"}
 		all := Discover(context.Background(), opts, nil)
 		if !all.Ready {
@@ -102,4 +58,67 @@ func skippedPaths(l Listing) []string {
 		paths = append(paths, s.Path)
 	}
 	return paths
+}
+
+// randomTree lays out a random hybrid cgroup tree (randomPod) of 1 to 12
+// pods, with either driver, and returns its mountpoint and the pods' UIDs.
+func randomTree(t *testing.T, rng *rand.Rand, seed uint64) (string, []string) {
+	t.Helper()
+	mp := hybridTree(t)
+	driver := []Driver{DriverCgroupfs, DriverSystemd}[rng.IntN(2)]
+	uids := make([]string, 1+rng.IntN(12))
+	for i := range uids {
+		uids[i] = fmt.Sprintf("%08x-0000-4000-8000-%012x", seed, i)
+		randomPod(t, rng, mp, driver, uids[i])
+	}
+	return mp, uids
+}
+
+var (
+	treeHierarchies = []string{"cpu,cpuacct", "memory", "pids", "systemd", "unified"}
+	treeClasses     = []string{QOSGuaranteed, QOSBurstable, QOSBestEffort}
+)
+
+// randomPod makes the cgroups of pod uid: in one QoS class, in most
+// hierarchies (not all: a partial leftover), now and then in a second
+// class; with or without processes, a container, a reduced CPU; and now
+// and then junk next to it (a name that is no pod's, a symlink, a control
+// file).
+func randomPod(t *testing.T, rng *rand.Rand, mp string, driver Driver, uid string) {
+	t.Helper()
+	qos := treeClasses[rng.IntN(3)]
+	for _, h := range treeHierarchies {
+		if rng.IntN(4) == 0 {
+			continue // not in every hierarchy: a partial leftover
+		}
+		q := qos
+		if rng.IntN(10) == 0 {
+			q = treeClasses[rng.IntN(3)] // now and then in a second class
+		}
+		rel, err := podRel(driver, "kubepods", q, uid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(mp, h, rel)
+		var pids []int
+		if rng.IntN(2) == 0 {
+			pids = []int{100 + rng.IntN(5)}
+		}
+		cgroup(t, dir, pids...)
+		if rng.IntN(2) == 0 {
+			cgroup(t, filepath.Join(dir, "ctr"), 200+rng.IntN(5))
+		}
+		if rng.IntN(8) == 0 {
+			writeFile(t, filepath.Join(dir, "cpu.shares"), "2\n")
+		}
+		parent := filepath.Dir(dir)
+		switch rng.IntN(8) {
+		case 0:
+			_ = os.Mkdir(filepath.Join(parent, "pod-not-a-uid"), 0o755)
+		case 1:
+			_ = os.Symlink(filepath.Base(dir), filepath.Join(parent, "alias"))
+		case 2:
+			writeFile(t, filepath.Join(parent, "tasks"), "")
+		}
+	}
 }
