@@ -412,7 +412,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 	synced := l.opts.Synchronized == nil || l.opts.Synchronized()
 	syncs := l.state.Syncs()
 	// The network's objects are read before the listing (gc.NetworkInput).
-	netListing, netErr := l.listNetwork(ctx)
+	netListing, netErr := l.listNetwork(ctx, r.Started)
 	snap, err := l.runtime.Snapshot(ctx)
 	if err != nil {
 		r.Err = err

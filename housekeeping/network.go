@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
@@ -33,10 +34,20 @@ type NetworkRuntime interface {
 	RecordExists(ctx context.Context, id string) (bool, error)
 }
 
-// Network is the network side of the loop. Each pass it reads containerd's
-// CNI configuration and the network's objects before the CRI listing, and
-// containerd's records after it; it keeps the CNI DEL runner made from the
-// latest configuration (containerd reloads its CNI conf dir at run time).
+// StatusEvery is how long passes with nothing suspect on the network use
+// the CNI configuration containerd reported (CRI Status) before asking
+// again. A pass with a suspect asks again before it plans (see
+// Network.confirm), so a step is never planned on an older configuration;
+// a network added meanwhile is found at most this much later, and its
+// leaks wait leak_grace anyway.
+const StatusEvery = 5 * time.Minute
+
+// Network is the network side of the loop. Each pass it reads the
+// network's objects before the CRI listing, with containerd's CNI
+// configuration (read again every StatusEvery, and whenever something is
+// suspect), and containerd's records after it; it keeps the CNI DEL runner
+// made from the latest configuration (containerd reloads its CNI conf dir
+// at run time).
 type Network struct {
 	opts NetworkOptions
 	rt   NetworkRuntime
@@ -44,6 +55,15 @@ type Network struct {
 	// the files that changed since the last pass (safe for concurrent
 	// use).
 	lister podnet.Lister
+
+	// Owned by the pass: containerd's answer to CRI Status as last read,
+	// when, and what was made of it. statusAt is zero when it is not to
+	// be used again (none yet, a failure, or containerd reported no CNI
+	// configuration and the conf dir was read instead).
+	status   cri.NetworkStatus
+	statusAt time.Time
+	cfg      podnet.Config
+	netnsDir string
 
 	mu        sync.Mutex
 	reclaimer *podnet.Reclaimer
@@ -89,20 +109,47 @@ func (n *Network) current() (*podnet.Reclaimer, error) {
 	return n.reclaimer, nil
 }
 
-// networkListing is what list read.
+// networkListing is what list read at listedAt. statusRead: containerd's
+// CNI configuration was read for it, not taken from an earlier pass.
 type networkListing struct {
 	podnet.Listing
-	netnsDir string
+	netnsDir   string
+	listedAt   time.Time
+	statusRead bool
 }
 
-// list reads containerd's CNI configuration and the network's objects. It
-// runs before the CRI listing (see gc.NetworkInput).
-func (n *Network) list(ctx context.Context) (networkListing, error) {
-	st, err := n.rt.NetworkStatus(ctx)
+// list reads the network's objects, with containerd's CNI configuration
+// as last read unless StatusEvery has passed. It runs before the CRI
+// listing (see gc.NetworkInput).
+func (n *Network) list(ctx context.Context, now time.Time) (networkListing, error) {
+	read := n.statusAt.IsZero() || now.Sub(n.statusAt) >= StatusEvery || now.Before(n.statusAt)
+	if read {
+		st, err := n.rt.NetworkStatus(ctx)
+		if err == nil {
+			err = n.use(st, now)
+		}
+		if err != nil {
+			n.statusAt = time.Time{}
+			return networkListing{}, err
+		}
+	}
+	listing, err := n.lister.List(ctx, n.cfg, n.opts.CacheDir, n.netnsDir)
 	if err != nil {
 		return networkListing{}, err
 	}
+	return networkListing{Listing: listing, netnsDir: n.netnsDir, listedAt: now, statusRead: read}, nil
+}
+
+// use makes the configuration and the CNI DEL runner of containerd's
+// answer st, read at now; an answer the same as the last one's is not
+// made again.
+func (n *Network) use(st cri.NetworkStatus, now time.Time) error {
+	if !n.statusAt.IsZero() && st == n.status {
+		n.statusAt = now
+		return nil
+	}
 	var cfg podnet.Config
+	var err error
 	if st.CNIConfig != "" {
 		cfg, err = podnet.FromContainerdStatus(st.CNIConfig)
 	} else {
@@ -110,25 +157,52 @@ func (n *Network) list(ctx context.Context) (networkListing, error) {
 		cfg, err = podnet.FromConfDir(n.opts.ConfDir, []string{n.opts.BinDir}, 1, true)
 	}
 	if err != nil {
-		return networkListing{}, fmt.Errorf("containerd's CNI configuration: %w", err)
+		return fmt.Errorf("containerd's CNI configuration: %w", err)
 	}
 	// A network that sets disableGC asks runtimes not to garbage-collect
 	// it (CNI spec 1.1: its configuration may be shared with another
 	// runtime): its attachments and reservations are not even looked at.
 	cfg.Networks = slices.DeleteFunc(cfg.Networks, func(n podnet.Network) bool { return n.List != nil && n.List.DisableGC })
-	netnsDir := n.opts.NetnsDir
-	if netnsDir == "" {
-		netnsDir = st.NetnsDir
+	n.cfg, n.status, n.statusAt = cfg, st, now
+	n.netnsDir = n.opts.NetnsDir
+	if n.netnsDir == "" {
+		n.netnsDir = st.NetnsDir
 	}
-	listing, err := n.lister.List(ctx, cfg, n.opts.CacheDir, netnsDir)
-	if err != nil {
-		return networkListing{}, err
+	if st.CNIConfig == "" {
+		// The conf dir, not containerd, said what the networks are: it
+		// may change without containerd's answer changing.
+		n.statusAt = time.Time{}
 	}
 	r := podnet.NewReclaimer(cfg, n.opts.CacheDir)
 	n.mu.Lock()
 	n.reclaimer = r
 	n.mu.Unlock()
-	return networkListing{Listing: listing, netnsDir: netnsDir}, nil
+	return nil
+}
+
+// errCNIConfigChanged: the configuration a pass listed the network with is
+// not containerd's now.
+var errCNIConfigChanged = errors.New("containerd's CNI configuration changed since the network was listed with it")
+
+// confirm asks containerd for its CNI configuration again, for a pass
+// that listed the network with an earlier answer and found something
+// suspect: the pass may plan a step only on what containerd uses now.
+// errCNIConfigChanged when it changed (the next pass uses the new one).
+func (n *Network) confirm(ctx context.Context, now time.Time) error {
+	st, err := n.rt.NetworkStatus(ctx)
+	if err != nil {
+		n.statusAt = time.Time{}
+		return err
+	}
+	if st == n.status {
+		n.statusAt = now
+		return nil
+	}
+	if err := n.use(st, now); err != nil {
+		n.statusAt = time.Time{}
+		return err
+	}
+	return errCNIConfigChanged
 }
 
 // recheckUnowned checks, right before a CNI DEL or a reservation release,
@@ -178,11 +252,11 @@ func (l *Loop) recheckNetnsUnused(ctx context.Context, path string) error {
 
 // listNetwork reads the network's objects for a pass; errNetworkOff when
 // the network side is off.
-func (l *Loop) listNetwork(ctx context.Context) (networkListing, error) {
+func (l *Loop) listNetwork(ctx context.Context, now time.Time) (networkListing, error) {
 	if l.opts.Network == nil {
 		return networkListing{}, errNetworkOff
 	}
-	return l.opts.Network.list(ctx)
+	return l.opts.Network.list(ctx, now)
 }
 
 // errNetworkOff: network.enabled = false.
@@ -203,7 +277,10 @@ func (l *Loop) networkInput(ctx context.Context, in gc.Input, listing networkLis
 		n := &gc.NetworkInput{Listing: listing.Listing, NetnsDir: listing.netnsDir}
 		in.Network = n
 		owners, netns := gc.NetworkSuspects(in)
-		if owners || len(netns) > 0 {
+		if (owners || len(netns) > 0) && !listing.statusRead {
+			err = l.opts.Network.confirm(ctx, listing.listedAt)
+		}
+		if err == nil && (owners || len(netns) > 0) {
 			if n.Records, err = l.opts.Network.rt.Records(ctx); err == nil {
 				_, netns = gc.NetworkSuspects(in)
 			}
@@ -222,6 +299,11 @@ func (l *Loop) networkInput(ctx context.Context, in gc.Input, listing networkLis
 			}
 			return n
 		}
+	}
+	if errors.Is(err, errCNIConfigChanged) {
+		// Nothing wrong: the new configuration is used from the next pass.
+		l.log.Info("network leaks are not looked for this pass: containerd's CNI configuration changed since the network was listed; the next pass lists it with the new one")
+		return nil
 	}
 	if errors.Is(err, podnet.ErrNoNetwork) {
 		// A node with host-network pods only: nothing to look at, and

@@ -3,6 +3,7 @@ package housekeeping
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,10 +28,21 @@ type fakeContainerd struct {
 	afterRecords func()
 	// recordsRead counts the Records calls.
 	recordsRead int
+	// cniconfig is what CRI Status reports ("": none, the conf dir is
+	// read); statusErr fails it; statusRead counts the calls.
+	cniconfig  string
+	statusErr  error
+	statusRead int
 }
 
 func (f *fakeContainerd) NetworkStatus(context.Context) (cri.NetworkStatus, error) {
-	return cri.NetworkStatus{NetnsDir: f.netnsDir}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.statusRead++
+	if f.statusErr != nil {
+		return cri.NetworkStatus{}, f.statusErr
+	}
+	return cri.NetworkStatus{CNIConfig: f.cniconfig, NetnsDir: f.netnsDir}, nil
 }
 
 func (f *fakeContainerd) Records(context.Context) (cri.Records, error) {
@@ -93,6 +105,42 @@ func (n netNode) attach(t *testing.T, id, ip string) {
 	if err := os.WriteFile(filepath.Join(n.dataDir, "pods", ip), []byte(id+"\r\neth0"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// cniconfig is what containerd's CRI Status reports of the node's network
+// (go-cni's ConfigResult), and of a second network when more is set.
+func (n netNode) cniconfig(t *testing.T, more bool) string {
+	t.Helper()
+	conf, err := os.ReadFile(filepath.Join(n.confDir, "10-pods.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type network struct {
+		Config map[string]any
+		IFName string
+	}
+	network1 := func(source, name string) network {
+		var list struct{ Plugins []json.RawMessage }
+		if err := json.Unmarshal([]byte(source), &list); err != nil {
+			t.Fatal(err)
+		}
+		var plugins []map[string]string
+		for _, p := range list.Plugins {
+			plugins = append(plugins, map[string]string{"Source": string(p)})
+		}
+		return network{map[string]any{"Name": name, "CNIVersion": "1.0.0", "Plugins": plugins, "Source": source}, "eth0"}
+	}
+	nets := []network{network1(string(conf), "pods")}
+	if more {
+		other := `{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"bridge","ipam":{"type":"host-local","dataDir":"` + n.dataDir + `","subnet":"10.8.0.0/24"}}]}`
+		nets = append(nets, network1(other, "other"))
+		nets[1].IFName = "net1"
+	}
+	b, err := json.Marshal(map[string]any{"PluginDirs": []string{"/opt/cni/bin"}, "PluginConfDir": n.confDir, "PluginMaxConfNum": 1, "Prefix": "eth", "Networks": nets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // netnsOf is the path of sandbox id's network namespace: containerd names
@@ -266,4 +314,77 @@ func TestABrokenCNIConfigIsAnErrorNoCNIIsNot(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestContainerdsCNIConfigIsReadAgainWhenDueOrSomethingIsSuspect: a pass
+// with nothing suspect on the network uses containerd's CNI configuration
+// as read up to StatusEvery before; a pass with a suspect asks containerd
+// again before it plans, and when the configuration changed, leaves the
+// network out of that plan (it was listed with the old one) and lists it
+// with the new one next pass. A failed or a conf-dir configuration is
+// never used again.
+func TestContainerdsCNIConfigIsReadAgainWhenDueOrSomethingIsSuspect(t *testing.T) {
+	n := newNetNode(t)
+	const live, leaked = "11ae000000000000000000000000000000000000000000000000000000000000", "1eaced0000000000000000000000000000000000000000000000000000000000"
+	n.attach(t, live, "10.9.0.2")
+	ctrd := &fakeContainerd{netnsDir: n.netnsDir, cniconfig: n.cniconfig(t, false)}
+	kubeletRoot := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(kubeletRoot, "pods/u1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{
+		{ID: live, UID: "u1", Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels("u1")}}}, nil)
+	log, buf := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot,
+		Policy:  gc.Policy{LeakGrace: time.Hour, Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
+		Network: NewNetwork(ctrd, NetworkOptions{CacheDir: n.cacheDir, ConfDir: n.confDir, BinDir: "/nonexistent"})}, log)
+	clock := now
+	loop.now = func() time.Time { return clock }
+	pass := func(what string, after time.Duration, wantReads int, wantKeys ...string) {
+		t.Helper()
+		clock = clock.Add(after)
+		before := ctrd.statusRead
+		r := loop.Pass(context.Background())
+		if r.Err != nil || r.Untrusted != "" {
+			t.Fatalf("%s: pass failed: %v %q", what, r.Err, r.Untrusted)
+		}
+		if got := ctrd.statusRead - before; got != wantReads {
+			t.Errorf("%s: CRI Status asked %d times, want %d", what, got, wantReads)
+		}
+		if got := networkKeys(r); strings.Join(got, ",") != strings.Join(wantKeys, ",") {
+			t.Errorf("%s: proposed %q, want %q", what, got, wantKeys)
+		}
+	}
+	leak := "cni-attachment/pods/" + leaked + "/eth0"
+	pass("the first pass", 0, 1)
+	pass("nothing suspect, a minute later", time.Minute, 0)
+	pass("nothing suspect, StatusEvery after the last read", StatusEvery-time.Minute, 1)
+	n.attach(t, leaked, "10.9.0.4")
+	pass("a suspect", time.Minute, 1, leak)
+	pass("the suspect still there", time.Minute, 1, leak)
+
+	ctrd.cniconfig = n.cniconfig(t, true)
+	buf.Reset()
+	pass("a suspect, and the configuration changed", time.Minute, 1)
+	if !strings.Contains(buf.String(), "containerd's CNI configuration changed") {
+		t.Errorf("the pass that left the network out did not say why: %s", buf.String())
+	}
+	pass("the next pass lists with the new configuration", time.Minute, 1, leak)
+
+	ctrd.statusErr = errors.New("CRI Status on test: unavailable")
+	pass("CRI Status fails", time.Minute, 1)
+	ctrd.statusErr = nil
+	if err := os.Remove(filepath.Join(n.cacheDir, "results", "pods-"+leaked+"-eth0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(n.dataDir, "pods", "10.9.0.4")); err != nil {
+		t.Fatal(err)
+	}
+	pass("after a failure it is read again", time.Minute, 1)
+	pass("and then used again", time.Minute, 0)
+
+	ctrd.cniconfig = "" // containerd reports none: the conf dir is read every pass
+	pass("a conf-dir configuration", StatusEvery, 1)
+	pass("a conf-dir configuration is not used again", time.Minute, 1)
 }

@@ -291,7 +291,7 @@ func (n fakeNode) loop(network bool) *Loop {
 // would be left out of the plan, or the node's network is not what the
 // fake node has: two cache entries and one reservation a pod.
 func (l *Loop) readNetwork(ctx context.Context, snap cri.Snapshot, pods int) (*gc.NetworkInput, error) {
-	listing, err := l.listNetwork(ctx)
+	listing, err := l.listNetwork(ctx, now)
 	in := l.networkInput(ctx, gc.Input{Sandboxes: snap.Sandboxes, Containers: snap.Containers, Unreadable: snap.Malformed}, listing, err)
 	switch {
 	case err != nil:
