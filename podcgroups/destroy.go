@@ -227,7 +227,7 @@ func (h host) notSelf(procs []cgroupProcs) error {
 func listProcs(ctx context.Context, targets []target) ([]cgroupProcs, error) {
 	var out []cgroupProcs
 	for _, t := range targets {
-		dirs, err := cgroupDirs(ctx, t.path)
+		dirs, err := cgroupDirs(ctx, t.path, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -373,7 +373,7 @@ func leftError(left []cgroupProcs, killErrs []error) error {
 func remove(ctx context.Context, targets []target) error {
 	var errs []error
 	for _, t := range targets {
-		dirs, err := cgroupDirs(ctx, t.path)
+		dirs, err := cgroupDirs(ctx, t.path, nil)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -267,7 +267,7 @@ func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) erro
 		s.pods[uid] = pod // by name only: not even its path is kept
 		return nil
 	}
-	dirs, err := cgroupDirs(ctx, path)
+	dirs, err := cgroupDirs(ctx, path, s.buf)
 	if err != nil {
 		return err
 	}

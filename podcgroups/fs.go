@@ -55,7 +55,7 @@ func readDir(ctx context.Context, dir string) ([]fs.DirEntry, error) {
 // symlink is not a cgroup and is left out). A top that does not exist gives
 // nothing; so does a subdirectory removed while it is listed, since a gone
 // cgroup has nothing left in it.
-func cgroupDirs(ctx context.Context, top string) ([]string, error) {
+func cgroupDirs(ctx context.Context, top string, buf []byte) ([]string, error) {
 	fi, err := os.Lstat(top)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -66,19 +66,23 @@ func cgroupDirs(ctx context.Context, top string) ([]string, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("cgroup %s is not a directory (mode %s)", top, fi.Mode().Type())
 	}
+	if buf == nil {
+		buf = make([]byte, direntBufSize)
+	}
 	dirs := []string{top}
 	for i := 0; i < len(dirs); i++ {
-		entries, err := readDir(ctx, dirs[i])
+		// Raw entries: a v1 cgroup dir holds a few dozen control files,
+		// and only its subdirectories are wanted.
+		names, _, err := subdirs(ctx, dirs[i], buf)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("cgroup %s cannot be read: %w", dirs[i], err)
 		}
-		for _, e := range entries {
-			if e.IsDir() {
-				dirs = append(dirs, filepath.Join(dirs[i], e.Name()))
-			}
+		slices.Sort(names)
+		for _, name := range names {
+			dirs = append(dirs, dirs[i]+"/"+name)
 		}
 	}
 	return dirs, nil

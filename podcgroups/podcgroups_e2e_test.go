@@ -120,7 +120,7 @@ func (l *lab) cleanup() {
 	for _, h := range l.hierarchies {
 		top := filepath.Join(h.Path, l.top)
 		for attempt := 0; attempt < 20; attempt++ {
-			dirs, err := cgroupDirs(ctx, top)
+			dirs, err := cgroupDirs(ctx, top, nil)
 			if err != nil {
 				l.t.Errorf("cleanup: %v", err)
 				break
