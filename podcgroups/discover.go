@@ -101,7 +101,8 @@ type Listing struct {
 // and hierarchy); only those inspect says yes to (nil: all) are looked
 // into: their descendants, processes and CPU (PodCgroup.Inspected). A pod
 // with a listed sandbox or container is never a candidate, and on a busy
-// node its cgroups are most of the tree.
+// node its cgroups are most of the tree. A loop lists them with a Scanner,
+// which reads most hierarchies only now and then.
 func Discover(ctx context.Context, opts Options, inspect func(uid string) bool) Listing {
 	tree, failed := layout(ctx, opts)
 	if failed != nil {
@@ -159,8 +160,6 @@ func (t tree) failed(err error) Listing {
 func newScan(t tree, inspect func(uid string) bool) *scan {
 	return &scan{
 		inspect:  inspect,
-		driver:   t.driver,
-		root:     t.root,
 		tree:     t,
 		pods:     map[string]PodCgroup{},
 		pids:     map[string]map[int]struct{}{},
@@ -184,14 +183,13 @@ func (s *scan) listing() Listing {
 	// subdirs gives entries in directory order: sorted, the skips of the
 	// same node read the same every pass.
 	sort.Slice(s.skipped, func(i, j int) bool { return s.skipped[i].Path < s.skipped[j].Path })
-	return Listing{Ready: true, Driver: s.driver, Hierarchies: s.tree.hierarchies, Pods: s.pods, Skipped: s.skipped}
+	return Listing{Ready: true, Driver: s.tree.driver, Hierarchies: s.tree.hierarchies, Pods: s.pods, Skipped: s.skipped}
 }
 
 // scan accumulates one Discover pass.
 type scan struct {
+	tree    tree
 	inspect func(uid string) bool // nil: every pod
-	driver  Driver
-	root    string
 	pods    map[string]PodCgroup
 	pids    map[string]map[int]struct{} // per UID, across hierarchies
 	cpuMin  map[string]bool             // per UID: every CPU file seen is at the minimum
@@ -200,7 +198,6 @@ type scan struct {
 	// (path to pod UID), as opposed to names that are not pod cgroups.
 	twoClass map[string]string
 	buf      []byte // for subdirs
-	tree     tree
 }
 
 // visitFunc is what a scan does with a pod cgroup it found by name in a
@@ -230,7 +227,7 @@ func (s *scan) parent(ctx context.Context, h Hierarchy, p podParent, visit visit
 		path := dir + "/" + name // dir is clean, the name one component
 		uid, ok := p.parse(name)
 		if !ok {
-			s.skipped = append(s.skipped, Skipped{path, fmt.Sprintf("not a %s pod cgroup name for %s pods here (want %s)", s.driver, p.qos, p.want)})
+			s.skipped = append(s.skipped, Skipped{path, fmt.Sprintf("not a %s pod cgroup name for %s pods here (want %s)", s.tree.driver, p.qos, p.want)})
 			continue
 		}
 		if visit == nil {
@@ -261,7 +258,7 @@ func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) erro
 		return nil
 	}
 	if !seen {
-		pod = PodCgroup{UID: uid, QOS: qos, Driver: s.driver, Root: s.root, Inspected: s.inspect == nil || s.inspect(uid)}
+		pod = PodCgroup{UID: uid, QOS: qos, Driver: s.tree.driver, Root: s.tree.root, Inspected: s.inspects(uid)}
 	}
 	if !pod.Inspected {
 		s.pods[uid] = pod // by name only: not even its path is kept
