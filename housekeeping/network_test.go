@@ -1,9 +1,11 @@
 package housekeeping
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -149,6 +151,41 @@ func (n netNode) netnsOf(id string) string {
 	return filepath.Join(n.netnsDir, "cni-"+id[:8]+"-0000-4000-8000-000000000000")
 }
 
+// loop is a loop on the node, with containerd's side ctrd, whose CRI
+// listing has a live kubelet pod u<i> for each sandbox ID in live
+// (leak_grace an hour), and its log.
+func (n netNode) loop(t *testing.T, ctrd *fakeContainerd, live ...string) (*Loop, *bytes.Buffer) {
+	t.Helper()
+	kubeletRoot := t.TempDir()
+	snap := cri.Snapshot{TakenAt: now}
+	for i, id := range live {
+		uid := fmt.Sprintf("u%d", i+1)
+		if err := os.MkdirAll(filepath.Join(kubeletRoot, "pods", uid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: id, UID: uid, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)})
+	}
+	rt := &fakeRuntime{}
+	rt.set(snap, nil)
+	log, buf := testLogger()
+	return New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot,
+		Policy:  gc.Policy{LeakGrace: time.Hour, Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
+		Network: NewNetwork(ctrd, NetworkOptions{CacheDir: n.cacheDir, ConfDir: n.confDir, BinDir: "/nonexistent"})}, log), buf
+}
+
+// passProposing runs a pass of loop that must list and plan, and checks
+// the network steps it proposed, due or not.
+func passProposing(t *testing.T, loop *Loop, what string, wantKeys ...string) {
+	t.Helper()
+	r := loop.Pass(context.Background())
+	if r.Err != nil || r.Untrusted != "" {
+		t.Fatalf("%s: pass failed: %v %q", what, r.Err, r.Untrusted)
+	}
+	if got := networkKeys(r); strings.Join(got, ",") != strings.Join(wantKeys, ",") {
+		t.Errorf("%s: proposed %q, want %q", what, got, wantKeys)
+	}
+}
+
 // networkKeys are the network steps a pass proposed, due or not.
 func networkKeys(r PassResult) []string {
 	actions := append([]gc.Action(nil), r.Plan.Actions...)
@@ -224,32 +261,13 @@ func TestAPassReadsContainerdsRecordsOnlyForSuspects(t *testing.T) {
 		}
 	}
 	ctrd := &fakeContainerd{netnsDir: n.netnsDir}
-	kubeletRoot := t.TempDir()
-	for _, d := range []string{"pods/u1", "pods/u2"} {
-		if err := os.MkdirAll(filepath.Join(kubeletRoot, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rt := &fakeRuntime{}
-	rt.set(cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{
-		{ID: live1, UID: "u1", Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels("u1")},
-		{ID: live2, UID: "u2", Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels("u2")}}}, nil)
-	log, _ := testLogger()
-	loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot,
-		Policy:  gc.Policy{LeakGrace: time.Hour, Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
-		Network: NewNetwork(ctrd, NetworkOptions{CacheDir: n.cacheDir, ConfDir: n.confDir, BinDir: "/nonexistent"})}, log)
+	loop, _ := n.loop(t, ctrd, live1, live2)
 	pass := func(what string, wantRecords int, wantKeys ...string) {
 		t.Helper()
 		before := ctrd.recordsRead
-		r := loop.Pass(context.Background())
-		if r.Err != nil || r.Untrusted != "" {
-			t.Fatalf("%s: pass failed: %v %q", what, r.Err, r.Untrusted)
-		}
+		passProposing(t, loop, what, wantKeys...)
 		if got := ctrd.recordsRead - before; got != wantRecords {
 			t.Errorf("%s: containerd's records read %d times, want %d", what, got, wantRecords)
-		}
-		if got := networkKeys(r); strings.Join(got, ",") != strings.Join(wantKeys, ",") {
-			t.Errorf("%s: proposed %q, want %q", what, got, wantKeys)
 		}
 	}
 	pass("a node with no leak", 0)
@@ -328,32 +346,16 @@ func TestContainerdsCNIConfigIsReadAgainWhenDueOrSomethingIsSuspect(t *testing.T
 	const live, leaked = "11ae000000000000000000000000000000000000000000000000000000000000", "1eaced0000000000000000000000000000000000000000000000000000000000"
 	n.attach(t, live, "10.9.0.2")
 	ctrd := &fakeContainerd{netnsDir: n.netnsDir, cniconfig: n.cniconfig(t, false)}
-	kubeletRoot := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(kubeletRoot, "pods/u1"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	rt := &fakeRuntime{}
-	rt.set(cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{
-		{ID: live, UID: "u1", Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels("u1")}}}, nil)
-	log, buf := testLogger()
-	loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot,
-		Policy:  gc.Policy{LeakGrace: time.Hour, Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
-		Network: NewNetwork(ctrd, NetworkOptions{CacheDir: n.cacheDir, ConfDir: n.confDir, BinDir: "/nonexistent"})}, log)
+	loop, buf := n.loop(t, ctrd, live)
 	clock := now
 	loop.now = func() time.Time { return clock }
 	pass := func(what string, after time.Duration, wantReads int, wantKeys ...string) {
 		t.Helper()
 		clock = clock.Add(after)
 		before := ctrd.statusRead
-		r := loop.Pass(context.Background())
-		if r.Err != nil || r.Untrusted != "" {
-			t.Fatalf("%s: pass failed: %v %q", what, r.Err, r.Untrusted)
-		}
+		passProposing(t, loop, what, wantKeys...)
 		if got := ctrd.statusRead - before; got != wantReads {
 			t.Errorf("%s: CRI Status asked %d times, want %d", what, got, wantReads)
-		}
-		if got := networkKeys(r); strings.Join(got, ",") != strings.Join(wantKeys, ",") {
-			t.Errorf("%s: proposed %q, want %q", what, got, wantKeys)
 		}
 	}
 	leak := "cni-attachment/pods/" + leaked + "/eth0"
