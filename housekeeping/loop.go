@@ -158,6 +158,9 @@ type Loop struct {
 	// hierarchy every podcgroups.FullScanEvery (nil: cgroups.enabled =
 	// false).
 	cgroups *podcgroups.Scanner
+	// cgroupsPrimary is the hierarchy the last pass's Scanner read
+	// between full scans, for saying when it changes.
+	cgroupsPrimary string
 	// warned has the problems (malformed entries, unreadable or unparsable
 	// files) logged by the last listed pass; warning is what this pass
 	// sees. A problem is logged once while it lasts, again if it comes
@@ -523,6 +526,11 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		if !cgs.Ready {
 			l.warnOnce("pod cgroups are not cleaned this pass", cgs.Err)
 		}
+		if p := l.cgroups.Primary(); p != "" && p != l.cgroupsPrimary && len(cgs.Hierarchies) > 1 {
+			l.log.WithFields(logrus.Fields{"hierarchy": p, "hierarchies": len(cgs.Hierarchies), "full_scan_every": podcgroups.FullScanEvery}).
+				Info("pod cgroups: between full scans of every hierarchy, passes list the pods of this one (it has the most pod cgroups) and look up the rest by name")
+		}
+		l.cgroupsPrimary = l.cgroups.Primary()
 		for _, s := range cgs.Skipped {
 			l.noteSkipped([]nodefs.Skipped{{Path: s.Path, Reason: s.Reason}})
 		}

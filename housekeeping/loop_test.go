@@ -611,3 +611,27 @@ func TestUnreadableListingEntriesReachThePlan(t *testing.T) {
 	}
 	t.Fatalf("sandbox s1 not kept for its unreadable container: %+v", r.Plan.Kept)
 }
+
+// TestAPassSaysWhichCgroupHierarchyItListsBetweenFullScans: on cgroup v1
+// a pass lists one hierarchy's pods between full scans; the log says which,
+// once, and not on a node with one hierarchy.
+func TestAPassSaysWhichCgroupHierarchyItListsBetweenFullScans(t *testing.T) {
+	for _, v2 := range []bool{false, true} {
+		n := makeFakeNode(t, t.TempDir(), v2, 3, 0)
+		loop := n.loop(false)
+		buf := &bytes.Buffer{}
+		loop.log.(*logrus.Logger).SetOutput(buf)
+		for range 3 {
+			if r := loop.Pass(context.Background()); r.Err != nil || r.Untrusted != "" {
+				t.Fatalf("v2 %v: pass failed: %v %q", v2, r.Err, r.Untrusted)
+			}
+		}
+		said := strings.Count(buf.String(), "pod cgroups: between full scans")
+		switch {
+		case v2 && said != 0:
+			t.Errorf("one hierarchy, yet said %d times which one is listed: %s", said, buf.String())
+		case !v2 && (said != 1 || !strings.Contains(buf.String(), "hierarchy="+n.cgroups.Mountpoint+"/")):
+			t.Errorf("v1: said %d times which hierarchy is listed, want once, naming one under %s: %s", said, n.cgroups.Mountpoint, buf.String())
+		}
+	}
+}
