@@ -4,16 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
 )
 
 // PodDirs is kubelet's own record of the pods on the node: the
@@ -48,7 +48,7 @@ func (d PodDirs) Present(uid string) bool {
 // from partial data: any error while reading makes it not ready.
 func ListPodDirs(ctx context.Context, kubeletRoot string) PodDirs {
 	dir := filepath.Join(kubeletRoot, "pods")
-	entries, err := readDir(ctx, dir)
+	entries, err := dirlist.Read(ctx, dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			err = fmt.Errorf("kubelet pods dir %s does not exist: is kubelet_root right? (pods.source = \"none\" disables the oracle): %w", dir, err)
@@ -95,7 +95,7 @@ type Skipped struct {
 // other entry is in skipped with the reason. err is set when dir itself
 // cannot be read, and then nothing is returned.
 func ListPodLogDirs(ctx context.Context, dir string) (dirs []PodLogDir, skipped []Skipped, err error) {
-	entries, err := readDir(ctx, dir)
+	entries, err := dirlist.Read(ctx, dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("pod logs dir %s: %w", dir, err)
 	}
@@ -180,7 +180,7 @@ type ContainerLogLink struct {
 // more and is left out: the caller knows no rule can act on it, e.g. the
 // link of a listed running container.
 func ListContainerLogLinks(ctx context.Context, dir, podLogsDir string, candidate func(ContainerLogLink) bool) ([]ContainerLogLink, []Skipped, error) {
-	entries, err := readDir(ctx, dir)
+	entries, err := dirlist.Read(ctx, dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("container logs dir %s: %w", dir, err)
 	}
@@ -375,34 +375,4 @@ func (t logTargets) examine(linkDir, target string) (dangling bool, reason strin
 		}
 	}
 	return false, "" // the last component exists, whatever it is
-}
-
-// readDir reads all entries of dir, sorted by name, checking ctx between
-// batches so that a huge directory does not outlive a pass's deadline. Entry
-// types have lstat semantics (a symlink is reported as a symlink).
-func readDir(ctx context.Context, dir string) ([]fs.DirEntry, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var all []fs.DirEntry
-	for {
-		batch, err := f.ReadDir(1024)
-		all = append(all, batch...)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-	}
-	slices.SortFunc(all, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	return all, nil
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
 )
 
 // Version is a cgroup version: 1 (one hierarchy per controller) or 2 (unified).
@@ -318,7 +320,7 @@ func findHierarchies(ctx context.Context, mountpoint string) ([]Hierarchy, error
 	if unified {
 		return []Hierarchy{{Path: mountpoint, Version: V2}}, nil
 	}
-	entries, err := readDir(ctx, mountpoint)
+	entries, err := dirlist.Read(ctx, mountpoint)
 	if err != nil {
 		return nil, fmt.Errorf("cgroups mountpoint %s cannot be read: %w", mountpoint, err)
 	}

@@ -6,13 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,35 +18,6 @@ import (
 // procsFile lists the processes (thread group IDs) of one cgroup, in both
 // versions.
 const procsFile = "cgroup.procs"
-
-// readDir reads all entries of dir sorted by name, checking ctx between
-// batches. Entry types have lstat semantics: a symlink is a symlink.
-func readDir(ctx context.Context, dir string) ([]fs.DirEntry, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var all []fs.DirEntry
-	for {
-		batch, err := f.ReadDir(1024)
-		all = append(all, batch...)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-	}
-	slices.SortFunc(all, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	return all, nil
-}
 
 // cgroupDirs returns top and every directory below it, parents before
 // children, without following symlinks (a cgroup file system has none, so a

@@ -10,11 +10,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
 )
 
 // Kinds of Unreadable entries.
@@ -296,7 +296,7 @@ func parseCacheEntry(path, name string, data []byte, info fs.FileInfo) (a Attach
 // (nil: read).
 func listAttachments(ctx context.Context, cfg Config, cacheDir string, c *fileCache) ([]Attachment, []Unreadable, error) {
 	dir := filepath.Join(cacheDir, "results")
-	d, entries, err := openDir(ctx, dir)
+	d, entries, err := dirlist.Open(ctx, dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
 	}
@@ -364,7 +364,7 @@ func listReservations(ctx context.Context, cfg Config, c *fileCache) ([]Reservat
 // listReservationsOf reads the reservation files in n's host-local dir,
 // each through c (nil: read).
 func listReservationsOf(ctx context.Context, n Network, c *fileCache) ([]Reservation, []Unreadable, error) {
-	d, entries, err := openDir(ctx, n.HostLocalDir)
+	d, entries, err := dirlist.Open(ctx, n.HostLocalDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
 	}
@@ -462,46 +462,6 @@ func readSmallFile(path string, limit int64) ([]byte, fs.FileInfo, error) {
 		return nil, nil, fmt.Errorf("%s is more than %d bytes, more than its writer ever writes", path, limit)
 	}
 	return buf.Bytes(), info, nil
-}
-
-// readDir reads all entries of dir, sorted by name, checking ctx between
-// batches. Entry types have lstat semantics.
-func readDir(ctx context.Context, dir string) ([]fs.DirEntry, error) {
-	f, entries, err := openDir(ctx, dir)
-	if err != nil {
-		return nil, err
-	}
-	f.Close()
-	return entries, nil
-}
-
-// openDir is readDir that leaves dir open, for the caller to close, when it
-// returns no error.
-func openDir(ctx context.Context, dir string) (*os.File, []fs.DirEntry, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	var all []fs.DirEntry
-	for {
-		batch, err := f.ReadDir(1024)
-		all = append(all, batch...)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err == nil {
-			err = ctx.Err()
-		}
-		if err != nil {
-			f.Close()
-			return nil, nil, err
-		}
-	}
-	slices.SortFunc(all, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	return f, all, nil
 }
 
 // joinPrefix is what filepath.Join(dir, name) puts before name, for any name

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 )
 
@@ -113,7 +114,7 @@ func nsfsStat(path string) (ino uint64, mtime time.Time, ok bool, err error) {
 // listNetnsPaths reads the names in netnsDir that have containerd's format
 // for a namespace mount, as paths under netnsDir.
 func listNetnsPaths(ctx context.Context, netnsDir string) ([]string, error) {
-	entries, err := readDir(ctx, netnsDir)
+	entries, err := dirlist.Read(ctx, netnsDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

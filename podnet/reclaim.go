@@ -17,6 +17,8 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/version"
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
 )
 
 // lockPollInterval is how often ReleaseReservation tries host-local's lock
@@ -384,7 +386,7 @@ func (r *Reclaimer) RemoveNetns(ctx context.Context, n Netns) error {
 // spelt the directory, and even when the entry cannot be decoded.
 func (r *Reclaimer) attachmentIn(ctx context.Context, netnsPath string) (string, error) {
 	dir := filepath.Join(r.cacheDir, "results")
-	entries, err := readDir(ctx, dir)
+	entries, err := dirlist.Read(ctx, dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
