@@ -53,15 +53,17 @@ var badConfigs = []struct {
 	{"negative_duration_slow_pass_warning", "[housekeeping]\nslow_pass_warning = \"-1ms\"\n", "housekeeping.slow_pass_warning", 2, "must not be negative"},
 	{"negative_duration_min_age", "[containers]\nmin_age = \"-1h\"\n", "containers.min_age", 2, "must not be negative"},
 	{"negative_duration_stop_timeout", "[orphans]\nstop_timeout = \"-1s\"\n", "orphans.stop_timeout", 2, "must not be negative"},
-	{"zero_duration_period", "[housekeeping]\nperiod = \"0s\"\n", "housekeeping.period", 2, `must be positive, got "0s"`},
-	{"negative_duration_period", "[housekeeping]\nperiod = \"-30s\"\n", "housekeeping.period", 2, "must be positive"},
-	{"zero_duration_rpc_timeout", "[runtime]\nrpc_timeout = \"0\"\n", "runtime.rpc_timeout", 2, "must be positive"},
+	{"zero_duration_period", "[housekeeping]\nperiod = \"0s\"\n", "housekeeping.period", 2, `must be at least 1s, got "0s"`},
+	{"negative_duration_period", "[housekeeping]\nperiod = \"-30s\"\n", "housekeeping.period", 2, "must be at least 1s"},
+	{"period_in_milliseconds_is_a_typo", "[housekeeping]\nperiod = \"30ms\"\nleak_grace = \"5m\"\n", "housekeeping.period", 2, `must be at least 1s, got "30ms": every pass lists every pod`},
+	{"zero_duration_rpc_timeout", "[runtime]\nrpc_timeout = \"0\"\n", "runtime.rpc_timeout", 2, "must be at least 1s"},
+	{"rpc_timeout_in_milliseconds_is_a_typo", "[runtime]\nrpc_timeout = \"10ms\"\n", "runtime.rpc_timeout", 2, `must be at least 1s, got "10ms": a busy containerd takes longer`},
 
 	// leak_grace is at least the period (unless one of them is invalid itself).
 	{"leak_grace_shorter_than_period", "[housekeeping]\nperiod = \"1m\"\nleak_grace = \"59s\"\n", "housekeeping.leak_grace", 3, `must be at least housekeeping.period (1m0s), got "59s": an object would be acted on the first time a pass sees it`},
 	{"leak_grace_zero", "[housekeeping]\nleak_grace = \"0s\"\n", "housekeeping.leak_grace", 2, "use 'nri-housekeeper once --leak-grace 0s'"},
 	{"leak_grace_default_shorter_than_period", "[housekeeping]\nperiod = \"10m\"\n", "housekeeping.leak_grace", 0, `must be at least housekeeping.period (10m0s), got "5m0s"`},
-	{"leak_grace_not_compared_with_zero_period", "[housekeeping]\nperiod = \"0s\"\nleak_grace = \"0s\"\n", "housekeeping.period", 2, "must be positive"},
+	{"leak_grace_not_compared_with_zero_period", "[housekeeping]\nperiod = \"0s\"\nleak_grace = \"0s\"\n", "housekeeping.period", 2, "must be at least 1s"},
 	{"leak_grace_negative_not_compared_with_period", "[housekeeping]\nleak_grace = \"-1s\"\n", "housekeeping.leak_grace", 2, "must not be negative"},
 
 	// Counts.
@@ -144,7 +146,7 @@ var badConfigs = []struct {
 
 	// Key forms other than [section] + key.
 	{"dotted_key_at_top_level", "dry_run = true\nhousekeeping.period = \"1 m\"\n", "housekeeping.period", 2, "invalid duration"},
-	{"inline_table", "\n\nhousekeeping = { max_parallel = 4, period = \"0s\" }\n", "housekeeping.period", 3, "must be positive"},
+	{"inline_table", "\n\nhousekeeping = { max_parallel = 4, period = \"0s\" }\n", "housekeeping.period", 3, "must be at least 1s"},
 	{"inline_table_unknown_key", "log = { level = \"info\", colour = true }\n", "log.colour", 1, "unknown key"},
 	{"quoted_key", "[\"housekeeping\"]\n\"period\" = \"x\"\n", "housekeeping.period", 2, "invalid duration"},
 	{"quoted_unknown_key", "[log]\n\"a b\" = 1\n", `log."a b"`, 2, "unknown key"},
@@ -614,7 +616,8 @@ func TestValidateReportsWithoutSourceOrLine(t *testing.T) {
 	if len(ps) != 2 {
 		t.Fatalf("want 2 problems, got %v", err)
 	}
-	if got, want := ps[0].Error(), `housekeeping.period: must be positive, got "0s" (use e.g. "30s")`; got != want {
+	if got, want := ps[0].Error(), `housekeeping.period: must be at least 1s, got "0s": every pass lists every pod and reads the node's pod dirs and cgroups: `+
+		`a typo such as "30ms" for "30s" would do that dozens of times a second; use e.g. "30s"`; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 	if ps[1].Key != "runtime.endpoint" || ps[1].Source != "" || ps[1].Line != 0 {

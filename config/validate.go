@@ -12,8 +12,10 @@ import (
 
 // validate records every semantic problem of c.
 //
-// Durations: period and rpc_timeout must be positive (a zero period would
-// spin, a zero timeout would fail every call). leak_grace must be at least
+// Durations: period and rpc_timeout must be at least a second (MinPeriod,
+// MinRPCTimeout): a shorter period is a typo that makes the plugin list the
+// node dozens of times a second, a shorter timeout fails calls a busy
+// containerd answers a moment later. leak_grace must be at least
 // the period: shorter, an object would be acted on the first time a pass
 // sees it (a one-off pass overrides it with once --leak-grace, which is not
 // validated here). The others may be zero: startup_delay 0 = no delay beyond
@@ -24,10 +26,11 @@ import (
 // so that a key gets one problem.
 func validate(p *problems, c Config) {
 	h := c.Housekeeping
-	positive(p, "housekeeping.period", h.Period)
+	atLeastDuration(p, "housekeeping.period", h.Period, MinPeriod,
+		"every pass lists every pod and reads the node's pod dirs and cgroups: a typo such as \"30ms\" for \"30s\" would do that dozens of times a second; use e.g. \"30s\"")
 	nonNegative(p, "housekeeping.startup_delay", h.StartupDelay)
 	nonNegative(p, "housekeeping.leak_grace", h.LeakGrace)
-	if h.Period > 0 && h.LeakGrace >= 0 && h.LeakGrace < h.Period {
+	if h.Period >= MinPeriod && h.LeakGrace >= 0 && h.LeakGrace < h.Period {
 		p.add("housekeeping.leak_grace", "must be at least housekeeping.period (%s), got %q: an object would be acted on the first time a pass sees it, "+
 			"before kubelet had a chance (a new pod's cgroup exists before its pod dir); for a one-off pass on purpose use 'nri-housekeeper once --leak-grace 0s'",
 			h.Period, h.LeakGrace.String())
@@ -55,7 +58,8 @@ func validate(p *problems, c Config) {
 	if ns := c.Runtime.Namespace; len(ns) > 76 || !namespace.MatchString(ns) {
 		p.add("runtime.namespace", "invalid namespace %s (expected a containerd namespace such as \"k8s.io\": letters and digits separated by single . _ or -, at most 76 characters)", quote(ns))
 	}
-	positive(p, "runtime.rpc_timeout", c.Runtime.RPCTimeout)
+	atLeastDuration(p, "runtime.rpc_timeout", c.Runtime.RPCTimeout, MinRPCTimeout,
+		"a busy containerd takes longer than that to answer, and every pass would fail; use e.g. \"10s\"")
 
 	oneOf(p, "pods.source", c.Pods.Source, PodsSourceKubeletDir, PodsSourceNone)
 	absPath(p, "pods.kubelet_root", c.Pods.KubeletRoot)
@@ -117,9 +121,18 @@ var (
 	namespace = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
 )
 
-func positive(p *problems, key string, d time.Duration) {
-	if d <= 0 {
-		p.add(key, "must be positive, got %q (use e.g. \"30s\")", d.String())
+// MinPeriod and MinRPCTimeout are the least housekeeping.period and
+// runtime.rpc_timeout a configuration may set.
+const (
+	MinPeriod     = time.Second
+	MinRPCTimeout = time.Second
+)
+
+// atLeastDuration: d must be at least least; why says what a smaller one
+// would do.
+func atLeastDuration(p *problems, key string, d, least time.Duration, why string) {
+	if d < least {
+		p.add(key, "must be at least %s, got %q: %s", least, d.String(), why)
 	}
 }
 

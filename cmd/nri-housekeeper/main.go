@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
@@ -44,7 +45,8 @@ Usage:
   nri-housekeeper config check FILE       validate a configuration file
   nri-housekeeper config example          print the documented example configuration
   nri-housekeeper version                 print version information
-  nri-housekeeper help                    show this text
+  nri-housekeeper help [COMMAND]          show this text, or a command's help
+                                          (also: nri-housekeeper COMMAND --help)
 
 Modes:
   external        started by systemd or a DaemonSet; connects to nri.socket
@@ -74,24 +76,145 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "run":
-		return runPlugin(args, stderr)
+		return runPlugin(args, stdout, stderr)
 	case "report", "once":
 		return oneShot(cmd, args, stdout, stderr)
 	case "config":
 		return configCommand(args, stdout, stderr)
 	case "version":
+		if code, done := noArguments(cmd, args, stdout, stderr); done {
+			return code
+		}
 		fmt.Fprintln(stdout, versionString())
 		return 0
 	case "help":
-		fmt.Fprint(stdout, usage)
-		return 0
+		switch {
+		case len(args) == 0:
+			fmt.Fprint(stdout, usage)
+			return 0
+		case len(args) == 1 && commandHelp[args[0]] != "":
+			fmt.Fprint(stdout, commandHelp[args[0]])
+			return 0
+		}
+		fmt.Fprintf(stderr, "nri-housekeeper help: no help for %q; commands: run, report, once, config, version\n", strings.Join(args, " "))
+		return 2
 	}
 	fmt.Fprintf(stderr, "nri-housekeeper: unknown command %q\n\n%s", cmd, usage)
 	return 2
 }
 
+// commandHelp is each command's own help ('nri-housekeeper CMD --help',
+// 'nri-housekeeper help CMD'); a command with flags has them printed after.
+var commandHelp = map[string]string{
+	"run":     usage,
+	"report":  reportHelp,
+	"once":    onceHelp,
+	"config":  configHelp,
+	"version": "Usage: nri-housekeeper version\n\nPrints the version of nri-housekeeper, of Go, and of the NRI and CRI API modules it was built with.\n",
+}
+
+const reportHelp = `Usage: nri-housekeeper report [--json] [--config FILE] [--leak-grace D]
+
+One fresh CRI listing and plan, printed: what is leaked, what would be done,
+and why the rest is kept. It changes nothing on the node and never writes the
+state file. It needs no running plugin: it reads containerd (runtime.endpoint),
+kubelet's pod dirs, the pod cgroups and the network's files itself, with the
+configuration given (built-in defaults without --config).
+
+There are no grace clocks between runs, so leak_grace counts from now: with
+the default grace every leak shows as waiting for it; --leak-grace 0s shows
+every leak as due.
+
+Exit status: 0 printed; 1 the listing or the printing failed; 2 a bad flag,
+argument or configuration, or an unusable runtime.endpoint.
+
+Flags:
+`
+
+const onceHelp = `Usage: nri-housekeeper once [--config FILE] [--leak-grace D]
+
+One housekeeping pass, executed: the same listing and plan as 'report', then
+every step that is due is taken, each checked again right before it runs.
+It acts for real unless the configuration sets dry_run = true (the built-in
+default is false): run 'report' first. Its budgeted steps count in the state
+file's hour (it takes the file's lock); beside a running plugin, which holds
+the lock, it takes no budgeted step and says why. Logs and one line per step
+go to stderr, the report to stdout.
+
+There are no grace clocks between runs, so leak_grace counts from now: with
+the default grace nothing is due yet; --leak-grace 0s acts on the listing as
+it is.
+
+Exit status: 0 every step taken succeeded (or none was due); 1 the listing
+failed, or a step failed; 2 a bad flag, argument or configuration, or an
+unusable runtime.endpoint.
+
+Flags:
+`
+
+const configHelp = `Usage:
+  nri-housekeeper config check FILE   validate a configuration file: every problem
+                                      with its line and key (exit 1), deprecated
+                                      keys as warnings, "FILE: OK" (exit 0)
+  nri-housekeeper config example      print the documented example configuration:
+                                      every key, its default and what it does
+`
+
+// noArguments ends a command that takes neither flags nor arguments: with
+// its help (exit 0) when asked for, with an error (exit 2) for anything
+// else.
+func noArguments(cmd string, args []string, stdout, stderr io.Writer) (code int, done bool) {
+	switch {
+	case len(args) == 0:
+		return 0, false
+	case len(args) == 1 && isHelpFlag(args[0]):
+		fmt.Fprint(stdout, commandHelp[cmd])
+		return 0, true
+	}
+	fmt.Fprintf(stderr, "nri-housekeeper %s: unexpected argument %q; see 'nri-housekeeper %s --help'\n", cmd, args[0], cmd)
+	return 2, true
+}
+
+func isHelpFlag(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
+
+// parseFlags parses a command's flags. Help asked for (-h, --help) is
+// printed to stdout with the flags and ends the command (exit 0); a bad
+// flag or any argument left after the flags is said on stderr and ends it
+// (exit 2): these commands take no arguments, and one is most likely a
+// configuration file given without --config, which must not be run with
+// the built-in defaults instead.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, done bool) {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {} // the error is said by Parse, the pointer to help below
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, commandHelp[fs.Name()])
+		if fs.Name() == "run" {
+			fmt.Fprint(stdout, "\nFlags of run:\n")
+		}
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return 0, true
+	case err != nil:
+		fmt.Fprintf(stderr, "see 'nri-housekeeper %s --help'\n", fs.Name())
+		return 2, true
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "nri-housekeeper %s: unexpected argument %q: %s takes flags only (a configuration file is given "+
+			"with --config FILE); see 'nri-housekeeper %s --help'\n", fs.Name(), fs.Arg(0), fs.Name(), fs.Name())
+		return 2, true
+	}
+	return 0, false
+}
+
 func configCommand(args []string, stdout, stderr io.Writer) int {
 	switch {
+	case len(args) == 1 && isHelpFlag(args[0]),
+		len(args) == 2 && (args[0] == "check" || args[0] == "example") && isHelpFlag(args[1]):
+		fmt.Fprint(stdout, configHelp)
+		return 0
 	case len(args) == 1 && args[0] == "example":
 		fmt.Fprint(stdout, config.Example())
 		return 0
@@ -114,7 +237,7 @@ func configCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: OK\n", args[1])
 		return 0
 	}
-	fmt.Fprint(stderr, "usage: nri-housekeeper config check FILE | nri-housekeeper config example\n")
+	fmt.Fprint(stderr, configHelp)
 	return 2
 }
 
@@ -136,20 +259,11 @@ func moduleVersion(path string) string {
 }
 
 // runPlugin is the `run` command.
-func runPlugin(args []string, stderr io.Writer) int {
+func runPlugin(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "TOML configuration file (external mode); built-in defaults when empty")
-	fs.Usage = func() { fmt.Fprint(stderr, usage, "\nFlags of run:\n"); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "nri-housekeeper run: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, done := parseFlags(fs, args, stdout, stderr); done {
+		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

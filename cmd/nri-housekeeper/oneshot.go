@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,18 +27,14 @@ import (
 // it is (once) or shows it all as due (report).
 func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "TOML configuration file; built-in defaults when empty")
 	grace := fs.String("leak-grace", "", "override housekeeping.leak_grace (e.g. 0s: no history is kept between runs, so grace counts from now)")
 	asJSON := false
 	if cmd == "report" {
 		fs.BoolVar(&asJSON, "json", false, "print JSON instead of tables")
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := parseFlags(fs, args, stdout, stderr); done {
+		return code
 	}
 	cfg := config.Default()
 	if *configPath != "" {
@@ -67,6 +62,9 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = closeLog() }()
+	for _, n := range cfg.Notices { // deprecated keys, and what they do here
+		log.Warn(n)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
