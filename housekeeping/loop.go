@@ -534,6 +534,7 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		for _, s := range cgs.Skipped {
 			l.noteSkipped([]nodefs.Skipped{{Path: s.Path, Reason: s.Reason}})
 		}
+		l.compareCgroupsWithTeardown(cgs)
 		in.PodCgroups = &cgs
 	}
 	in.PodDirs = l.inspectPodDirs(ctx, in.Oracle.PodDirs, listed)

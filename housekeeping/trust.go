@@ -19,6 +19,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -87,6 +88,14 @@ type tornDownMark struct {
 	// first inspection after the mark; nil until then. More of them later
 	// means kubelet is setting up a pod of that UID again.
 	seen map[string]bool
+	// cgroups are its pod cgroup's directories (path to inode number) at
+	// the first inspection after the mark, empty when it had none; nil
+	// until then. One made since (a new path, or one with another inode)
+	// means kubelet is setting up a pod of that UID again: it makes the
+	// pod cgroup before anything else, and a pod with no volumes of its
+	// own (a static pod with hostPath volumes only) adds nothing to its
+	// pod dir until its sandbox runs.
+	cgroups map[string]uint64
 }
 
 // noteTeardown keeps the torn-down mark of one pod in step with podstate: a
@@ -122,6 +131,58 @@ func (l *Loop) compareWithTeardown(d nodefs.PodDir) {
 		l.log.WithFields(logrus.Fields{logging.FieldPodUID: d.UID, "path": d.Path, "new": strings.Join(grown, ", ")}).
 			Info("the pod dir of a pod seen torn down has grown since: kubelet may be adding a pod of that UID again; its dir and cgroup are no longer treated as orphaned")
 	}
+}
+
+// compareCgroupsWithTeardown drops the torn-down mark of a pod whose pod
+// cgroup was made since the first inspection after the mark (see
+// tornDownMark.cgroups), and takes that first look for the others. A
+// listing that is not ready tells nothing; neither does a pod found by
+// name only (it has listed objects, and is not treated as orphaned).
+func (l *Loop) compareCgroupsWithTeardown(cgs podcgroups.Listing) {
+	if !cgs.Ready {
+		return
+	}
+	for uid, mark := range l.tornDown {
+		pod, found := cgs.Pods[uid]
+		if found && !pod.Inspected {
+			continue
+		}
+		now := cgroupDirsOf(pod)
+		if mark.cgroups == nil {
+			mark.cgroups = now
+			continue
+		}
+		if made := cgroupsMadeSince(mark.cgroups, now); len(made) > 0 {
+			delete(l.tornDown, uid)
+			l.log.WithFields(logrus.Fields{logging.FieldPodUID: uid, "made": strings.Join(made, ", ")}).
+				Info("the pod cgroup of a pod seen torn down was made again since: kubelet may be adding a pod of that UID again; its dir and cgroup are no longer treated as orphaned")
+		}
+	}
+}
+
+// cgroupDirsOf is pod's cgroup dirs, path to inode number (empty for a pod
+// with none).
+func cgroupDirsOf(pod podcgroups.PodCgroup) map[string]uint64 {
+	dirs := make(map[string]uint64, len(pod.Paths))
+	for i, p := range pod.Paths {
+		if i < len(pod.Inodes) {
+			dirs[p] = pod.Inodes[i]
+		}
+	}
+	return dirs
+}
+
+// cgroupsMadeSince are the dirs of now that are not before's: new paths,
+// and paths with another inode (removed and made again).
+func cgroupsMadeSince(before, now map[string]uint64) []string {
+	var made []string
+	for p, ino := range now {
+		if old, ok := before[p]; !ok || old != ino {
+			made = append(made, p)
+		}
+	}
+	sort.Strings(made)
+	return made
 }
 
 func podDirContents(d nodefs.PodDir) map[string]bool {
@@ -217,8 +278,9 @@ func (l *Loop) recheckGone(uid string) error {
 	return nil
 }
 
-// recheckOrphaned checks that the pod is still seen torn down and its dir
-// unchanged; a cgroup destroy also needs the dir still free of volumes.
+// recheckOrphaned checks that the pod is still seen torn down, its dir
+// unchanged and its pod cgroup not made again (looked up by name now); a
+// cgroup destroy also needs the dir still free of volumes.
 func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) error {
 	mark := l.tornDown[uid]
 	if mark == nil {
@@ -242,6 +304,16 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 		if grown := newEntries(mark.seen, podDirContents(d)); len(grown) > 0 {
 			return fmt.Errorf("the pod dir has grown since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
 				strings.Join(grown, ", "))
+		}
+	}
+	if l.opts.Cgroups != nil && mark.cgroups != nil {
+		pod, _, err := podcgroups.Find(ctx, *l.opts.Cgroups, uid)
+		if err != nil {
+			return fmt.Errorf("cannot look the pod's cgroup up again: %w", err)
+		}
+		if made := cgroupsMadeSince(mark.cgroups, cgroupDirsOf(pod)); len(made) > 0 {
+			return fmt.Errorf("the pod cgroup was made again since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
+				strings.Join(made, ", "))
 		}
 	}
 	if a.Rule == gc.RuleCgroupOrphaned && (nodefs.PodVolumesExist(d) || len(d.Blockers) > 0) {

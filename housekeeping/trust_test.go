@@ -364,6 +364,90 @@ func TestAPodReAddedOntoItsLingeringPodDirIsLeftAlone(t *testing.T) {
 	}
 }
 
+// Case 4, the pod cgroup: kubelet sets a pod up again by making its pod
+// cgroup first, before its pod dir changes at all (a static pod with
+// hostPath volumes only, such as etcd, put back in its manifest dir onto
+// its lingering dir). A pod cgroup made since the first look after the
+// teardown (where there was none, or in place of the one there was) ends
+// the pod's torn-down mark, and is checked again right before each step
+// that rests on the mark; with nothing made again, the orphaned dir and
+// cgroup are reclaimed.
+func TestAPodWhosePodCgroupIsMadeAgainIsLeftAlone(t *testing.T) {
+	uid := testUID(7)
+	podCgroup := func(mp string) string { return filepath.Join(mp, "memory", "kubepods", "besteffort", "pod"+uid) }
+	makeCgroup := func(t *testing.T, mp string) {
+		// A new directory renamed into place: another inode, whatever the
+		// file system reuses (cgroupfs never gives a new cgroup an old one).
+		made := podCgroup(mp) + ".new"
+		if err := os.MkdirAll(made, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(made, "cgroup.procs"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(podCgroup(mp)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(made, podCgroup(mp)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name         string
+		cgroupBefore bool                           // the pod cgroup was left behind by the teardown
+		before       func(t *testing.T, mp string) // before the last pass
+		race         func(t *testing.T, mp string) // between its plan and its steps
+		want         []string
+	}{
+		{name: "nothing is made again: the orphaned dir and cgroup are reclaimed", cgroupBefore: true,
+			want: []string{"RemoveOrphanedPodDir " + uid, "DestroyPodCgroup " + uid}},
+		{name: "kubelet makes the pod cgroup of a pod that had none left", before: makeCgroup},
+		{name: "kubelet makes the pod cgroup again in place of the one left", cgroupBefore: true, before: makeCgroup},
+		{name: "kubelet makes the pod cgroup between the plan and the steps", race: makeCgroup},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := podDirs(t, uid)
+			var cg *podcgroups.Options
+			if tc.cgroupBefore {
+				cg = fakeCgroups(t, uid)
+			} else {
+				cg = fakeCgroups(t)
+			}
+			policy := reviewPolicy(t.TempDir())
+			policy.LeakGrace, policy.RemoveOrphanedPodDirs = 5*time.Minute, true
+			files := &podDirRemover{root: root}
+			race := func() {}
+			exec := racingExecutor{before: func() { race() }, inner: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil)}
+			rt := &fakeRuntime{}
+			log, _ := testLogger()
+			loop := New(tornDownState(t, uid), rt, Options{Period: time.Minute, KubeletRoot: root, Cgroups: cg, Executor: exec,
+				Synchronized: func() bool { return true }, Policy: policy}, log)
+			loop.started = now.Add(-time.Hour)
+			for _, at := range []time.Duration{0, 3 * time.Minute} {
+				rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
+				loop.Pass(context.Background())
+			}
+			if loop.tornDown[uid] == nil || len(files.done) > 0 {
+				t.Fatalf("seen torn down: %v, done %v before leak_grace: the test proves nothing", loop.tornDown[uid] != nil, files.done)
+			}
+			if tc.before != nil {
+				tc.before(t, cg.Mountpoint)
+			}
+			if tc.race != nil {
+				race = func() { tc.race(t, cg.Mountpoint) }
+			}
+			rt.set(cri.Snapshot{TakenAt: now.Add(6 * time.Minute)}, nil)
+			r := loop.Pass(context.Background())
+			if tc.race != nil && len(r.Plan.Actions) == 0 {
+				t.Fatalf("nothing planned before the race: the test proves nothing (kept %+v)", r.Plan.Kept)
+			}
+			if !slices.Equal(files.done, tc.want) {
+				t.Fatalf("node steps %v, want %v (outcomes %+v)", files.done, tc.want, r.Outcomes)
+			}
+		})
+	}
+}
+
 // Case 6: a budget over time. One orphan a pass stays within any per-pass
 // limit, but stopping live pods without end is what a wrong source looks
 // like: the per-hour budget holds across passes.

@@ -110,9 +110,13 @@ func (h host) targets(pod PodCgroup) ([]target, error) {
 	if len(pod.Paths) == 0 {
 		return nil, &RefusedError{Path: rel, Reason: "no paths given"}
 	}
+	if len(pod.Inodes) != len(pod.Paths) {
+		return nil, &RefusedError{Path: strings.Join(pod.Paths, ", "), Reason: fmt.Sprintf("%d inode numbers for %d paths: "+
+			"not as inspected, so a cgroup made again there could not be told from the one inspected", len(pod.Inodes), len(pod.Paths))}
+	}
 	var out []target
 	seen := map[string]bool{}
-	for _, p := range pod.Paths {
+	for i, p := range pod.Paths {
 		hierarchy, ok := strings.CutSuffix(p, "/"+rel)
 		if !ok || hierarchy == "" || !filepath.IsAbs(p) || filepath.Clean(p) != p {
 			return nil, &RefusedError{Path: p, Reason: fmt.Sprintf("not <hierarchy>/%s, where kubelet puts the cgroup of %s pod %s", rel, pod.QOS, pod.UID)}
@@ -130,6 +134,13 @@ func (h host) targets(pod PodCgroup) ([]target, error) {
 		}
 		if !fi.IsDir() {
 			return nil, &RefusedError{Path: p, Reason: fmt.Sprintf("not a directory (mode %s)", fi.Mode().Type())}
+		}
+		switch ino, err := inode(fi); {
+		case err != nil:
+			return nil, fmt.Errorf("pod cgroup %s: %w", p, err)
+		case ino != pod.Inodes[i]:
+			return nil, &RefusedError{Path: p, Reason: fmt.Sprintf("made again since it was inspected (inode %d, now %d): "+
+				"kubelet may be setting up a pod of that UID again", pod.Inodes[i], ino)}
 		}
 		v, err := h.cgroupVersion(hierarchy, p)
 		if err != nil {

@@ -47,6 +47,23 @@ func dirs(t *testing.T, paths ...string) {
 	}
 }
 
+// inspected is pod as an inspection leaves it: with the inode number of
+// each of its paths (0 for one that does not exist, which Destroy skips).
+func inspected(t *testing.T, pod PodCgroup) PodCgroup {
+	t.Helper()
+	pod.Inodes = nil
+	for _, p := range pod.Paths {
+		var ino uint64
+		if fi, err := os.Lstat(p); err == nil {
+			if ino, err = inode(fi); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pod.Inodes = append(pod.Inodes, ino)
+	}
+	return pod
+}
+
 func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
@@ -74,7 +91,7 @@ func TestDestroyRemovesBottomUpInEveryHierarchy(t *testing.T) {
 			pod.Paths = append(pod.Paths, filepath.Join(mp, "pids", rel))
 
 			f := &fakeHost{}
-			if err := f.host().destroy(context.Background(), pod); err != nil {
+			if err := f.host().destroy(context.Background(), inspected(t, pod)); err != nil {
 				t.Fatal(err)
 			}
 			for _, p := range pod.Paths {
@@ -109,10 +126,10 @@ func TestDestroyAlreadyGoneIsDone(t *testing.T) {
 	pod := PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverCgroupfs, Root: "kubepods",
 		Paths: []string{filepath.Join(mp, "memory", "kubepods", "pod"+uidA)}}
 	f := &fakeHost{}
-	if err := f.host().destroy(context.Background(), pod); err != nil {
+	if err := f.host().destroy(context.Background(), inspected(t, pod)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.host().reduceCPU(context.Background(), pod); err != nil {
+	if err := f.host().reduceCPU(context.Background(), inspected(t, pod)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -128,7 +145,7 @@ func TestDestroyNamesWhatIsLeft(t *testing.T) {
 		filepath.Join(mp, "cpu", "kubepods", "pod"+uidA),
 		filepath.Join(mp, "memory", "kubepods", "pod"+uidA),
 	}}
-	err := (&fakeHost{}).host().destroy(context.Background(), pod)
+	err := (&fakeHost{}).host().destroy(context.Background(), inspected(t, pod))
 	if err == nil || !strings.Contains(err.Error(), stuck) {
 		t.Fatalf("error %v does not name %s", err, stuck)
 	}
@@ -237,7 +254,7 @@ func TestReduceCPU(t *testing.T) {
 	writeFile(t, filepath.Join(mp, "memory", rel, "memory.limit_in_bytes"), "100\n")
 	writeFile(t, filepath.Join(mp, "unified", rel, "cpu.weight"), "100\n")
 
-	if err := (&fakeHost{}).host().reduceCPU(context.Background(), pod); err != nil {
+	if err := (&fakeHost{}).host().reduceCPU(context.Background(), inspected(t, pod)); err != nil {
 		t.Fatal(err)
 	}
 	for file, want := range map[string]string{
@@ -266,7 +283,7 @@ func TestReduceCPUWithoutCPUControllerFails(t *testing.T) {
 	p := filepath.Join(mp, "memory", "kubepods", "pod"+uidA)
 	dirs(t, p)
 	pod := PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{p}}
-	err := (&fakeHost{}).host().reduceCPU(context.Background(), pod)
+	err := (&fakeHost{}).host().reduceCPU(context.Background(), inspected(t, pod))
 	if err == nil || !strings.Contains(err.Error(), p) {
 		t.Fatalf("error %v, want one naming %s", err, p)
 	}
@@ -294,7 +311,7 @@ func TestDestroyChecksSelfBeforeSystemd(t *testing.T) {
 	p := filepath.Join(mp, "memory", rel)
 	cgroup(t, filepath.Join(p, "cri-containerd-"+ctrID+".scope"), os.Getpid())
 	f := &fakeHost{}
-	err = f.host().destroy(context.Background(), PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverSystemd, Root: "kubepods", Paths: []string{p}})
+	err = f.host().destroy(context.Background(), inspected(t, PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverSystemd, Root: "kubepods", Paths: []string{p}}))
 	var refused *RefusedError
 	if !errors.As(err, &refused) || len(f.units) != 0 {
 		t.Fatalf("error %v, units stopped %q; want a refusal and no unit stopped", err, f.units)
@@ -342,4 +359,61 @@ func openFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(entries)
+}
+
+// TestDestroyRefusesACgroupMadeAgainSinceItWasInspected: kubelet makes a
+// pod's cgroup first when it sets up a pod of that UID again (a static pod
+// back in its manifest dir); the cgroup at the same path is then another
+// directory, and neither Destroy nor ReduceCPU may touch it.
+func TestDestroyRefusesACgroupMadeAgainSinceItWasInspected(t *testing.T) {
+	mp := t.TempDir()
+	rel := filepath.Join("kubepods", "burstable", "pod"+uidA)
+	pod := PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods"}
+	for _, h := range []string{"cpu", "memory"} {
+		pod.Paths = append(pod.Paths, filepath.Join(mp, h, rel))
+	}
+	dirs(t, pod.Paths...)
+	writeFile(t, filepath.Join(mp, "cpu", rel, "cpu.shares"), "1024\n")
+	seen := inspected(t, pod)
+	// The memory one made again: a new directory renamed into place, so
+	// that it has another inode whatever the file system reuses.
+	again := pod.Paths[1] + ".new"
+	dirs(t, again)
+	if err := os.Remove(pod.Paths[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(again, pod.Paths[1]); err != nil {
+		t.Fatal(err)
+	}
+	for name, act := range map[string]func(host, context.Context, PodCgroup) error{"destroy": host.destroy, "reduceCPU": host.reduceCPU} {
+		err := act((&fakeHost{}).host(), context.Background(), seen)
+		var refused *RefusedError
+		if !errors.As(err, &refused) || refused.Path != pod.Paths[1] || !strings.Contains(err.Error(), "made again since it was inspected") {
+			t.Errorf("%s: %v, want a refusal naming %s as made again", name, err, pod.Paths[1])
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(mp, "cpu", rel, "cpu.shares")); err != nil || string(got) != "1024\n" || !exists(pod.Paths[1]) {
+		t.Errorf("acted on: cpu.shares %q (%v), memory cgroup there: %v", got, err, exists(pod.Paths[1]))
+	}
+	// As inspected now, it may be acted on.
+	if err := (&fakeHost{}).host().reduceCPU(context.Background(), inspected(t, pod)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(mp, "cpu", rel, "cpu.shares")); string(got) != "2" {
+		t.Errorf("cpu.shares %q after a reduction of the cgroups as inspected now, want 2", got)
+	}
+}
+
+// TestDestroyRefusesAPodCgroupNotAsInspected: without an inode number for
+// every path nothing could tell a cgroup made again from the one inspected.
+func TestDestroyRefusesAPodCgroupNotAsInspected(t *testing.T) {
+	mp := t.TempDir()
+	p := filepath.Join(mp, "memory", "kubepods", "pod"+uidA)
+	dirs(t, p)
+	pod := PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{p}}
+	err := (&fakeHost{}).host().destroy(context.Background(), pod)
+	var refused *RefusedError
+	if !errors.As(err, &refused) || !exists(p) {
+		t.Fatalf("destroy without inode numbers: %v (still there: %v), want a refusal", err, exists(p))
+	}
 }

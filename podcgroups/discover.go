@@ -56,6 +56,12 @@ type PodCgroup struct {
 	// Paths is the pod cgroup directory in every hierarchy where it exists
 	// (absolute), in the order of Listing.Hierarchies; nil unless Inspected.
 	Paths []string
+	// Inodes are the inode numbers of Paths, in the same order, when they
+	// were inspected. A cgroup made again under the same path has a new
+	// one (cgroupfs numbers its directories as it makes them), so Destroy
+	// and ReduceCPU refuse a path whose inode is not this one, and a loop
+	// can tell a pod cgroup kubelet made again from the one it saw.
+	Inodes []uint64
 	// Containers are the names of the pod cgroup's subdirectories in any
 	// hierarchy (container IDs, or cri-containerd-<id>.scope), sorted; for
 	// reports only: Destroy removes every descendant, named or not.
@@ -266,7 +272,7 @@ func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) erro
 		s.pods[uid] = pod // by name only: not even its path is kept
 		return nil
 	}
-	dirs, err := cgroupDirs(ctx, path, s.buf)
+	dirs, ino, err := cgroupTree(ctx, path, s.buf)
 	if err != nil {
 		return err
 	}
@@ -277,6 +283,7 @@ func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) erro
 		s.pids[uid] = map[int]struct{}{}
 	}
 	pod.Paths = append(pod.Paths, path)
+	pod.Inodes = append(pod.Inodes, ino)
 	s.noteCPU(uid, path)
 	for _, d := range dirs {
 		if filepath.Dir(d) == path && !contains(pod.Containers, filepath.Base(d)) {

@@ -125,6 +125,9 @@ func TestDiscoverCgroupfsHybrid(t *testing.T) {
 			filepath.Join(mp, "pids", "kubepods", "besteffort", "pod"+uidStatic),
 		}, Containers: []string{"abc"}, Procs: 2, Inspected: true},
 	}
+	for uid, p := range want { // each path's inode, as inspected
+		want[uid] = inspected(t, p)
+	}
 	if !reflect.DeepEqual(l.Pods, want) {
 		t.Errorf("pods\n got %+v\nwant %+v", l.Pods, want)
 	}
@@ -174,6 +177,9 @@ func TestDiscoverSystemdHybrid(t *testing.T) {
 		uidA: {UID: uidA, QOS: QOSGuaranteed, Driver: DriverSystemd, Root: "kubepods", Paths: pathsA, Containers: []string{scope}, Procs: 1, Inspected: true},
 		uidB: {UID: uidB, QOS: QOSBestEffort, Driver: DriverSystemd, Root: "kubepods", Paths: pathsB, Containers: []string{scope}, Procs: 1, Inspected: true},
 	}
+	for uid, p := range want {
+		want[uid] = inspected(t, p)
+	}
 	if !reflect.DeepEqual(l.Pods, want) {
 		t.Errorf("pods\n got %+v\nwant %+v", l.Pods, want)
 	}
@@ -197,8 +203,8 @@ func TestDiscoverPureV2(t *testing.T) {
 	if want := []Hierarchy{{Path: mp, Version: V2}}; !reflect.DeepEqual(l.Hierarchies, want) {
 		t.Errorf("hierarchies %+v, want %+v", l.Hierarchies, want)
 	}
-	want := PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods",
-		Paths: []string{filepath.Join(mp, "kubepods", "burstable", "pod"+uidA)}, Containers: []string{ctrID}, Procs: 1, Inspected: true}
+	want := inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods",
+		Paths: []string{filepath.Join(mp, "kubepods", "burstable", "pod"+uidA)}, Containers: []string{ctrID}, Procs: 1, Inspected: true})
 	if got := l.Pods[uidA]; len(l.Pods) != 1 || !reflect.DeepEqual(got, want) {
 		t.Errorf("pods %+v, want only %+v", l.Pods, want)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -25,15 +26,25 @@ const procsFile = "cgroup.procs"
 // nothing; so does a subdirectory removed while it is listed, since a gone
 // cgroup has nothing left in it.
 func cgroupDirs(ctx context.Context, top string, buf []byte) ([]string, error) {
+	dirs, _, err := cgroupTree(ctx, top, buf)
+	return dirs, err
+}
+
+// cgroupTree is cgroupDirs, with top's inode number.
+func cgroupTree(ctx context.Context, top string, buf []byte) ([]string, uint64, error) {
 	fi, err := os.Lstat(top)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cgroup %s: %w", top, err)
+		return nil, 0, fmt.Errorf("cgroup %s: %w", top, err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("cgroup %s is not a directory (mode %s)", top, fi.Mode().Type())
+		return nil, 0, fmt.Errorf("cgroup %s is not a directory (mode %s)", top, fi.Mode().Type())
+	}
+	ino, err := inode(fi)
+	if err != nil {
+		return nil, 0, fmt.Errorf("cgroup %s: %w", top, err)
 	}
 	if buf == nil {
 		buf = make([]byte, direntBufSize)
@@ -47,14 +58,23 @@ func cgroupDirs(ctx context.Context, top string, buf []byte) ([]string, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("cgroup %s cannot be read: %w", dirs[i], err)
+			return nil, 0, fmt.Errorf("cgroup %s cannot be read: %w", dirs[i], err)
 		}
 		slices.Sort(names)
 		for _, name := range names {
 			dirs = append(dirs, dirs[i]+"/"+name)
 		}
 	}
-	return dirs, nil
+	return dirs, ino, nil
+}
+
+// inode is the inode number of what fi describes.
+func inode(fi fs.FileInfo) (uint64, error) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, fmt.Errorf("no inode number in %T", fi.Sys())
+	}
+	return st.Ino, nil
 }
 
 // readPids returns the PIDs in dir's cgroup.procs. A cgroup removed

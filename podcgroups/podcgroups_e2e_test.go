@@ -345,7 +345,7 @@ func TestE2ERefusesBelowAnotherCgroup(t *testing.T) {
 	l := newLab(t, top)
 	p := startSleeper(t)
 	paths := l.pod(top+"/nested/kubepods/besteffort/pod"+uidA, ctrID, p, nil)
-	pod := PodCgroup{UID: uidA, QOS: QOSBestEffort, Driver: DriverCgroupfs, Root: "kubepods", Paths: paths}
+	pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBestEffort, Driver: DriverCgroupfs, Root: "kubepods", Paths: paths})
 	for name, act := range map[string]func(context.Context, PodCgroup) error{"Destroy": Destroy, "ReduceCPU": ReduceCPU} {
 		err := act(context.Background(), pod)
 		var refused *RefusedError

@@ -205,6 +205,22 @@ func (s *scan) strays(l Listing, inPrimary map[string]string, among map[string]b
 	return strays
 }
 
+// Find looks pod uid's cgroup up by name in every hierarchy and inspects
+// it, as a full scan finds it; found is false when it has none. It reads
+// nothing of other pods: for a check right before a step.
+func Find(ctx context.Context, opts Options, uid string) (pod PodCgroup, found bool, err error) {
+	t, failed := layout(ctx, opts)
+	if failed != nil {
+		return PodCgroup{}, false, failed.Err
+	}
+	s := newScan(t, nil)
+	if err := s.lookUp(ctx, uid); err != nil {
+		return PodCgroup{}, false, err
+	}
+	pod, found = s.listing().Pods[uid]
+	return pod, found, nil
+}
+
 func (s *scan) inspects(uid string) bool { return s.inspect == nil || s.inspect(uid) }
 
 // lookUp finds pod uid by name in every parent of every hierarchy, in the

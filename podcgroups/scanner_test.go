@@ -180,3 +180,28 @@ func TestScannerScansFullyWhen(t *testing.T) {
 		})
 	}
 }
+
+// TestFindFindsOnePodAsAFullScanDoes: a check right before a step looks one
+// pod up by name in every hierarchy and gets what a full scan gets for it,
+// inode numbers included; a pod with no cgroup is not found, and a tree
+// that cannot be read is an error, not "none".
+func TestFindFindsOnePodAsAFullScanDoes(t *testing.T) {
+	ctx := context.Background()
+	mp := hybridTree(t)
+	podIn(t, mp, uidA, 10, "cpu,cpuacct", "memory", "pids", "unified")
+	podIn(t, mp, uidB, 11, "pids")
+	opts := Options{Mountpoint: mp, Root: "kubepods"}
+	full := Discover(ctx, opts, nil)
+	for _, uid := range []string{uidA, uidB} {
+		pod, found, err := Find(ctx, opts, uid)
+		if err != nil || !found || !reflect.DeepEqual(pod, full.Pods[uid]) {
+			t.Errorf("Find(%s) = %+v, %v, %v; want %+v", uid, pod, found, err, full.Pods[uid])
+		}
+	}
+	if pod, found, err := Find(ctx, opts, uidC); err != nil || found {
+		t.Errorf("Find of a pod with no cgroup = %+v, %v, %v; want not found", pod, found, err)
+	}
+	if _, _, err := Find(ctx, Options{Mountpoint: filepath.Join(mp, "nonexistent"), Root: "kubepods"}, uidA); err == nil {
+		t.Error("Find under a mountpoint that does not exist: no error")
+	}
+}

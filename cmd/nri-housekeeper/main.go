@@ -143,7 +143,9 @@ go to stderr, the report to stdout.
 
 There are no grace clocks between runs, so leak_grace counts from now: with
 the default grace nothing is due yet; --leak-grace 0s acts on the listing as
-it is.
+it is, including a pod kubelet is starting at that instant (its cgroup is made
+a moment before its pod dir, and looks gone meanwhile): use it on a node whose
+kubelet is stopped or stuck, after a 'report'.
 
 Exit status: 0 every step taken succeeded (or none was due); 1 the listing
 failed, or a step failed; 2 a bad flag, argument or configuration, or an
