@@ -394,7 +394,7 @@ func TestAPodWhosePodCgroupIsMadeAgainIsLeftAlone(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name         string
-		cgroupBefore bool                           // the pod cgroup was left behind by the teardown
+		cgroupBefore bool                          // the pod cgroup was left behind by the teardown
 		before       func(t *testing.T, mp string) // before the last pass
 		race         func(t *testing.T, mp string) // between its plan and its steps
 		want         []string

@@ -10,8 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"strconv"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
