@@ -367,3 +367,45 @@ func TestE2ERefusesBelowAnotherCgroup(t *testing.T) {
 	}
 	noneExists(t, paths)
 }
+
+// TestE2EACgroupMadeAgainIsRefused: on the real cgroup file systems a pod
+// cgroup removed and made again under the same path has another inode
+// number (kernfs numbers a directory when it makes it), so a Destroy of
+// the one inspected refuses the new one and leaves its process alone.
+func TestE2EACgroupMadeAgainIsRefused(t *testing.T) {
+	root := uniqueName("nrihk-cgtest")
+	l := newLab(t, root)
+	rel := root + "/besteffort/pod" + uidA
+	for _, h := range l.hierarchies {
+		l.mkdir(h, rel)
+	}
+	seen, ok := discover(t, root).Pods[uidA]
+	if !ok || len(seen.Inodes) != len(l.hierarchies) {
+		t.Fatalf("pod %+v, want it inspected in %d hierarchies", seen, len(l.hierarchies))
+	}
+	// kubelet's teardown and its setup of a pod of the same UID again.
+	for _, p := range seen.Paths {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startSleeper(t)
+	paths := l.pod(rel, ctrID, p, nil)
+	err := Destroy(context.Background(), seen)
+	var refused *RefusedError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "made again since it was inspected") {
+		t.Fatalf("Destroy of the cgroup as inspected before it was made again: %v, want a refusal", err)
+	}
+	t.Log(err)
+	if !p.alive() || !allExist(paths) {
+		t.Fatal("the cgroup made again was acted on")
+	}
+	// As inspected now, it is the one destroyed.
+	if err := Destroy(context.Background(), discover(t, root).Pods[uidA]); err != nil {
+		t.Fatalf("Destroy as inspected now: %v", err)
+	}
+	if !p.killedWithin(5 * time.Second) {
+		t.Error("process not killed")
+	}
+	noneExists(t, paths)
+}
