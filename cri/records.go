@@ -42,7 +42,9 @@ type Records struct {
 	// Containers are the container IDs of every namespace but the CRI one.
 	Containers map[string]string // ID → namespace
 	// Unreadable says which records could not be decoded: they are
-	// listed by ID, but their network namespace is not known.
+	// listed by ID, but their network namespace is not known. A
+	// containerd before 2.0 is one too: it keeps no CRI sandbox in its
+	// sandbox store, so no record tells any sandbox's netns.
 	Unreadable []string
 }
 
@@ -67,12 +69,31 @@ func (r Records) Has(id string) bool {
 // Records lists containerd's sandbox store in every namespace and its
 // container store in every namespace but CRI's. Any error fails the whole
 // listing: a partial one would make a live attachment look unowned.
+//
+// containerd 2.x writes a CRI sandbox's record to its sandbox store before
+// it makes the netns, and names the netns there (v2.4.2
+// internal/cri/server/sandbox_run.go). containerd 1.7 keeps a CRI sandbox
+// as a container of the CRI namespace instead, and makes the netns and runs
+// CNI ADD before the sandbox is listed (v1.7.27 pkg/cri/server/
+// sandbox_run.go): no record names the netns of a sandbox it is making, so
+// for a containerd before 2.0 (or one whose version does not say) Records
+// says so in Unreadable, which holds every netns removal. Attachments and
+// reservations do not rest on it: the check right before their step asks
+// every namespace's container store too (RecordExists).
 func (c *Client) Records(ctx context.Context) (Records, error) {
 	namespaces, err := c.namespaces(ctx)
 	if err != nil {
 		return Records{}, err
 	}
 	r := Records{Sandboxes: map[string]SandboxRecord{}, Containers: map[string]string{}}
+	name, version, err := c.Version(ctx)
+	if err != nil {
+		return Records{}, err
+	}
+	if !containerd2(name, version) {
+		r.Unreadable = append(r.Unreadable, fmt.Sprintf("the runtime is %s %s, not containerd 2.0 or later: it keeps no CRI sandbox in its sandbox store, "+
+			"so no record tells which netns a sandbox it is making uses", name, version))
+	}
 	store := sandboxapi.NewStoreClient(c.conn)
 	ctrs := containersapi.NewContainersClient(c.conn)
 	for _, ns := range namespaces {

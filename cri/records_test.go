@@ -1,8 +1,17 @@
 package cri
 
 import (
+	"context"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	namespacesapi "github.com/containerd/containerd/api/services/namespaces/v1"
+	sandboxapi "github.com/containerd/containerd/api/services/sandbox/v1"
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 func TestTheNetnsPathIsReadFromCRIsSandboxMetadata(t *testing.T) {
@@ -58,5 +67,66 @@ func TestTheNetnsDirFollowsContainerdsConfig(t *testing.T) {
 				t.Fatalf("got %+v, %v; want netns dir %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// storesRuntime is a containerd with one namespace, CRI's, and empty
+// sandbox and container stores, that reports version.
+type storesRuntime struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	namespacesapi.UnimplementedNamespacesServer
+	version string
+}
+
+func (s *storesRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	return &runtimeapi.VersionResponse{RuntimeName: "containerd", RuntimeVersion: s.version}, nil
+}
+
+func (s *storesRuntime) List(context.Context, *namespacesapi.ListNamespacesRequest) (*namespacesapi.ListNamespacesResponse, error) {
+	return &namespacesapi.ListNamespacesResponse{Namespaces: []*namespacesapi.Namespace{{Name: CRINamespace}}}, nil
+}
+
+// sandboxStore is storesRuntime's sandbox store (its List would clash
+// with the namespaces service's).
+type sandboxStore struct{ sandboxapi.UnimplementedStoreServer }
+
+func (sandboxStore) List(context.Context, *sandboxapi.StoreListRequest) (*sandboxapi.StoreListResponse, error) {
+	return &sandboxapi.StoreListResponse{}, nil
+}
+
+// TestANetnsRestsOnRecordsOnlyFromContainerd2: containerd 1.7 keeps CRI
+// sandboxes outside its sandbox store and makes their netns before they
+// are listed, so its (empty) records must hold every netns removal, with
+// the reason; containerd 2.x's empty records hold nothing.
+func TestANetnsRestsOnRecordsOnlyFromContainerd2(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		holds   bool
+	}{{"v2.4.2", false}, {"v1.7.27", true}, {"", true}} {
+		rt := &storesRuntime{version: tc.version}
+		sock := filepath.Join(t.TempDir(), "containerd.sock")
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer()
+		runtimeapi.RegisterRuntimeServiceServer(srv, rt)
+		namespacesapi.RegisterNamespacesServer(srv, rt)
+		sandboxapi.RegisterStoreServer(srv, sandboxStore{})
+		go func() { _ = srv.Serve(l) }()
+		c, err := Dial("unix://"+sock, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := c.Records(context.Background())
+		c.Close()
+		srv.Stop()
+		if err != nil {
+			t.Fatalf("%q: %v", tc.version, err)
+		}
+		held := len(recs.Unreadable) > 0
+		if held != tc.holds || (held && !strings.Contains(recs.Unreadable[0], "not containerd 2.0 or later")) {
+			t.Errorf("containerd %q: unreadable %q, want netns removals held: %v", tc.version, recs.Unreadable, tc.holds)
+		}
 	}
 }

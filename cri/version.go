@@ -33,13 +33,13 @@ func (c *Client) RemoveStopsSandbox(ctx context.Context) bool {
 		if err != nil {
 			return false
 		}
-		c.removeStops.known, c.removeStops.stops = true, removeStopsSandbox(name, version)
+		c.removeStops.known, c.removeStops.stops = true, containerd2(name, version)
 	}
 	return c.removeStops.stops
 }
 
-// removeStopsSandbox: containerd, major version 2 or later.
-func removeStopsSandbox(name, version string) bool {
+// containerd2: containerd, major version 2 or later.
+func containerd2(name, version string) bool {
 	major, _, _ := strings.Cut(strings.TrimPrefix(version, "v"), ".")
 	n, err := strconv.Atoi(major)
 	return name == "containerd" && err == nil && n >= 2

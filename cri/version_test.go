@@ -10,7 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-func TestRemoveStopsSandboxOnlyForContainerd2(t *testing.T) {
+func TestContainerd2IsContainerdFrom2(t *testing.T) {
 	for _, tc := range []struct {
 		name, version string
 		want          bool
@@ -23,8 +23,8 @@ func TestRemoveStopsSandboxOnlyForContainerd2(t *testing.T) {
 		{"containerd", "main", false},
 		{"cri-o", "2.0.0", false},
 	} {
-		if got := removeStopsSandbox(tc.name, tc.version); got != tc.want {
-			t.Errorf("removeStopsSandbox(%q, %q) = %v, want %v", tc.name, tc.version, got, tc.want)
+		if got := containerd2(tc.name, tc.version); got != tc.want {
+			t.Errorf("containerd2(%q, %q) = %v, want %v", tc.name, tc.version, got, tc.want)
 		}
 	}
 }
