@@ -88,7 +88,9 @@ func (s *storesRuntime) List(context.Context, *namespacesapi.ListNamespacesReque
 
 // sandboxStore is storesRuntime's sandbox store (its List would clash
 // with the namespaces service's).
-type sandboxStore struct{ sandboxapi.UnimplementedStoreServer }
+type sandboxStore struct {
+	sandboxapi.UnimplementedStoreServer
+}
 
 func (sandboxStore) List(context.Context, *sandboxapi.StoreListRequest) (*sandboxapi.StoreListResponse, error) {
 	return &sandboxapi.StoreListResponse{}, nil
