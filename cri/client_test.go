@@ -43,13 +43,20 @@ func serve(t *testing.T, rt *fakeRuntime) string {
 // serveRuntime serves any runtime service on a unix socket.
 func serveRuntime(t *testing.T, rt runtimeapi.RuntimeServiceServer) string {
 	t.Helper()
+	return serveServices(t, func(srv *grpc.Server) { runtimeapi.RegisterRuntimeServiceServer(srv, rt) })
+}
+
+// serveServices serves what register registers on a unix socket until the
+// test ends.
+func serveServices(t *testing.T, register func(*grpc.Server)) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "cri.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(srv, rt)
+	register(srv)
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(srv.Stop)
 	return "unix://" + sock

@@ -2,8 +2,6 @@ package cri
 
 import (
 	"context"
-	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -106,23 +104,17 @@ func TestANetnsRestsOnRecordsOnlyFromContainerd2(t *testing.T) {
 		holds   bool
 	}{{"v2.4.2", false}, {"v1.7.27", true}, {"", true}} {
 		rt := &storesRuntime{version: tc.version}
-		sock := filepath.Join(t.TempDir(), "containerd.sock")
-		l, err := net.Listen("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		runtimeapi.RegisterRuntimeServiceServer(srv, rt)
-		namespacesapi.RegisterNamespacesServer(srv, rt)
-		sandboxapi.RegisterStoreServer(srv, sandboxStore{})
-		go func() { _ = srv.Serve(l) }()
-		c, err := Dial("unix://"+sock, 5*time.Second)
+		endpoint := serveServices(t, func(srv *grpc.Server) {
+			runtimeapi.RegisterRuntimeServiceServer(srv, rt)
+			namespacesapi.RegisterNamespacesServer(srv, rt)
+			sandboxapi.RegisterStoreServer(srv, sandboxStore{})
+		})
+		c, err := Dial(endpoint, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		recs, err := c.Records(context.Background())
 		c.Close()
-		srv.Stop()
 		if err != nil {
 			t.Fatalf("%q: %v", tc.version, err)
 		}
