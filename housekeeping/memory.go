@@ -216,5 +216,9 @@ func (l *Loop) persist(ctx context.Context, now time.Time) {
 		"the state file is written again")
 	if err == nil {
 		l.persisted = data
+	} else {
+		// Written again next pass whatever the state is then: one equal
+		// to the last written must still end the failure.
+		l.persisted = nil
 	}
 }

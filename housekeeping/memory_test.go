@@ -416,3 +416,76 @@ func TestASecondPluginOnTheSameStateFileTakesNoBudgetedStep(t *testing.T) {
 			second.last.Blocked, second.last.Plan.Trips, len(second.last.Plan.Actions), second.last.Plan.OracleUntrusted, second.last.Plan.Leaks, len(second.last.Plan.Deferred), stoppedSecond)
 	}
 }
+
+// A write that fails leaves the last written state as it was; when what the
+// loop keeps comes back to exactly that before the file can be written
+// again, the failure must still end: the next pass writes, says so, and
+// the state-file part is no longer degraded.
+func TestAStateFileFailureEndsWhenTheStateComesBackToTheLastWritten(t *testing.T) {
+	kept, passing := testUID(8), testUID(9)
+	root := podDirs(t, kept, passing)
+	dir := filepath.Join(t.TempDir(), "state")
+	state := podstate.New(0)
+	tearDown := func(uid string, at time.Time) {
+		t.Helper()
+		for _, ev := range []podstate.Event{
+			{Kind: podstate.RunPodSandbox, At: at, Pod: ident(uid), SandboxID: "sb-" + uid},
+			{Kind: podstate.RemovePodSandbox, At: at.Add(time.Second), Pod: ident(uid), SandboxID: "sb-" + uid},
+		} {
+			if err := state.Apply(ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tearDown(kept, now.Add(-10*time.Minute))
+	rt := &fakeRuntime{}
+	log, buf := testLogger()
+	obs := &partsObserver{}
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, StateFile: filepath.Join(dir, "state.json"), Observer: obs,
+		Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	pass := func(i int) {
+		t.Helper()
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute)}, nil)
+		if r := loop.Pass(context.Background()); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	pass(0) // written: the one pod seen torn down
+	if degraded, _ := obs.told(PartStateFile); degraded {
+		t.Fatal("degraded after a write that worked")
+	}
+	// The dir goes (a file in its place), and a second pod is torn down:
+	// the write of the two fails.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tearDown(passing, now.Add(30*time.Second))
+	pass(1)
+	if degraded, _ := obs.told(PartStateFile); !degraded || loop.tornDown[passing] == nil {
+		t.Fatalf("degraded %v, second pod kept %v: the test proves nothing", degraded, loop.tornDown[passing] != nil)
+	}
+	// The second pod's dir goes (so does its mark: the state is the one
+	// last written again) and the dir can be written again.
+	if err := os.RemoveAll(filepath.Join(root, "pods", passing)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	pass(2)
+	if loop.tornDown[passing] != nil {
+		t.Fatal("the second pod is still kept: the test proves nothing")
+	}
+	if degraded, _ := obs.told(PartStateFile); degraded {
+		t.Fatal("the state-file part is still degraded once the file can be written")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state.json")); err != nil {
+		t.Fatalf("the state file was not written again: %v", err)
+	}
+	if !strings.Contains(buf.String(), "the state file is written again") {
+		t.Fatalf("the recovery is not said:\n%s", buf.String())
+	}
+}

@@ -13,24 +13,25 @@ func (l *Loop) observe(r PassResult, view *podstate.View) {
 	if o == nil {
 		return
 	}
+	finished := r.Started.Add(r.Duration)
 	switch {
 	case r.Err != nil:
-		o.ObservePass(PassListingFailed, r.Duration, r.Started)
+		o.ObservePass(PassListingFailed, r.Duration, finished)
 		return
 	case r.Untrusted != "":
-		o.ObservePass(PassListingUntrusted, r.Duration, r.Started)
+		o.ObservePass(PassListingUntrusted, r.Duration, finished)
 	case r.Blocked != "":
-		o.ObservePass(PassSkippedNotReady, r.Duration, r.Started)
+		o.ObservePass(PassSkippedNotReady, r.Duration, finished)
 	default:
-		o.ObservePass(PassOK, r.Duration, r.Started)
+		o.ObservePass(PassOK, r.Duration, finished)
 	}
 	o.SetUntrusted(SourceListing, r.Untrusted != "")
-	o.SetUntrusted(SourceOracle, r.Plan.OracleUntrusted != "")
 	if r.Untrusted != "" {
-		// Nothing was planned: the last trusted pass's leaks stand.
-		o.ObserveBudgetTrips(nil)
+		// Nothing was planned, so nothing was checked: what the last
+		// trusted pass found (its leaks, the oracle, the budget) stands.
 		return
 	}
+	o.SetUntrusted(SourceOracle, r.Plan.OracleUntrusted != "")
 	o.SetLeaks(r.Plan.Leaks)
 	for _, out := range r.Outcomes {
 		o.ObserveAction(string(out.Action.Kind), out.Action.Rule, string(out.Result))

@@ -14,12 +14,23 @@ import (
 // the breaker, newly found orphaned live pods, and deferred actions.
 func (l *Loop) logPlan(r PassResult) {
 	if r.Blocked != l.blocked {
-		if r.Blocked != "" {
+		switch {
+		case r.Untrusted != "":
+			// The listing's distrust is said as an error (Pass): this is
+			// only the gate closing.
+			l.log.WithField(logging.FieldReason, r.Blocked).Info("housekeeping neither plans nor acts while the listing is not trusted")
+		case r.Blocked != "":
 			l.log.WithField(logging.FieldReason, r.Blocked).Info("housekeeping plans but does not act yet")
-		} else {
+		default:
 			l.log.Info("all sources ready: housekeeping acts on what is due from now on")
 		}
 		l.blocked = r.Blocked
+	}
+	if r.Untrusted != "" {
+		// Nothing was planned, so nothing was checked: the oracle, the
+		// budget and the orphans found stand as the last plan said them,
+		// and are not said again (nor said to be over) meanwhile.
+		return
 	}
 	l.sayWhileItLasts("oracle", r.Plan.OracleUntrusted, "kubelet's pod dirs are not trusted: no pod-gone rule runs",
 		"kubelet's pod dirs agree with the runtime again: the pod-gone rules run")

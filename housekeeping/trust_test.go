@@ -92,6 +92,48 @@ func TestAListingThatLacksSandboxesNRIReportedLiveChangesNothing(t *testing.T) {
 	}
 }
 
+// A pass whose listing is not trusted plans nothing, so it checks nothing
+// else either: what the last trusted pass found of kubelet's pod dirs
+// stands (the gauge, and the error said once), and no recovery is said for
+// it; the next trusted pass that finds the same does not say it again.
+func TestAnUntrustedListingLeavesWhatTheLastPlanFoundStanding(t *testing.T) {
+	uid := testUID(10)
+	root := podDirs(t) // kubelet's pods dir empty while a Ready sandbox runs: the oracle is wrong
+	state := podstate.New(0)
+	state.Synchronize(now.Add(-time.Hour), []podstate.SyncedSandbox{{Pod: ident(uid), SandboxID: "s1"}}, nil)
+	// Asked for by ID, the runtime still knows the sandbox its listing
+	// lacks: a listing that disagrees with NRI, not a sandbox gone.
+	rt := &fakeRuntime{exists: map[string]bool{"s1": true}}
+	log, buf := testLogger()
+	obs := &partsObserver{}
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, Observer: obs, Synchronized: func() bool { return true },
+		Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	live := []cri.Sandbox{{ID: "s1", UID: uid, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)}}
+	for i, tc := range []struct {
+		sandboxes                   []cri.Sandbox
+		listingUntrusted, oracleBad bool
+	}{
+		{live, false, true},
+		{nil, true, true}, // lacks the sandbox NRI reported live
+		{live, false, true},
+	} {
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute), Sandboxes: tc.sandboxes}, nil)
+		r := loop.Pass(context.Background())
+		if (r.Untrusted != "") != tc.listingUntrusted {
+			t.Fatalf("pass %d: listing untrusted %q, want %v: the test proves nothing", i+1, r.Untrusted, tc.listingUntrusted)
+		}
+		if got := obs.distrusts(SourceOracle); got != tc.oracleBad {
+			t.Errorf("pass %d: untrusted_source{pod-oracle} = %v, want %v", i+1, got, tc.oracleBad)
+		}
+	}
+	if n := strings.Count(buf.String(), "kubelet's pod dirs are not trusted"); n != 1 {
+		t.Errorf("the oracle's distrust said %d times over the three passes, want once:\n%s", n, buf.String())
+	}
+	if strings.Contains(buf.String(), "agree with the runtime again") {
+		t.Errorf("a recovery of the oracle was said, though no pass found one:\n%s", buf.String())
+	}
+}
+
 // racingExecutor runs before, then the real executor: what happens between
 // the plan and its execution.
 type racingExecutor struct {

@@ -35,6 +35,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 const namespace = "nri_housekeeper"
@@ -154,7 +156,7 @@ func New(build BuildInfo) *Metrics {
 		}, []string{labelKind}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: nameActions,
-			Help: "Housekeeping actions, by kind, rule and result (success, error, would, backoff, skipped).",
+			Help: "Housekeeping actions, by kind, rule and result (success, error, would, backoff, skipped, aborted).",
 		}, []string{labelKind, labelRule, labelResult}),
 		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    namePassDuration,
@@ -163,11 +165,11 @@ func New(build BuildInfo) *Metrics {
 		}),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: namePasses,
-			Help: "Housekeeping passes, by result (ok, skipped_not_ready, listing_failed).",
+			Help: "Housekeeping passes, by result (ok, skipped_not_ready, listing_failed, listing_untrusted).",
 		}, []string{labelResult}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: nameLastSuccess,
-			Help: "Unix time at which the last housekeeping pass with a fresh CRI listing finished (result ok or skipped_not_ready); 0 before the first.",
+			Help: "Unix time at which the last housekeeping pass with a fresh CRI listing finished (result ok, skipped_not_ready or listing_untrusted: untrusted_source says when the listing is not trusted); 0 before the first.",
 		}),
 		stuckTerminating: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: nameStuckTerminating,
@@ -175,7 +177,7 @@ func New(build BuildInfo) *Metrics {
 		}),
 		breakerTrips: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: nameBreakerTrips,
-			Help: "Housekeeping passes in which the blast-radius budget refused a class of destructive step (orphan-stop, unknown-stop, cgroup-kill, cgroup-cpu, pod-dir, pod-log-dir): orphan stops over the pass's budget, or a class whose hourly budget is spent.",
+			Help: "Housekeeping passes in which the blast-radius budget refused a class of destructive step (orphan-stop, unknown-stop, cgroup-kill, cgroup-cpu, pod-dir, pod-log-dir, network): orphan stops over the pass's budget, or a class whose hourly budget is spent.",
 		}, []string{labelClass}),
 		budgetPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: nameBudgetPaused,
@@ -196,7 +198,7 @@ func New(build BuildInfo) *Metrics {
 		}, []string{labelMethod}),
 		criErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: nameCRIErrors,
-			Help: "CRI calls that returned an error, by method.",
+			Help: "CRI and containerd calls that failed, by method (a NotFound answer is not a failure).",
 		}, []string{labelMethod}),
 		nriConnected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: nameNRIConnected,
@@ -277,7 +279,9 @@ func (m *Metrics) ObservePass(result string, duration time.Duration, at time.Tim
 	result = m.passResults.pick(result)
 	m.passes.WithLabelValues(result).Inc()
 	m.passDuration.Observe(duration.Seconds())
-	if result == PassOK || result == PassSkippedNotReady {
+	// A pass with a fresh listing finished, trusted or not: whether it is
+	// is untrusted_source's to say, not a stale loop's.
+	if result == PassOK || result == PassSkippedNotReady || result == PassListingUntrusted {
 		if at.IsZero() {
 			at = time.Now()
 		}
@@ -377,7 +381,10 @@ func (m *Metrics) SetStuckTerminating(n int) { m.stuckTerminating.Set(float64(n)
 func (m *Metrics) ObserveCRICall(method string, d time.Duration, err error) {
 	method = m.criMethods.pick(method)
 	m.criDuration.WithLabelValues(method).Observe(d.Seconds())
-	if err != nil {
+	// NotFound is an answer, not a failure: the checks right before a step
+	// ask for objects that are expected to be gone, and removals of what
+	// is already gone are done.
+	if err != nil && status.Code(err) != codes.NotFound {
 		m.criErrors.WithLabelValues(method).Inc()
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // gather returns m's families by name.
@@ -106,6 +108,9 @@ func TestObservationsChangeTheirSeries(t *testing.T) {
 		{"ok pass sets last success", func(m *Metrics) { m.ObservePass(PassOK, time.Second, at) },
 			func(m *Metrics) prometheus.Collector { return m.lastSuccess }, 1_700_000_000.5},
 		{"skipped_not_ready pass sets last success", func(m *Metrics) { m.ObservePass(PassSkippedNotReady, time.Second, at) },
+			func(m *Metrics) prometheus.Collector { return m.lastSuccess }, 1_700_000_000.5},
+		{"listing_untrusted pass sets last success: its listing is fresh, untrusted_source says it is not trusted",
+			func(m *Metrics) { m.ObservePass(PassListingUntrusted, time.Second, at) },
 			func(m *Metrics) prometheus.Collector { return m.lastSuccess }, 1_700_000_000.5},
 		{"listing_failed pass keeps last success", func(m *Metrics) { m.ObservePass(PassListingFailed, time.Second, at) },
 			func(m *Metrics) prometheus.Collector { return m.lastSuccess }, 0},
@@ -355,5 +360,17 @@ func TestInstancesDoNotShareState(t *testing.T) {
 	a.ObserveBudgetTrips([]string{"orphan-stop"})
 	if got := testutil.ToFloat64(b.breakerTrips.WithLabelValues("orphan-stop")); got != 0 {
 		t.Errorf("second instance sees %v breaker trips", got)
+	}
+}
+
+// TestANotFoundAnswerIsNotACRIError: the checks right before a step ask for
+// objects expected to be gone (PodSandboxStatus, the stores' Get), and a
+// removal of what is gone is done: cri_errors_total counts failures only.
+func TestANotFoundAnswerIsNotACRIError(t *testing.T) {
+	m := New(BuildInfo{})
+	m.ObserveCRICall("PodSandboxStatus", time.Millisecond, status.Error(codes.NotFound, "no such sandbox"))
+	m.ObserveCRICall("PodSandboxStatus", time.Millisecond, status.Error(codes.Unavailable, "connection refused"))
+	if got := testutil.ToFloat64(m.criErrors.WithLabelValues("PodSandboxStatus")); got != 1 {
+		t.Fatalf("cri_errors_total{method=PodSandboxStatus} = %v after a NotFound and an Unavailable, want 1", got)
 	}
 }
