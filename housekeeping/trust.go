@@ -363,17 +363,51 @@ func (l *Loop) budgetSpent(now time.Time) map[string]bool {
 }
 
 // sayWhileItLasts logs a problem (an error) when it starts or changes, and
-// its end (info), not every pass.
+// its end (info), not every pass. A problem that changes only in its
+// figures or in what it lists in parentheses (how many sandboxes, which
+// ones: every pod start changes them) is the same problem: its new wording
+// is said at debug level only.
 func (l *Loop) sayWhileItLasts(key, problem, what, recovered string) {
-	last := l.said[key]
+	last, lasting := l.said[key]
 	switch {
-	case problem == last:
+	case problem == "" && !lasting:
 		return
-	case problem != "":
-		l.log.WithField(logging.FieldReason, problem).Error(what)
-		l.said[key] = problem
-	default:
+	case problem == "":
 		l.log.Info(recovered)
 		delete(l.said, key)
+	case lasting && gist(problem) == gist(last):
+		if problem != last {
+			l.log.WithField(logging.FieldReason, problem).Debug(what)
+			l.said[key] = problem
+		}
+	default:
+		l.log.WithField(logging.FieldReason, problem).Error(what)
+		l.said[key] = problem
 	}
+}
+
+// gist is a problem's wording without its figures and without what it
+// lists in parentheses.
+func gist(problem string) string {
+	var b strings.Builder
+	depth, digits := 0, false
+	for _, r := range problem {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')' && depth > 0:
+			depth--
+		case depth > 0:
+		case r >= '0' && r <= '9':
+			if !digits {
+				b.WriteByte('#')
+			}
+			digits = true
+			continue
+		default:
+			b.WriteRune(r)
+		}
+		digits = false
+	}
+	return b.String()
 }

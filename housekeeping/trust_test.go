@@ -742,3 +742,45 @@ func TestASynchronizeDuringAPassDoesNotOpenTheGateForAnUncheckedListing(t *testi
 		t.Fatalf("the next pass: untrusted %q", r.Untrusted)
 	}
 }
+
+// A problem said while it lasts is said again (as an error) only when it
+// changes in kind, not when its figures or the sandboxes it names change:
+// a wrong pods.kubelet_root is one error while pods start, not one a pod.
+func TestAProblemIsNotSaidAgainForItsFigures(t *testing.T) {
+	root := podDirs(t) // empty: every Ready sandbox lacks its pod dir
+	rt := &fakeRuntime{}
+	log, buf := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root,
+		Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	var sandboxes []cri.Sandbox
+	for i := range 4 {
+		uid := testUID(20 + i)
+		sandboxes = append(sandboxes, cri.Sandbox{ID: "s" + uid, UID: uid, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)})
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute), Sandboxes: slices.Clone(sandboxes)}, nil)
+		if r := loop.Pass(context.Background()); r.Plan.OracleUntrusted == "" {
+			t.Fatalf("pass %d: the oracle is trusted: the test proves nothing", i+1)
+		}
+	}
+	if n := strings.Count(buf.String(), "level=error msg=\"kubelet's pod dirs are not trusted"); n != 1 {
+		t.Fatalf("said as an error %d times while 1 to 4 Ready sandboxes ran, want once:\n%s", n, buf.String())
+	}
+}
+
+func TestGistDropsFiguresAndParenthesizedLists(t *testing.T) {
+	for _, tc := range []struct{ a, b string }{
+		{"runs 3 Ready sandbox(es)", "runs 12 Ready sandbox(es)"},
+		{"lacks the pods of 2 of 5 Ready sandbox(es) (ns/a (uid-1), ns/b (uid-2))", "lacks the pods of 3 of 6 Ready sandbox(es) (ns/c (uid-3))"},
+	} {
+		if gist(tc.a) != gist(tc.b) {
+			t.Errorf("gist(%q) = %q, gist(%q) = %q: want the same problem", tc.a, gist(tc.a), tc.b, gist(tc.b))
+		}
+	}
+	for _, tc := range []struct{ a, b string }{
+		{"the kubelet pods dir is empty", "the kubelet pods dir lacks the pods"},
+		{"cannot read /var/lib/cni: permission denied", "cannot read /var/lib/cni: no such file or directory"},
+	} {
+		if gist(tc.a) == gist(tc.b) {
+			t.Errorf("gist(%q) = gist(%q) = %q: want different problems", tc.a, tc.b, gist(tc.a))
+		}
+	}
+}
