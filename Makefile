@@ -164,7 +164,8 @@ daemonset-manifest:
 
 # Pre-registered NRI plugin (packaging/install/install.sh): the binary as
 # $(DESTDIR)$(PLUGIN_DIR)/$(NAME), its config as $(DESTDIR)$(CONF_DIR)/$(NAME).conf
-# (an existing config is kept, the new one written next to it as .example).
+# (on an upgrade an unedited config is replaced; an edited one is kept once the
+# new binary accepts it, the new one written next to it as .example).
 # NAME must be NN-name. `=` not `?=` for NAME: a NAME in the environment
 # must not pick the file name; `make install NAME=...` does.
 DESTDIR ?=

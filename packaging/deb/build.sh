@@ -32,15 +32,40 @@ if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
 	SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || date +%s)
 fi
 
+# untagged H: H is what git describe --always prints without a tag, an
+# abbreviated commit hash of this repository (not a tag's name).
+untagged() {
+	case $1 in
+	'' | *[!0-9a-f]*) return 1 ;;
+	esac
+	[ ${#1} -ge 4 ] &&
+		git rev-parse -q --verify "$1^{commit}" >/dev/null 2>&1 &&
+		! git rev-parse -q --verify "refs/tags/$1" >/dev/null 2>&1
+}
+
 # A Debian version must start with a digit and may only hold [A-Za-z0-9.+~-]:
-# v1.2.3 -> 1.2.3, v1.2.3-4-gabcdef-dirty -> 1.2.3+4.gabcdef.dirty, and
-# without a tag: abcdef-dirty -> 0.0.0+gitabcdef.dirty.
+# v1.2.3 -> 1.2.3, v1.2.3-4-gabcdef-dirty -> 1.2.3+4.gabcdef.dirty (4: commits
+# since the tag). Without a tag (a bare hash, which may start with a digit):
+# abcdef-dirty -> 0.0.0+git.169.abcdef.dirty, 169 being the number of commits
+# up to abcdef (git rev-list --count), so that dpkg orders untagged builds by
+# history, not by hash. The "." after "git" sorts after every character the
+# earlier 0.0.0+git<hash> versions had there, so these upgrade those too.
+# Anything else not starting with a digit: 0.0.0+git<version>.
 deb_version() {
 	v=${1#v}
-	case $v in
-	[0-9]*) ;;
-	*) v=0.0.0+git$v ;;
-	esac
+	h=${1%-dirty}
+	if untagged "$h"; then
+		n=$(git rev-list --count "$h" --)
+		if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then
+			echo "build.sh: warning: shallow clone: the commit count $n in the version is not the history's (git fetch --unshallow)" >&2
+		fi
+		v=0.0.0+git.$n.$1
+	else
+		case $v in
+		[0-9]*) ;;
+		*) v=0.0.0+git$v ;;
+		esac
+	fi
 	case $v in
 	*+*) v=$(printf '%s' "$v" | tr -c 'A-Za-z0-9.+~\n' '.') ;;
 	*-*) v=$(printf '%s' "$v" | sed 's/-/+/' | tr -c 'A-Za-z0-9.+~\n' '.') ;;

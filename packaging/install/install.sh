@@ -3,9 +3,18 @@
 # launches every NN-name executable in its NRI plugin_path when it starts and
 # passes it the contents of plugin_config_path/NN-name.conf.
 #
-#   install.sh install   [VAR=value ...]   binary + config (an existing config is kept)
-#   install.sh uninstall [VAR=value ...]   binary; config only if unchanged
+#   install.sh install   [VAR=value ...]   binary + config
+#   install.sh uninstall [VAR=value ...]   binary; config only if unedited
 #   install.sh config    [VAR=value ...]   print the config that install writes
+#
+# The config: install writes it when there is none. On an upgrade (install over
+# an existing one), a config nobody edited is replaced by the new version's,
+# and an edited one is kept (the new one is written next to it as .example)
+# after the NEW binary accepted it (`config check`); if it does not, nothing
+# is changed: the old binary and the config stay as they are. Whether the file
+# was edited is told by the checksum that install writes into it
+# ("# shipped-sha256: ..."), so it also holds after an upgrade changed the
+# shipped text; uninstall removes an unedited config and keeps an edited one.
 #
 # Variables, from the environment or as VAR=value arguments:
 #   DESTDIR     prepended to every installed path (staging root); default empty
@@ -104,9 +113,23 @@ is_housekeeper() {
 	return 1
 }
 
-# config_text BINARY: the configuration this script installs, for the
-# documented example of BINARY (`nri-housekeeper config example`).
-config_text() {
+# sum_line is the prefix of the line, in the header of the config this script
+# writes, that holds the SHA-256 of the file as written without that line.
+sum_line='# shipped-sha256: '
+
+sha256() {
+	sha256sum | cut -d' ' -f1
+}
+
+# version_of BINARY: "nri-housekeeper <version>".
+version_of() {
+	timeout 10 "$1" version 2>/dev/null | awk 'NR == 1 { print $1, $2 }'
+}
+
+# config_header: the start of the configuration this script installs: the
+# whole header as installed before the checksum line existed. Keep it as it
+# is: legacy_text recognises configs installed then by it.
+config_header() {
 	cat <<EOF
 # nri-housekeeper: configuration of the pre-registered NRI plugin
 # $PLUGIN_DIR/$NAME.
@@ -129,7 +152,74 @@ config_text() {
 # and index come from the file name ($NAME).
 #
 EOF
-	timeout 10 "$1" config example
+}
+
+# sum_header: the part of the header that says what the checksum is for,
+# without the checksum line.
+sum_header() {
+	cat <<EOF
+# Unedited, this file is replaced by the next version's when the plugin is
+# upgraded (make install) and removed by make uninstall. Once edited, it is
+# kept: an upgrade first checks it with the new binary, then writes the new
+# version's config next to it as <this file>.example. The installer tells
+# the two apart by this checksum of the file as shipped (without its line):
+EOF
+}
+
+# example BINARY: BINARY's documented example (`nri-housekeeper config
+# example`), into $example (trailing newlines kept).
+example() {
+	example=$(timeout 10 "$1" config example && echo x) || return 1
+	example=${example%x}
+}
+
+# config_text BINARY: the configuration this script installs: the header, the
+# checksum line, then the documented example of BINARY.
+config_text() {
+	example "$1" || return 1
+	sum=$({
+		config_header
+		sum_header
+		printf '#\n%s' "$example"
+	} | sha256)
+	config_header
+	sum_header
+	printf '%s%s\n#\n%s' "$sum_line" "$sum" "$example"
+}
+
+# legacy_text BINARY: what versions of this script without the checksum line
+# installed for BINARY's example.
+legacy_text() {
+	example "$1" || return 1
+	config_header
+	printf '%s' "$example"
+}
+
+# is_shipped FILE [BINARY...]: FILE is a config this script wrote, unedited:
+# it holds one checksum line and the checksum matches; or, for a file without
+# a checksum line (installed by an earlier version of this script), it is the
+# legacy text of one of the BINARYs that is nri-housekeeper (the installed
+# binary, that the file was shipped with, and the one being installed).
+is_shipped() {
+	f=$1
+	shift
+	n=$(grep -c "^$sum_line" "$f" 2>/dev/null) || true
+	case $n in
+	1)
+		want=$(sed -n "s/^$sum_line//p" "$f")
+		have=$(sed "/^$sum_line/d" "$f" | sha256)
+		[ "$want" = "$have" ]
+		return
+		;;
+	0) ;;
+	*) return 1 ;;
+	esac
+	for b in "$@"; do
+		if is_housekeeper "$b" && legacy_text "$b" >"$tmp/legacy" && cmp -s "$tmp/legacy" "$f"; then
+			return 0
+		fi
+	done
+	return 1
 }
 
 # scan_plugin_dir: warn about entries that break containerd's NRI plugin
@@ -161,6 +251,7 @@ do_install() {
 	if { [ -e "$bin" ] || [ -L "$bin" ]; } && [ "$FORCE" != 1 ] && ! is_housekeeper "$bin"; then
 		die "$bin exists and is not nri-housekeeper (another plugin?); choose another NAME, or FORCE=1 to replace it"
 	fi
+	command -v sha256sum >/dev/null || die "sha256sum (coreutils) is needed and not found"
 	mkdir -p "$plugin_dir" "$conf_dir"
 
 	tmp=$(mktemp -d)
@@ -172,26 +263,83 @@ do_install() {
 	stage=$(mktemp -d "$plugin_dir/.$NAME.install.XXXXXX")
 	trap 'rm -rf "$tmp" "$stage"' EXIT
 	trap 'exit 1' HUP INT TERM
-	cp "$BINARY" "$stage/$NAME"
-	chmod 0755 "$stage/$NAME"
-	mv -f "$stage/$NAME" "$bin"
+	new=$stage/$NAME
+	cp "$BINARY" "$new"
+	chmod 0755 "$new"
+	is_housekeeper "$new" || die "the staged copy $new of BINARY=$BINARY does not run; nothing was installed"
+	new_version=$(version_of "$new")
+
+	# Everything is decided and checked with the NEW binary before anything
+	# is replaced: a config the new version rejects would make the plugin
+	# fail containerd's Configure after containerd's next restart.
+	config_text "$new" >"$tmp/conf" || die "\`$new config example\` failed; nothing was installed"
+	chmod 0644 "$tmp/conf"
+	if ! out=$("$new" config check "$tmp/conf" 2>&1); then
+		printf '%s\n' "$out" >&2
+		die "the new version ($new_version) rejects its own example config; nothing was installed"
+	fi
+	# action: new (no config), same (already the shipped one), replace (an
+	# unedited config of an earlier version), keep (edited: kept, and the new
+	# one written as .example).
+	if [ -L "$conf" ]; then
+		action=keep # a symlink is the administrator's
+	elif [ ! -e "$conf" ]; then
+		action=new
+	elif cmp -s "$tmp/conf" "$conf"; then
+		action=same
+	elif is_shipped "$conf" "$bin" "$new"; then
+		action=replace
+	else
+		action=keep
+	fi
+	if [ "$action" = keep ] && ! out=$("$new" config check "$conf" 2>&1); then
+		printf '%s\n' "$out" >&2
+		old="no nri-housekeeper at $bin"
+		if is_housekeeper "$bin"; then
+			old="$bin ($(version_of "$bin")) is still installed"
+		fi
+		die "not upgrading: the new version ($new_version) rejects your edited config $conf (above: the key and line).
+  Nothing was changed: $old, and $conf is as it was.
+  Fix $conf for the new version (the new documented example: $BINARY config example),
+  check it with:  $BINARY config check $conf
+  then install again."
+	fi
+
+	# An unedited .example left by an earlier upgrade is obsolete once the
+	# config itself is the shipped one.
+	obsolete=
+	if [ "$action" != keep ] && [ -f "$conf.example" ] && [ ! -L "$conf.example" ] &&
+		is_shipped "$conf.example" "$bin" "$new"; then
+		obsolete=1
+	fi
+
+	mv -f "$new" "$bin"
 	rmdir "$stage"
 	say "installed $bin (0755): $("$bin" version)"
 
-	config_text "$bin" >"$tmp/conf"
-	chmod 0644 "$tmp/conf"
-	if [ -e "$conf" ] || [ -L "$conf" ]; then
-		if cmp -s "$tmp/conf" "$conf"; then
-			say "config $conf is already the shipped one"
-		else
-			cp "$tmp/conf" "$conf.example.tmp"
-			mv -f "$conf.example.tmp" "$conf.example"
-			say "kept existing config $conf (new example at $conf.example)"
-		fi
-	else
+	case $action in
+	new)
 		cp "$tmp/conf" "$conf.tmp"
 		mv -f "$conf.tmp" "$conf"
 		say "installed $conf (0644)"
+		;;
+	same)
+		say "config $conf is already the shipped one"
+		;;
+	replace)
+		cp "$tmp/conf" "$conf.tmp"
+		mv -f "$conf.tmp" "$conf"
+		say "replaced $conf (unedited) with the new version's (0644)"
+		;;
+	keep)
+		cp "$tmp/conf" "$conf.example.tmp"
+		mv -f "$conf.example.tmp" "$conf.example"
+		say "kept existing config $conf (new example at $conf.example)"
+		;;
+	esac
+	if [ -n "$obsolete" ]; then
+		rm -f "$conf.example"
+		say "removed $conf.example (obsolete: $conf is the shipped config)"
 	fi
 	if ! out=$("$bin" config check "$conf" 2>&1); then
 		printf '%s\n' "$out" >&2
@@ -219,20 +367,22 @@ EOF
 }
 
 do_uninstall() {
+	command -v sha256sum >/dev/null || die "sha256sum (coreutils) is needed and not found"
 	tmp=$(mktemp -d)
 	trap 'rm -rf "$tmp"' EXIT
 	trap 'exit 1' HUP INT TERM
-	# The shipped config is rebuilt from the installed binary's example (the
-	# one it was installed with), else from BINARY's.
-	src=
-	for b in "$bin" "$BINARY"; do
-		if is_housekeeper "$b"; then
-			src=$b
-			break
-		fi
-	done
-	if [ -n "$src" ]; then
-		config_text "$src" >"$tmp/conf"
+	# A config is removed when it is unedited: its checksum line matches (it
+	# says what was shipped, whichever version installed it); a config from
+	# before checksum lines is compared with the text the installed binary
+	# (the one it was installed with) or BINARY would have had. So this is
+	# decided before the binary goes.
+	unedited_conf=
+	unedited_example=
+	if [ -f "$conf" ] && [ ! -L "$conf" ] && is_shipped "$conf" "$bin" "$BINARY"; then
+		unedited_conf=1
+	fi
+	if [ -f "$conf.example" ] && [ ! -L "$conf.example" ] && is_shipped "$conf.example" "$bin" "$BINARY"; then
+		unedited_example=1
 	fi
 
 	if [ -e "$bin" ] || [ -L "$bin" ]; then
@@ -245,17 +395,18 @@ do_uninstall() {
 	else
 		say "no $bin to remove"
 	fi
-	for f in "$conf" "$conf.example"; do
-		[ -e "$f" ] || continue
-		if [ -n "$src" ] && cmp -s "$tmp/conf" "$f"; then
-			rm -f "$f"
-			say "removed $f"
-		elif [ "$f" = "$conf" ]; then
-			say "kept $f: it differs from the shipped config (your changes); remove it yourself when no longer needed"
-		else
-			say "kept $f: it differs from the shipped example"
-		fi
-	done
+	if [ -n "$unedited_conf" ]; then
+		rm -f "$conf"
+		say "removed $conf"
+	elif [ -e "$conf" ] || [ -L "$conf" ]; then
+		say "kept $conf: it differs from the shipped config (your changes); remove it yourself when no longer needed"
+	fi
+	if [ -n "$unedited_example" ]; then
+		rm -f "$conf.example"
+		say "removed $conf.example"
+	elif [ -e "$conf.example" ] || [ -L "$conf.example" ]; then
+		say "kept $conf.example: it differs from the shipped example"
+	fi
 }
 
 case $cmd in

@@ -391,6 +391,89 @@ func TestInstallUninstallRoundTrip(t *testing.T) {
 	}
 }
 
+// TestInstallUpgradeReplacesAnUneditedConfigAndChecksAnEditedOneFirst: an
+// upgrade replaces a config nobody edited with the new version's (and
+// uninstall then removes it), keeps an edited one beside the new example,
+// and, when the new version rejects the edited one, changes nothing at all:
+// the old binary stays, so the node keeps a plugin that starts.
+func TestInstallUpgradeReplacesAnUneditedConfigAndChecksAnEditedOneFirst(t *testing.T) {
+	root, work := repoRoot(t), t.TempDir()
+	v1 := buildPlugin(t, work, "nri-housekeeper")
+	// v2: the same plugin with another version and one more line in its
+	// documented example (what an upgrade that changes a default ships).
+	v2 := filepath.Join(work, "nri-housekeeper-v2")
+	wrapper := `#!/bin/sh
+case "$1" in
+version) echo nri-housekeeper v2-test; exit 0 ;;
+config) if [ "$2" = example ]; then "` + v1 + `" config example; echo '# new in v2'; exit 0; fi ;;
+esac
+exec "` + v1 + `" "$@"
+`
+	if err := os.WriteFile(v2, []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dest := t.TempDir()
+	vars := []string{"DESTDIR=" + dest, "PLUGIN_DIR=/plugins", "CONF_DIR=/conf.d", "NAME=90-housekeeper.test"}
+	bin, conf := filepath.Join(dest, "plugins", "90-housekeeper.test"), filepath.Join(dest, "conf.d", "90-housekeeper.test.conf")
+	install := func(cmd, binary string) (string, bool) {
+		t.Helper()
+		c := exec.Command(filepath.Join(root, "packaging/install/install.sh"), append([]string{cmd, "BINARY=" + binary}, vars...)...)
+		c.Dir = root
+		out, err := c.CombinedOutput()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatal(err)
+		}
+		return string(out), err == nil
+	}
+	mustInstall := func(cmd, binary string) string {
+		t.Helper()
+		out, ok := install(cmd, binary)
+		if !ok {
+			t.Fatalf("%s with %s failed:\n%s", cmd, binary, out)
+		}
+		return out
+	}
+
+	mustInstall("install", v1)
+	out := mustInstall("install", v2)
+	requireContains(t, "upgrade over an unedited config", out, "replaced "+conf+" (unedited)")
+	requireContains(t, "the upgraded config", readFile(t, conf), "# new in v2")
+	requireGone(t, conf+".example")
+	out = mustInstall("uninstall", v2)
+	requireContains(t, "uninstall after the upgrade", out, "removed "+conf)
+	requireGone(t, bin, conf)
+
+	mustInstall("install", v1)
+	edited := readFile(t, conf) + "# mine\n"
+	if err := os.WriteFile(conf, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out = mustInstall("install", v2)
+	requireContains(t, "upgrade over an edited config", out, "kept existing config "+conf)
+	if readFile(t, conf) != edited {
+		t.Fatal("the edited config was changed by the upgrade")
+	}
+	requireContains(t, "the new example", readFile(t, conf+".example"), "# new in v2")
+
+	// An edit the next version rejects: nothing may change.
+	rejected := edited + "[no_such_section]\n"
+	if err := os.WriteFile(conf, []byte(rejected), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := readFile(t, bin)
+	out, ok := install("install", v1)
+	if ok {
+		t.Fatalf("an upgrade whose new version rejects the kept config succeeded:\n%s", out)
+	}
+	requireContains(t, "the refused upgrade", out, "no_such_section", "Nothing was changed")
+	if readFile(t, bin) != before || readFile(t, conf) != rejected {
+		t.Fatal("the refused upgrade changed the installed binary or the config")
+	}
+	out = mustInstall("uninstall", v1)
+	requireContains(t, "uninstall with an edited config", out, "kept "+conf)
+}
+
 // debPaths are the entries of the package, as dpkg-deb -c lists them, with
 // their mode.
 var debPaths = map[string]string{
@@ -638,8 +721,11 @@ func TestDebPackageInstallsAndRemovesCleanly(t *testing.T) {
 
 // TestInstallSystemdUnitKeepsWhatThePluginNeeds guards the unit's hardening
 // against options that would break the plugin: it writes to /sys/fs/cgroup,
-// kills pod processes, reaches unix sockets and serves metrics over TCP.
-// (The deb test verifies the installed unit with systemd-analyze verify.)
+// kills pod processes, reaches unix sockets and serves metrics over TCP;
+// and its network side (on by default) reads every thread's netns in /proc,
+// unmounts a leaked netns and runs CNI plugins that setns into a pod's netns
+// and talk netlink. (The deb test verifies the installed unit with
+// systemd-analyze verify.)
 func TestInstallSystemdUnitKeepsWhatThePluginNeeds(t *testing.T) {
 	unit := readFile(t, filepath.Join(repoRoot(t), "packaging/systemd/nri-housekeeper.service"))
 	keys := map[string][]string{}
@@ -665,8 +751,9 @@ func TestInstallSystemdUnitKeepsWhatThePluginNeeds(t *testing.T) {
 		"Service.ExecStart":               "/usr/bin/nri-housekeeper run --config /etc/nri-housekeeper/config.toml",
 		"Service.Restart":                 "always",
 		"Service.RestartSec":              "2",
-		"Service.CapabilityBoundingSet":   "CAP_KILL CAP_DAC_OVERRIDE CAP_FOWNER",
-		"Service.RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
+		"Service.CapabilityBoundingSet":   "CAP_KILL CAP_DAC_OVERRIDE CAP_FOWNER CAP_SYS_PTRACE CAP_SYS_ADMIN CAP_NET_ADMIN CAP_NET_RAW",
+		"Service.RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+		"Service.RestrictNamespaces":      "net",
 		"Service.NoNewPrivileges":         "yes",
 		"Service.StateDirectory":          "nri-housekeeper", // housekeeping.state_file's default dir
 		"Service.StateDirectoryMode":      "0700",
@@ -676,14 +763,21 @@ func TestInstallSystemdUnitKeepsWhatThePluginNeeds(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got, want)
 		}
 	}
-	// Each of these makes /sys/fs/cgroup read-only, takes the network or
-	// changes who the plugin is.
+	// Each of these makes /sys/fs/cgroup read-only, takes the network,
+	// changes who the plugin is, or hides processes (a netns in use would
+	// look unused).
 	for _, k := range []string{"Service.ProtectKernelTunables", "Service.ProtectControlGroups", "Service.PrivateNetwork",
+		"Service.ProtectProc", "Service.ProcSubset",
 		"Service.User", "Service.DynamicUser", "Service.PrivateUsers", "Service.ReadOnlyPaths", "Service.InaccessiblePaths",
 		"Service.StandardError", "Service.StandardOutput"} {
 		if v, ok := keys[k]; ok {
 			t.Errorf("unit sets %s=%v", k, v)
 		}
+	}
+	// umount2 (a leaked netns) on top of @system-service, which has setns
+	// and kill; nothing of it denied again.
+	if v := keys["Service.SystemCallFilter"]; len(v) != 2 || v[0] != "@system-service umount2" || v[1] != "~@privileged @resources" {
+		t.Errorf("SystemCallFilter=%q, want @system-service umount2, then ~@privileged @resources", v)
 	}
 	if v := keys["Service.ProtectSystem"]; len(v) != 1 || v[0] != "full" {
 		t.Errorf("ProtectSystem=%v, want full (strict makes /var and /run read-only)", v)
