@@ -84,7 +84,7 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 	if maxWait < minWait {
 		maxWait = max(minWait, time.Second)
 	}
-	log := p.log.WithField("socket", opts.SocketPath)
+	log := p.log.log.WithField("socket", opts.SocketPath)
 	wait := minWait
 	failures := 0
 	for {
@@ -124,22 +124,23 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 	}
 }
 
-// stubLogger routes the NRI stub's own messages into our logger; its
-// informational chatter (one line per connection step) goes to debug.
-type stubLogger struct{ log logrus.FieldLogger }
+// stubLogger routes the NRI stub's own messages into our logger, without
+// waiting for it (the stub logs on its request path too); its informational
+// chatter (one line per connection step) goes to debug.
+type stubLogger struct{ log *handlerLog }
 
 func (l stubLogger) Debugf(_ context.Context, format string, args ...any) {
-	l.log.Debugf("nri: "+format, args...)
+	l.log.say(logrus.DebugLevel, nil, nil, fmt.Sprintf("nri: "+format, args...))
 }
 
 func (l stubLogger) Infof(_ context.Context, format string, args ...any) {
-	l.log.Debugf("nri: "+format, args...)
+	l.log.say(logrus.DebugLevel, nil, nil, fmt.Sprintf("nri: "+format, args...))
 }
 
 func (l stubLogger) Warnf(_ context.Context, format string, args ...any) {
-	l.log.Warnf("nri: "+format, args...)
+	l.log.say(logrus.WarnLevel, nil, nil, fmt.Sprintf("nri: "+format, args...))
 }
 
 func (l stubLogger) Errorf(_ context.Context, format string, args ...any) {
-	l.log.Errorf("nri: "+format, args...)
+	l.log.say(logrus.ErrorLevel, nil, nil, fmt.Sprintf("nri: "+format, args...))
 }

@@ -60,7 +60,7 @@ type ConfigFunc func(text string) error
 type Plugin struct {
 	state     *podstate.State
 	waker     Waker
-	log       logrus.FieldLogger
+	log       *handlerLog // never waits: see handlerLog
 	now       func() time.Time
 	configure ConfigFunc
 	observer  Observer
@@ -82,7 +82,7 @@ type Stats struct {
 // New returns a Plugin recording into state. configure may be nil (external
 // mode: containerd passes no configuration then).
 func New(state *podstate.State, waker Waker, log logrus.FieldLogger, configure ConfigFunc) *Plugin {
-	return &Plugin{state: state, waker: waker, log: log, now: time.Now, configure: configure}
+	return &Plugin{state: state, waker: waker, log: newHandlerLog(log), now: time.Now, configure: configure}
 }
 
 // SetObserver sets who hears of NRI traffic. Call it before Run.
@@ -100,10 +100,10 @@ func (p *Plugin) Stats() *Stats { return &p.stats }
 
 // Configure is called once per connection, before Synchronize.
 func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
-	p.log.WithFields(logrus.Fields{"runtime": runtime, "runtime_version": version}).Info("registered with the runtime over NRI")
+	p.log.say(logrus.InfoLevel, logrus.Fields{"runtime": runtime, "runtime_version": version}, nil, "registered with the runtime over NRI")
 	if p.configure != nil {
 		if err := p.configure(config); err != nil {
-			p.log.WithError(err).Error("rejecting the configuration containerd passed")
+			p.log.say(logrus.ErrorLevel, nil, err, "rejecting the configuration containerd passed")
 			return 0, err
 		}
 	}
@@ -151,10 +151,10 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	p.stats.Unmanaged.Add(uint64(unmanaged))
 	p.stats.Rejected.Add(uint64(r.Skipped))
 	p.synchronized.Store(true)
-	p.log.WithFields(logrus.Fields{
+	p.log.say(logrus.InfoLevel, logrus.Fields{
 		"pods": len(sandboxes), "containers": len(containers), "new_records": r.Added,
 		"unmanaged": unmanaged, "malformed": r.Skipped,
-	}).Info("synchronized with the runtime")
+	}, nil, "synchronized with the runtime")
 	p.waker.Resync()
 	return nil, nil
 }
@@ -230,7 +230,7 @@ func (p *Plugin) record(kind podstate.EventKind, pod *api.PodSandbox, c *api.Con
 	}
 	if err := p.state.Apply(ev); err != nil {
 		p.stats.Rejected.Add(1)
-		p.log.WithError(err).Warn("NRI event not recorded")
+		p.log.say(logrus.WarnLevel, nil, err, "NRI event not recorded")
 		return
 	}
 	switch kind {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -398,5 +400,73 @@ func TestAConnectionThatDiesDuringRegistrationIsNotReused(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// stalledWriter is a log sink that does not take anything until released,
+// as a journald that does not read its socket.
+type stalledWriter struct {
+	release chan struct{}
+	mu      sync.Mutex
+	written []string
+}
+
+func (w *stalledWriter) Write(b []byte) (int, error) {
+	<-w.release
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.written = append(w.written, string(b))
+	return len(b), nil
+}
+
+func (w *stalledWriter) lines() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.written, "")
+}
+
+// TestHandlersNeverWaitForTheLog: containerd drops a plugin whose handler
+// takes longer than its NRI request timeout (2 s), so a handler that logs
+// must not wait for a log sink that stalls. Its lines are written once the
+// sink takes them again, and a flood beyond the queue is counted, not kept.
+func TestHandlersNeverWaitForTheLog(t *testing.T) {
+	sink := &stalledWriter{release: make(chan struct{})}
+	log := logrus.New()
+	log.SetOutput(sink)
+	state := podstate.New(0)
+	p := New(state, &countingWaker{}, log, nil)
+	ctx := context.Background()
+	pod := kubeletPod("u1", "s1")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := p.Configure(ctx, "", "containerd", "v2.4.2"); err != nil {
+			t.Error(err)
+		}
+		if _, err := p.Synchronize(ctx, []*api.PodSandbox{pod}, nil); err != nil {
+			t.Error(err)
+		}
+		// Events podstate rejects (no sandbox ID) log a warning each,
+		// more than the queue holds.
+		for range handlerLogQueue + 10 {
+			_ = p.RunPodSandbox(ctx, kubeletPod("u2", ""))
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("the handlers waited for a stalled log")
+	}
+	close(sink.release)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(sink.lines(), "were dropped") && time.Now().Before(deadline) {
+		_ = p.RunPodSandbox(ctx, kubeletPod("u2", "")) // a line after the flood says what was dropped
+		time.Sleep(10 * time.Millisecond)
+	}
+	out := sink.lines()
+	for _, want := range []string{"registered with the runtime over NRI", "synchronized with the runtime", "NRI event not recorded", "were dropped"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %q once the sink takes lines again:\n%s", want, out)
+		}
 	}
 }
