@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -27,6 +28,9 @@ type ConnectOptions struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Dial connects to SocketPath; nil means a plain unix-socket dial.
 	Dial func(socketPath string) (net.Conn, error)
+	// ConfigureWithin bounds the wait for the runtime's Configure on a new
+	// connection (see configureWithin, its default when zero).
+	ConfigureWithin time.Duration
 }
 
 // Run serves NRI until ctx ends. Pre-registered (launched by containerd), it
@@ -40,7 +44,7 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 		if err != nil {
 			return fmt.Errorf("create NRI stub from the connection containerd passed: %w", err)
 		}
-		err = s.Run(ctx)
+		err = p.runStub(ctx, s, configureWithin, nil)
 		p.connectionLost()
 		switch {
 		case ctx.Err() != nil:
@@ -58,8 +62,9 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 		stub.WithOnClose(p.connectionLost),
 		stub.WithLogger(stubLogger{p.log}),
 	}
-	if opts.Dial != nil {
-		stubOpts = append(stubOpts, stub.WithDialer(opts.Dial))
+	dial := opts.Dial
+	if dial == nil {
+		dial = func(path string) (net.Conn, error) { return net.Dial("unix", path) }
 	}
 	// A new stub for every attempt: nri's stub (v0.12.5) keeps its
 	// connection when registration fails on it (its close is a no-op
@@ -67,15 +72,20 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 	// connection: "ttrpc: closed" forever. The chaos soak found it: a
 	// plugin paused past containerd's NRI timeout, resumed while
 	// containerd restarted, never reconnected.
-	newStub := func() (stub.Stub, error) {
-		s, err := stub.New(p, stubOpts...)
+	newStub := func() (stub.Stub, *dialedConn, error) {
+		d := &dialedConn{dial: dial}
+		s, err := stub.New(p, append(stubOpts, stub.WithDialer(d.Dial))...)
 		if err != nil {
-			return nil, fmt.Errorf("create NRI stub %s-%s: %w", opts.PluginIndex, opts.PluginName, err)
+			return nil, nil, fmt.Errorf("create NRI stub %s-%s: %w", opts.PluginIndex, opts.PluginName, err)
 		}
-		return s, nil
+		return s, d, nil
 	}
-	if _, err := newStub(); err != nil {
+	if _, _, err := newStub(); err != nil {
 		return err // a bad name or index: no attempt can succeed
+	}
+	within := opts.ConfigureWithin
+	if within <= 0 {
+		within = configureWithin
 	}
 	minWait, maxWait := opts.MinBackoff, opts.MaxBackoff
 	if minWait <= 0 {
@@ -89,11 +99,11 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 	failures := 0
 	for {
 		registrations := p.stats.Registrations.Load()
-		s, err := newStub()
+		s, conn, err := newStub()
 		if err != nil {
 			return err
 		}
-		err = s.Run(ctx)
+		err = p.runStub(ctx, s, within, conn.Close)
 		p.connectionLost()
 		if ctx.Err() != nil {
 			return nil
@@ -121,6 +131,70 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, maxWait)
+	}
+}
+
+// configureWithin is how long a connection may go without containerd's
+// Configure. containerd sends it as soon as it has answered RegisterPlugin,
+// and drops a plugin that has not registered within its registration
+// timeout (5 s by default). nri's stub (v0.12.5) waits for Configure holding
+// its lock and ignoring ctx, and its close callback needs that lock: a
+// runtime that closes the connection in between (containerd restarting, or
+// its registration timeout firing as it answers) leaves the stub waiting
+// for ever (containerd/nri#298), and with it the plugin's reconnects and
+// its shutdown.
+const configureWithin = 15 * time.Second
+
+// runStub runs s until it returns or ctx ends, or, when no Configure came
+// within within, leaves it behind (its goroutine stays blocked) after
+// abandon closes its connection, if abandon is set.
+func (p *Plugin) runStub(ctx context.Context, s stub.Stub, within time.Duration, abandon func()) error {
+	registrations := p.stats.Registrations.Load()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	watchdog := time.NewTimer(within)
+	defer watchdog.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-watchdog.C:
+			if p.stats.Registrations.Load() != registrations {
+				continue // configured: the session runs until it ends
+			}
+			if abandon != nil {
+				abandon()
+			}
+			return fmt.Errorf("the runtime sent no Configure within %s of the connection: left it and its stub behind", within)
+		}
+	}
+}
+
+// dialedConn dials the NRI socket for one stub and keeps the connection, so
+// that a stub left behind can be cut off from the runtime.
+type dialedConn struct {
+	dial func(string) (net.Conn, error)
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+func (d *dialedConn) Dial(path string) (net.Conn, error) {
+	c, err := d.dial(path)
+	if err == nil {
+		d.mu.Lock()
+		d.conn = c
+		d.mu.Unlock()
+	}
+	return c, err
+}
+
+func (d *dialedConn) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conn != nil {
+		_ = d.conn.Close()
 	}
 }
 

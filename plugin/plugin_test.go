@@ -15,6 +15,8 @@ import (
 
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/net/multiplex"
+	"github.com/containerd/ttrpc"
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
@@ -468,5 +470,79 @@ func TestHandlersNeverWaitForTheLog(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the log lacks %q once the sink takes lines again:\n%s", want, out)
 		}
+	}
+}
+
+// registerThenClose is a runtime that answers RegisterPlugin and goes away
+// before it sends Configure: containerd restarting right after it, or its
+// registration timeout firing as it answered.
+type registerThenClose struct{ conn net.Conn }
+
+func (r *registerThenClose) RegisterPlugin(context.Context, *api.RegisterPluginRequest) (*api.Empty, error) {
+	go func() { time.Sleep(50 * time.Millisecond); r.conn.Close() }()
+	return &api.Empty{}, nil
+}
+
+func (r *registerThenClose) UpdateContainers(context.Context, *api.UpdateContainersRequest) (*api.UpdateContainersResponse, error) {
+	return &api.UpdateContainersResponse{}, nil
+}
+
+// TestAConnectionClosedBeforeConfigureIsLeftBehind: nri's stub waits for
+// Configure holding its lock and ignoring its context, and its close
+// callback needs that lock, so a runtime that closes the connection after
+// registering and before Configure leaves it waiting for ever. The plugin
+// must leave that stub behind, connect again, and still stop when asked.
+func TestAConnectionClosedBeforeConfigureIsLeftBehind(t *testing.T) {
+	dir := t.TempDir()
+	closing, real := filepath.Join(dir, "closing.sock"), filepath.Join(dir, "nri.sock")
+	l, err := net.Listen("unix", closing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mux := multiplex.Multiplex(conn, multiplex.WithBlockedRead())
+			rpcl, err := mux.Listen(multiplex.RuntimeServiceConn)
+			if err != nil {
+				return
+			}
+			srv, err := ttrpc.NewServer()
+			if err != nil {
+				return
+			}
+			api.RegisterRuntimeService(srv, &registerThenClose{conn: conn})
+			go func() { _ = srv.Serve(context.Background(), rpcl) }()
+			mux.Unblock()
+		}
+	}()
+	startRuntime(t, real, nil, nil)
+	var dials atomic.Int64
+	dial := func(string) (net.Conn, error) {
+		if dials.Add(1) == 1 {
+			return net.Dial("unix", closing)
+		}
+		return net.Dial("unix", real)
+	}
+	p, _, _ := newTestPlugin()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- p.Run(ctx, ConnectOptions{SocketPath: real, PluginName: "nri-housekeeper", PluginIndex: "10", Dial: dial,
+			MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, ConfigureWithin: 300 * time.Millisecond})
+	}()
+	waitFor(t, "the plugin registers over a new connection after the one closed before Configure", 5*time.Second, p.Synchronized)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Run did not return after its context ended")
 	}
 }
