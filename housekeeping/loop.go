@@ -419,6 +419,10 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 	snap, err := l.runtime.Snapshot(ctx)
 	if err != nil {
 		r.Err = err
+		// Nothing is reconciled, but NRI goes on recording: what podstate
+		// would have forgotten is forgotten all the same, or it would grow
+		// for as long as the listing fails (a wrong runtime.endpoint).
+		r.Reconcile.Forgotten = l.state.Forget(r.Started)
 		r.Duration = l.now().Sub(r.Started)
 		l.finish(r, nil)
 		return r

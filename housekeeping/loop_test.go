@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -149,6 +150,32 @@ func TestFailedListingChangesNothing(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "nothing is changed on partial data") {
 		t.Fatalf("log does not explain the skipped pass:\n%s", buf.String())
+	}
+}
+
+// A listing that keeps failing (a wrong runtime.endpoint) leaves NRI
+// recording pods: podstate still forgets those removed for longer than its
+// retention, or it would grow for as long as the listing fails.
+func TestFailedListingsStillForgetRemovedPods(t *testing.T) {
+	state := podstate.New(time.Minute)
+	for i := range 100 {
+		id := podstate.PodIdentity{UID: fmt.Sprintf("u%d", i), Namespace: "ns", Name: "p"}
+		for _, kind := range []podstate.EventKind{podstate.RunPodSandbox, podstate.RemovePodSandbox} {
+			if err := state.Apply(podstate.Event{Kind: kind, At: now.Add(-time.Hour), Pod: id, SandboxID: "s" + id.UID}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{}, errors.New("connection refused"))
+	log, _ := testLogger()
+	loop := New(state, rt, Options{Period: time.Hour}, log)
+	loop.now = func() time.Time { return now }
+	if r := loop.Pass(context.Background()); r.Err == nil || r.Reconcile.Forgotten != 100 {
+		t.Fatalf("failed pass: err %v, forgot %d pods removed an hour ago, want 100", r.Err, r.Reconcile.Forgotten)
+	}
+	if n := len(state.View().Pods); n != 0 {
+		t.Fatalf("podstate still holds %d pods", n)
 	}
 }
 

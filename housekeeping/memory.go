@@ -16,6 +16,9 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/statefile"
 )
 
+// closeWriteTimeout bounds the state file's last write, at Close.
+const closeWriteTimeout = 5 * time.Second
+
 // budgetHold is how long every budgeted step is held after a state file
 // could not be read: the steps taken in the hour before are unknown, and
 // max_per_hour counts an hour.
@@ -138,9 +141,16 @@ func (l *Loop) lockStateFile(ctx context.Context) bool {
 	return true
 }
 
-// Close gives up the state file's lock (a plugin that exits drops it
-// anyway). The loop must not run passes after it.
+// Close writes the state file if what it holds changed since the last
+// write, and gives up its lock (a plugin that exits drops it anyway). The
+// loop must not run passes after it.
 func (l *Loop) Close() error {
+	// A pass that ended with its context (SIGTERM, the NRI connection of a
+	// pre-registered plugin lost) could not write what it did: write it now,
+	// with a context of its own, before the lock goes.
+	ctx, cancel := context.WithTimeout(context.Background(), closeWriteTimeout)
+	defer cancel()
+	l.persist(ctx, l.now())
 	err := l.stateLock.Release()
 	l.stateLock = nil
 	return err

@@ -489,3 +489,43 @@ func TestAStateFileFailureEndsWhenTheStateComesBackToTheLastWritten(t *testing.T
 		t.Fatalf("the recovery is not said:\n%s", buf.String())
 	}
 }
+
+// A pass cut short by its context (SIGTERM, a pre-registered plugin's NRI
+// connection lost) cannot write the state file; Close writes what it
+// learned, so the pods it saw torn down outlive the restart.
+func TestCloseWritesWhatAPassCutShortCouldNot(t *testing.T) {
+	uid := testUID(11)
+	root := podDirs(t, uid)
+	path := filepath.Join(t.TempDir(), "state", "state.json")
+	state := podstate.New(0)
+	for _, ev := range []podstate.Event{
+		{Kind: podstate.RunPodSandbox, At: now.Add(-10 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+		{Kind: podstate.RemovePodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+	} {
+		if err := state.Apply(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now}, nil)
+	log, _ := testLogger()
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, StateFile: path,
+		Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	loop.Restore(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the plugin is stopping while the pass runs
+	loop.Pass(ctx)
+	if loop.tornDown[uid] == nil {
+		t.Fatal("the pass saw no pod torn down: the test proves nothing")
+	}
+	if s, err := statefile.Load(context.Background(), path); err == nil && len(s.TornDown) > 0 {
+		t.Fatal("the pass wrote the state file with its context done: the test proves nothing")
+	}
+	if err := loop.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := statefile.Load(context.Background(), path)
+	if err != nil || len(s.TornDown) != 1 || s.TornDown[0].UID != uid {
+		t.Fatalf("after Close the state file holds %+v (%v), want the pod seen torn down", s.TornDown, err)
+	}
+}

@@ -541,8 +541,9 @@ func (s *State) MarkGone(ids []string, at time.Time) {
 }
 
 // Forget drops the pods Removed for longer than the retention, as a
-// Reconcile does. A pass whose listing is not trusted reconciles nothing,
-// and must still forget, or the state would grow for as long as that lasts.
+// Reconcile does. A pass whose listing failed or is not trusted reconciles
+// nothing, and must still forget, or the state would grow for as long as
+// that lasts.
 func (s *State) Forget(now time.Time) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
