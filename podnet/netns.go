@@ -32,8 +32,31 @@ const (
 
 // mountEntry is one line of the mount table, the parts used here.
 type mountEntry struct {
-	root   string // for an nsfs mount, the namespace: "net:[<inode>]"
-	fstype string
+	id, parent string // mount IDs: the mount's and the one it is on
+	root       string // for an nsfs mount, the namespace: "net:[<inode>]"
+	fstype     string
+}
+
+// oneMount is the one mount that the mounts ms at a path of the netns dir
+// stand for: a single mount, or copies of one on several mounts of the dir
+// (`ip netns add` bind-mounts /run/netns on itself, shared with /run: from
+// then on every mount made in the dir shows once on each). A mount on top
+// of another at the path (its parent is one of ms) is not what containerd
+// makes, and neither are copies that hold different things.
+func oneMount(ms []mountEntry) (mountEntry, error) {
+	ids := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		ids[m.id] = true
+	}
+	for _, m := range ms {
+		if ids[m.parent] {
+			return mountEntry{}, fmt.Errorf("%d mounts are stacked on it; containerd makes one", len(ms))
+		}
+		if m.root != ms[0].root || m.fstype != ms[0].fstype {
+			return mountEntry{}, fmt.Errorf("the dir's %d mounts show different mounts there (%s %s, %s %s)", len(ms), ms[0].fstype, ms[0].root, m.fstype, m.root)
+		}
+	}
+	return ms[len(ms)-1], nil
 }
 
 // mountsIn returns the mounts whose mount point is directly in dir (a real
@@ -67,7 +90,7 @@ func mountsIn(dir string) (map[string][]mountEntry, error) {
 			continue
 		}
 		name := filepath.Base(point)
-		found[name] = append(found[name], mountEntry{root: nodefs.UnescapeMountPath(fields[3]), fstype: fields[sep+1]})
+		found[name] = append(found[name], mountEntry{id: fields[0], parent: fields[1], root: nodefs.UnescapeMountPath(fields[3]), fstype: fields[sep+1]})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", mountInfoPath, err)
@@ -166,11 +189,12 @@ func InspectNetns(ctx context.Context, netnsDir string, paths []string) ([]Netns
 		if filepath.Dir(path) != filepath.Clean(netnsDir) || !IsNetnsName(name) || len(ms) == 0 {
 			continue // not containerd's, or not mounted: not a namespace
 		}
-		if len(ms) > 1 {
-			unreadable = append(unreadable, Unreadable{KindNetns, path, "", fmt.Sprintf("%d mounts are stacked on it; containerd makes one", len(ms))})
+		m, err := oneMount(ms)
+		if err != nil {
+			unreadable = append(unreadable, Unreadable{KindNetns, path, "", err.Error()})
 			continue
 		}
-		ino, ok := netnsInode(ms[0])
+		ino, ok := netnsInode(m)
 		if !ok {
 			continue // another kind of mount: not a network namespace
 		}

@@ -338,17 +338,17 @@ func (r *Reclaimer) RemoveNetns(ctx context.Context, n Netns) error {
 		return fmt.Errorf("removing %s: reading the mount table: %w", n.Path, err)
 	}
 	ms := mounts[name]
-	switch len(ms) {
-	case 0:
+	if len(ms) == 0 {
 		return refuse(n.Path, "no longer a mount point")
-	case 1:
-	default:
-		return refuse(n.Path, "%d mounts are stacked on it", len(ms))
 	}
-	ino, ok := netnsInode(ms[0])
+	m, err := oneMount(ms)
+	if err != nil {
+		return refuse(n.Path, "%v", err)
+	}
+	ino, ok := netnsInode(m)
 	switch {
 	case !ok:
-		return refuse(n.Path, "it is now a %s mount of %s, not a network namespace", ms[0].fstype, ms[0].root)
+		return refuse(n.Path, "it is now a %s mount of %s, not a network namespace", m.fstype, m.root)
 	case ino != n.Inode:
 		return refuse(n.Path, "another namespace is mounted there: net:[%d], listed net:[%d]", ino, n.Inode)
 	}

@@ -384,6 +384,53 @@ func TestRemoveNetns(t *testing.T) {
 		}
 	})
 
+	t.Run("a namespace shown on every mount of a netns dir bind-mounted on itself is one namespace, and removed", func(t *testing.T) {
+		// What `ip netns add` leaves on a node: /run/netns bind-mounted on
+		// itself, shared with /run, so that a mount made in it shows on both.
+		n := newNode(t)
+		if err := os.MkdirAll(n.netnsDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []struct {
+			src, fstype string
+			flags       uintptr
+		}{
+			{"tmpfs", "tmpfs", 0}, {"", "", unix.MS_SHARED}, // the node's /run
+		} {
+			if err := unix.Mount(step.src, n.root, step.fstype, step.flags, ""); err != nil {
+				t.Skipf("mounting not permitted: %v", err)
+			}
+		}
+		t.Cleanup(func() { _ = unix.Unmount(n.root, unix.MNT_DETACH) })
+		if err := os.MkdirAll(n.netnsDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(n.netnsDir, n.netnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(n.netnsDir, unix.MNT_DETACH) })
+		if err := unix.Mount("", n.netnsDir, "", unix.MS_SHARED, ""); err != nil {
+			t.Fatal(err)
+		}
+		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+		tn := newNetns(t, netnsPath(n.netnsDir, 2), false)
+		mounts, err := mountsIn(n.netnsDir)
+		if err != nil || len(mounts[filepath.Base(tn.Path)]) != 2 {
+			t.Fatalf("the mount table shows %d mounts at %s (%v), want one on each mount of the dir: the test proves nothing",
+				len(mounts[filepath.Base(tn.Path)]), tn.Path, err)
+		}
+		l := mustList(t, cfg, n)
+		if len(l.Netns) != 1 || l.Netns[0].Inode != tn.Inode || len(l.Unreadable) > 0 {
+			t.Fatalf("netns = %+v, unreadable %+v; want the one namespace", l.Netns, l.Unreadable)
+		}
+		if err := NewReclaimer(cfg, n.cacheDir).RemoveNetns(ctx, l.Netns[0]); err != nil {
+			t.Fatal(err)
+		}
+		if mounts, err := mountsIn(n.netnsDir); err != nil || len(mounts[filepath.Base(tn.Path)]) > 0 || exists(t, tn.Path) {
+			t.Fatalf("after the removal: %d mounts there (%v), file there %v", len(mounts[filepath.Base(tn.Path)]), err, exists(t, tn.Path))
+		}
+	})
+
 	refusals := []struct {
 		rule   string
 		inUse  bool
