@@ -50,7 +50,18 @@ type Reclaimer struct {
 	cfg      Config
 	cacheDir string
 	cni      *libcni.CNIConfig
+	// stepTimeout bounds a CNI DEL and the wait for host-local's lock.
+	stepTimeout time.Duration
 }
+
+// StepTimeout bounds one CNI DEL (its plugins are killed then) and the wait
+// for host-local's lock. A plugin whose DEL hangs (waiting for an agent or an
+// API server that does not answer: the kind of teardown hang that leaks
+// attachments in the first place) would otherwise hold its pass, and every
+// pass after it, for ever. containerd's own DEL is bounded by the CRI call
+// it runs in (kubelet's runtime-request-timeout, 2 minutes); a DEL that
+// runs out is an error, retried with backoff.
+const StepTimeout = time.Minute
 
 // NewReclaimer returns a Reclaimer for cfg's networks and libcni's cache in
 // cacheDir (/var/lib/cni for containerd). Plugins run from cfg.BinDirs; what
@@ -59,7 +70,7 @@ func NewReclaimer(cfg Config, cacheDir string) *Reclaimer {
 	// An explicit exec, the same as libcni's default: libcni sets its
 	// default lazily on first use, which races between goroutines.
 	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{}, PluginDecoder: version.PluginDecoder{}}
-	return &Reclaimer{cfg: cfg, cacheDir: cacheDir, cni: libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cacheDir, exec)}
+	return &Reclaimer{cfg: cfg, cacheDir: cacheDir, cni: libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cacheDir, exec), stepTimeout: StepTimeout}
 }
 
 // network returns the network a step acts on, refusing one containerd no
@@ -129,7 +140,12 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 		Args:           cur.CniArgs,
 		CapabilityArgs: cur.CapabilityArgs,
 	}
-	if err := r.cni.DelNetworkList(ctx, n.List, rt); err != nil {
+	dctx, cancel := context.WithTimeout(ctx, r.stepTimeout)
+	defer cancel()
+	if err := r.cni.DelNetworkList(dctx, n.List, rt); err != nil {
+		if ctx.Err() == nil && dctx.Err() != nil {
+			err = fmt.Errorf("did not finish within %s, its plugin was killed: %w", r.stepTimeout, err)
+		}
 		return fmt.Errorf("CNI DEL of %s (container %s, network %s, interface %s): %w", path, a.ContainerID, a.Network, a.IfName, err)
 	}
 	// libcni ignores a failure to remove the entry.
@@ -204,7 +220,9 @@ func (r *Reclaimer) ReleaseReservation(ctx context.Context, res Reservation) err
 		return refuse(res.Path, "libcni still caches attachment %s of %s: DeleteAttachment's CNI DEL releases the IP with the rest", cached, res.Owner)
 	}
 
-	unlock, err := lockHostLocal(ctx, n.HostLocalDir)
+	lctx, cancel := context.WithTimeout(ctx, r.stepTimeout)
+	defer cancel()
+	unlock, err := lockHostLocal(lctx, n.HostLocalDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // the whole host-local dir is gone
 	}

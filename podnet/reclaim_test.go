@@ -94,6 +94,23 @@ func TestDeleteAttachment(t *testing.T) {
 		}
 	})
 
+	t.Run("a DEL that hangs is cut off after the step timeout: an error, and the entry kept for a retry", func(t *testing.T) {
+		n := newNode(t)
+		cfg := n.config(t, map[string]string{"10-pods.conflist": strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "hangDel": true`, 1)})
+		n.add(t, cfg, "pods", id, ns)
+		a := onlyAttachment(t, cfg, n, id)
+		r := NewReclaimer(cfg, n.cacheDir)
+		r.stepTimeout = 200 * time.Millisecond
+		start := time.Now()
+		err := r.DeleteAttachment(ctx, a)
+		if took := time.Since(start); err == nil || !strings.Contains(err.Error(), "did not finish within 200ms") || took > 10*time.Second {
+			t.Fatalf("err = %v after %v, want the DEL cut off after 200ms", err, took)
+		}
+		if !exists(t, a.CacheFile) {
+			t.Fatal("the cache entry is gone")
+		}
+	})
+
 	refusals := []struct {
 		rule   string
 		change func(t *testing.T, n node, cfg *Config, a *Attachment)
@@ -332,6 +349,17 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 		}
 		if exists(t, r.Path) {
 			t.Fatal("the reservation is still there")
+		}
+	})
+
+	t.Run("without a deadline of its own, the wait ends after the step timeout", func(t *testing.T) {
+		n, cfg, r := reservationNode(t, id)
+		holdHostLocalLock(t, filepath.Dir(r.Path))
+		rc := NewReclaimer(cfg, n.cacheDir)
+		rc.stepTimeout = 200 * time.Millisecond
+		err := rc.ReleaseReservation(context.Background(), r)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "host-local's lock") || !exists(t, r.Path) {
+			t.Fatalf("err = %v (reservation there: %v), want the step timeout while waiting for host-local's lock", err, exists(t, r.Path))
 		}
 	})
 

@@ -5,7 +5,8 @@
 //	<CNI_COMMAND> <CNI_CONTAINERID> <CNI_IFNAME> <CNI_NETNS> <plugin type> <CNI_ARGS> <runtimeConfig JSON>
 //
 // and passes the previous result on (ADD), so that a chain of them behaves
-// like a real chain. With "failDel": true its DEL fails. The plugin type is
+// like a real chain. With "failDel": true its DEL fails; with "hangDel":
+// true it never ends (until killed). The plugin type is
 // the binary's name, as libcni finds it: the tests install one binary under
 // several names.
 package main
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -27,6 +29,7 @@ type conf struct {
 	types.NetConf
 	Log           string          `json:"log"`
 	FailDel       bool            `json:"failDel"`
+	HangDel       bool            `json:"hangDel"`
 	RuntimeConfig json.RawMessage `json:"runtimeConfig"`
 }
 
@@ -104,6 +107,9 @@ func del(args *skel.CmdArgs) error {
 	}
 	if c.FailDel {
 		return errors.New("DEL fails, as configured")
+	}
+	if c.HangDel {
+		time.Sleep(time.Hour)
 	}
 	return nil
 }
