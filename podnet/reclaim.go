@@ -133,9 +133,13 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 	if d := attachmentChange(a, cur); d != "" {
 		return refuse(path, "the cache entry changed since it was listed: %s", d)
 	}
+	netns, err := netnsForDel(cur.NetNS)
+	if err != nil {
+		return fmt.Errorf("CNI DEL of %s: %w", path, err)
+	}
 	rt := &libcni.RuntimeConf{
 		ContainerID:    cur.ContainerID,
-		NetNS:          cur.NetNS,
+		NetNS:          netns,
 		IfName:         cur.IfName,
 		Args:           cur.CniArgs,
 		CapabilityArgs: cur.CapabilityArgs,
@@ -275,6 +279,28 @@ func (r *Reclaimer) cachedAttachment(ctx context.Context, network, owner, ifName
 		}
 	}
 	return "", nil
+}
+
+// netnsForDel is the CNI_NETNS a DEL gets: the ADD's namespace path while a
+// network namespace is mounted there, else "". The CNI spec lets the
+// namespace be gone by DEL, and containerd's own teardown passes "" then
+// (v2.4.2 sandbox_stop.go): some plugins (host-device) fail a DEL whose
+// path cannot be opened, which would keep the attachment, and its IP, for
+// ever (after a reboot, every leaked namespace is gone).
+func netnsForDel(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	_, _, onNsfs, err := nsfsStat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("cannot tell whether its namespace %s is still there: %w", path, err)
+	case !onNsfs:
+		return "", nil
+	}
+	return path, nil
 }
 
 // lockHostLocal takes host-local's lock on its network dir the way host-local

@@ -35,6 +35,7 @@ func TestDeleteAttachment(t *testing.T) {
 	t.Run("DEL runs through the whole chain, last plugin first, with the cached values, and the entry goes", func(t *testing.T) {
 		n := newNode(t)
 		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+		ns := newNetns(t, netnsPath(n.netnsDir, 3), false).Path // still there: the DEL gets it
 		n.add(t, cfg, "pods", id, ns)
 		a := onlyAttachment(t, cfg, n, id)
 		if err := NewReclaimer(cfg, n.cacheDir).DeleteAttachment(ctx, a); err != nil {
@@ -60,6 +61,20 @@ func TestDeleteAttachment(t *testing.T) {
 		}
 		if exists(t, a.CacheFile) {
 			t.Errorf("%s is still there", a.CacheFile)
+		}
+	})
+
+	t.Run("DEL of an attachment whose namespace is gone gets no namespace, as containerd's own teardown", func(t *testing.T) {
+		n := newNode(t)
+		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+		n.add(t, cfg, "pods", id, ns) // ns: no such path
+		a := onlyAttachment(t, cfg, n, id)
+		if err := NewReclaimer(cfg, n.cacheDir).DeleteAttachment(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		calls := n.pluginCalls(t)
+		if len(calls) != 4 || !strings.HasPrefix(calls[2], "DEL "+id+" eth0 - ") || !strings.HasPrefix(calls[3], "DEL "+id+" eth0 - ") {
+			t.Fatalf("plugin calls, want both DELs without a namespace:\n%s", strings.Join(calls, "\n"))
 		}
 	})
 
