@@ -1,6 +1,7 @@
 package housekeeping
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -263,18 +264,7 @@ func TestAStateFileThatCannotBeWrittenIsSaidWhileItLasts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rt := &fakeRuntime{}
-	log, buf := testLogger()
-	obs := &partsObserver{}
-	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, StateFile: filepath.Join(blocker, "state.json"), Observer: obs,
-		Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
-	pass := func(i int) {
-		t.Helper()
-		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute)}, nil)
-		if r := loop.Pass(context.Background()); r.Err != nil {
-			t.Fatal(r.Err)
-		}
-	}
+	loop, buf, obs, pass := stateFileLoop(t, state, root, filepath.Join(blocker, "state.json"))
 	for i := range 3 {
 		pass(i)
 	}
@@ -438,18 +428,7 @@ func TestAStateFileFailureEndsWhenTheStateComesBackToTheLastWritten(t *testing.T
 		}
 	}
 	tearDown(kept, now.Add(-10*time.Minute))
-	rt := &fakeRuntime{}
-	log, buf := testLogger()
-	obs := &partsObserver{}
-	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, StateFile: filepath.Join(dir, "state.json"), Observer: obs,
-		Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
-	pass := func(i int) {
-		t.Helper()
-		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute)}, nil)
-		if r := loop.Pass(context.Background()); r.Err != nil {
-			t.Fatal(r.Err)
-		}
-	}
+	loop, buf, obs, pass := stateFileLoop(t, state, root, filepath.Join(dir, "state.json"))
 	pass(0) // written: the one pod seen torn down
 	if degraded, _ := obs.told(PartStateFile); degraded {
 		t.Fatal("degraded after a write that worked")
@@ -528,4 +507,23 @@ func TestCloseWritesWhatAPassCutShortCouldNot(t *testing.T) {
 	if err != nil || len(s.TornDown) != 1 || s.TornDown[0].UID != uid {
 		t.Fatalf("after Close the state file holds %+v (%v), want the pod seen torn down", s.TornDown, err)
 	}
+}
+
+// stateFileLoop is a loop over state keeping its state file at path, with
+// an observer of its parts, and pass(i), which runs a pass whose (empty)
+// listing is taken i minutes after now.
+func stateFileLoop(t *testing.T, state *podstate.State, root, path string) (*Loop, *bytes.Buffer, *partsObserver, func(i int)) {
+	rt := &fakeRuntime{}
+	log, buf := testLogger()
+	obs := &partsObserver{}
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, StateFile: path, Observer: obs,
+		Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	pass := func(i int) {
+		t.Helper()
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute)}, nil)
+		if r := loop.Pass(context.Background()); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	return loop, buf, obs, pass
 }
