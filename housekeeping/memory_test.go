@@ -476,15 +476,7 @@ func TestCloseWritesWhatAPassCutShortCouldNot(t *testing.T) {
 	uid := testUID(11)
 	root := podDirs(t, uid)
 	path := filepath.Join(t.TempDir(), "state", "state.json")
-	state := podstate.New(0)
-	for _, ev := range []podstate.Event{
-		{Kind: podstate.RunPodSandbox, At: now.Add(-10 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-		{Kind: podstate.RemovePodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-	} {
-		if err := state.Apply(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	state := tornDownState(t, uid)
 	rt := &fakeRuntime{}
 	rt.set(cri.Snapshot{TakenAt: now}, nil)
 	log, _ := testLogger()
