@@ -144,6 +144,9 @@ type Executor struct {
 	aborted map[string]string
 	// jitter returns the random part added to a delay d; tests replace it.
 	jitter func(d time.Duration) time.Duration
+	// since is how long ago a monotonic reading was (time.Since); tests
+	// freeze it to check delays exactly.
+	since func(time.Time) time.Duration
 }
 
 // New returns an Executor. A nil log discards log lines.
@@ -166,7 +169,7 @@ func New(rt Runtime, files Files, opts Options, log logrus.FieldLogger) *Executo
 		log = discard
 	}
 	return &Executor{rt: rt, files: files, opts: opts, log: log, backoffs: make(map[string]*backoff), aborted: make(map[string]string),
-		jitter: randomJitter}
+		jitter: randomJitter, since: time.Since}
 }
 
 // randomJitter returns a random duration in [0, maxJitter·d].
@@ -220,7 +223,7 @@ func (e *Executor) Execute(ctx context.Context, actions []gc.Action, now time.Ti
 
 	// One semaphore for the whole call: at most MaxParallel calls at once.
 	sem := make(chan struct{}, e.opts.MaxParallel)
-	w := wave{actions: actions, now: now, recheck: recheck, out: out, done: done, settle: settle, carried: carried}
+	w := wave{actions: actions, now: now, began: time.Now(), recheck: recheck, out: out, done: done, settle: settle, carried: carried}
 	for _, kind := range gc.Kinds {
 		e.runWave(ctx, sem, w, waves[kind])
 	}
@@ -286,6 +289,9 @@ func (e *Executor) carriedBySandboxes(actions []gc.Action, now time.Time) map[in
 type wave struct {
 	actions []gc.Action
 	now     time.Time
+	// began is when Execute began (a monotonic reading): now plus the time
+	// since is the pass's clock at a failure, for its backoff.
+	began   time.Time
 	recheck Recheck
 	out     []Outcome
 	done    map[string]Result
@@ -399,7 +405,10 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 			e.entry(o.Action).WithField(fieldTook, o.Took).Info(verbsOf(o.Action).done)
 		} else {
 			o.Result = Error
-			b := e.fail(o.Action.Key, o.Err, now)
+			// Counted from the end of the wave, not from the listing: a
+			// call that ran into its timeout, or waited for a slot or for
+			// earlier waves, must not be retried sooner than its backoff.
+			b := e.fail(o.Action.Key, o.Err, now.Add(e.since(w.began)))
 			o.RetryAt = b.retryAt
 			e.entry(o.Action).WithError(o.Err).WithFields(logrus.Fields{
 				fieldTook: o.Took, fieldAttempts: b.failures, fieldRetryAt: b.retryAt.Format(time.RFC3339),

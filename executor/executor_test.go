@@ -186,9 +186,13 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 // noJitter makes backoff delays exact.
 func noJitter(time.Duration) time.Duration { return 0 }
 
+// frozen makes the pass's clock stand still while it executes: backoff
+// delays count exactly from now.
+func frozen(time.Time) time.Duration { return 0 }
+
 func newTest(f *fake, opts Options) *Executor {
 	e := New(f, f, opts, nil)
-	e.jitter = noJitter
+	e.jitter, e.since = noJitter, frozen
 	return e
 }
 
@@ -531,6 +535,7 @@ func TestBackoffJitterWithinTwentyPercent(t *testing.T) {
 		f.setFail("RemoveContainer "+a.ContainerID, errFake)
 	}
 	e := New(f, f, Options{MaxParallel: 8}, nil) // the real, random jitter
+	e.since = frozen                             // delays from now, the time the calls take aside
 	for failure, base := range []time.Duration{DefaultBackoffMin, 2 * DefaultBackoffMin} {
 		now := t0.Add(time.Duration(failure) * time.Hour) // past every RetryAt
 		jittered := 0
@@ -684,7 +689,7 @@ func TestEveryExecutedActionLoggedWithItsFields(t *testing.T) {
 	log, hook := logtest.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
 	e := New(f, f, Options{MaxParallel: 4, BackoffMin: time.Minute}, log)
-	e.jitter = noJitter
+	e.jitter, e.since = noJitter, frozen
 	e.fail("container/c-wait", errFake, t0) // backing off this pass
 
 	actions := []gc.Action{
@@ -907,7 +912,7 @@ func TestAWholeSandboxReclaimIsOneStopAndOneRemove(t *testing.T) {
 			log, hook := logtest.NewNullLogger()
 			log.SetLevel(logrus.DebugLevel)
 			e := New(f, f, Options{MaxParallel: 4, DryRun: tc.dryRun, BackoffMin: time.Minute, BackoffMax: time.Hour}, log)
-			e.jitter = noJitter
+			e.jitter, e.since = noJitter, frozen
 			if tc.backoff != "" {
 				e.fail(tc.backoff, errors.New("earlier failure"), t0)
 			}
@@ -936,4 +941,23 @@ func loggedWith(hook *logtest.Hook, msg, field, value string) bool {
 		}
 	}
 	return false
+}
+
+// TestBackoffCountsFromTheFailureNotTheListing: a pass's clock is its
+// listing's time, but a step fails later (a call that ran into its
+// timeout, one that waited for a slot or for earlier waves): its retry
+// must not come sooner than its backoff after the failure.
+func TestBackoffCountsFromTheFailureNotTheListing(t *testing.T) {
+	f := newFake("RemoveContainer c1")
+	f.delay = 300 * time.Millisecond // the call fails this long after the listing
+	e := New(f, f, Options{BackoffMin: time.Second, BackoffMax: time.Minute}, nil)
+	e.jitter = noJitter
+	now := time.Now()
+	out := e.Execute(context.Background(), []gc.Action{rmCtr("c1")}, now, nil)
+	if out[0].Result != Error {
+		t.Fatalf("got %q, want error", out[0].Result)
+	}
+	if got := out[0].RetryAt.Sub(now); got < time.Second+300*time.Millisecond {
+		t.Fatalf("retry %v after the listing, want at least the call's 300ms plus the 1s backoff", got)
+	}
 }
