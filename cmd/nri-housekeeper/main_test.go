@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
 )
 
 // TestConfigCheckRejectsBadFilesNamingKeyAndLine runs the command a user
@@ -239,5 +241,29 @@ func TestHelpAndVersion(t *testing.T) {
 	stdout.Reset()
 	if code := run([]string{"version"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "nri-housekeeper ") {
 		t.Fatalf("version: exit %d, output %q", code, stdout.String())
+	}
+}
+
+// TestOnceCountsOnlyStepsTriedAndFailedAsFailures: a step aborted by the
+// check right before it (the pod is back) or skipped after it was not
+// tried; once exits 1 only for a step that was tried and failed.
+func TestOnceCountsOnlyStepsTriedAndFailedAsFailures(t *testing.T) {
+	for _, tc := range []struct {
+		results []executor.Result
+		want    string
+		failed  int
+	}{
+		{[]executor.Result{executor.Success, executor.Success}, "executed 2 action(s), 0 failed (dry_run = false)\n", 0},
+		{[]executor.Result{executor.Aborted, executor.Skipped}, "executed 0 action(s), 0 failed (dry_run = false); not tried: 1 aborted", 0},
+		{[]executor.Result{executor.Success, executor.Error, executor.Skipped}, "executed 2 action(s), 1 failed (dry_run = false); not tried: 1 skipped", 1},
+	} {
+		var outcomes []executor.Outcome
+		for _, r := range tc.results {
+			outcomes = append(outcomes, executor.Outcome{Result: r, Err: errors.New("x")})
+		}
+		var out bytes.Buffer
+		if failed := onceSummary(&out, outcomes, false); failed != tc.failed || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%v: failed %d, printed %q; want %d and %q", tc.results, failed, out.String(), tc.failed, tc.want)
+		}
 	}
 }

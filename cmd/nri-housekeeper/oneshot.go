@@ -12,6 +12,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/housekeeping"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
@@ -109,18 +110,36 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, err)
 		return 1
 	}
-	if cmd == "once" {
-		failed := 0
-		for _, o := range r.Outcomes {
-			if o.Err != nil {
-				failed++
-			}
-		}
-		fmt.Fprintf(stdout, "\nexecuted %d action(s), %d failed (dry_run = %v)\n", len(r.Outcomes), failed, cfg.DryRun)
-		if failed > 0 {
-			return 1
-		}
+	if cmd == "once" && onceSummary(stdout, r.Outcomes, cfg.DryRun) > 0 {
+		return 1
 	}
 	_ = os.Stdout.Sync()
 	return 0
+}
+
+// onceSummary prints what once did and returns how many steps failed. Only
+// a step tried and failed is a failure: one aborted (checked again right
+// before it, the pod is back) or skipped (a step it depends on did not
+// succeed) was not tried.
+func onceSummary(w io.Writer, outcomes []executor.Outcome, dryRun bool) (failed int) {
+	n := map[executor.Result]int{}
+	for _, o := range outcomes {
+		n[o.Result]++
+	}
+	tried := n[executor.Success] + n[executor.Error] + n[executor.Would]
+	fmt.Fprintf(w, "\nexecuted %d action(s), %d failed (dry_run = %v)", tried, n[executor.Error], dryRun)
+	for _, not := range []struct {
+		result executor.Result
+		why    string
+	}{
+		{executor.Aborted, "checked again right before it, what the plan saw no longer held"},
+		{executor.Skipped, "a step it depends on did not succeed, or the run was stopped"},
+		{executor.Backoff, "backing off after an earlier failure"},
+	} {
+		if n[not.result] > 0 {
+			fmt.Fprintf(w, "; not tried: %d %s (%s)", n[not.result], not.result, not.why)
+		}
+	}
+	fmt.Fprintln(w)
+	return n[executor.Error]
 }
