@@ -25,9 +25,9 @@ type Report struct {
 	// trusted this pass, and why not.
 	Sources Sources `json:"sources"`
 	// Budget lists the budget classes this pass refused (paused).
-	Budget []gc.Trip `json:"budget_trips"`
+	Budget []Trip `json:"budget_trips"`
 	// Skipped are the pods with a life event after the listing.
-	Skipped  []gc.PodRef    `json:"skipped_pods,omitempty"`
+	Skipped  []Pod          `json:"skipped_pods,omitempty"`
 	Leaks    map[string]int `json:"leaks"`
 	Actions  []Item         `json:"actions"`
 	Deferred []Item         `json:"deferred"`
@@ -79,21 +79,61 @@ type Runtime struct {
 
 // Item is one action or kept object.
 type Item struct {
-	Action string    `json:"action,omitempty"`
-	Rule   string    `json:"rule,omitempty"`
-	Pod    gc.PodRef `json:"pod"`
-	Object string    `json:"object"`
-	Why    string    `json:"why"`
+	Action string `json:"action,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+	Pod    Pod    `json:"pod"`
+	Object string `json:"object"`
+	Why    string `json:"why"`
+}
+
+// Pod names a pod: its UID, and its namespace and name when known.
+type Pod struct {
+	UID       string `json:"uid,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+}
+
+func pod(p gc.PodRef) Pod { return Pod{UID: p.UID, Namespace: p.Namespace, Name: p.Name} }
+
+func pods(ps []gc.PodRef) []Pod {
+	var out []Pod
+	for _, p := range ps {
+		out = append(out, pod(p))
+	}
+	return out
+}
+
+// Trip is a budget class the pass refused (see gc.Trip).
+type Trip struct {
+	Class          string `json:"class"`
+	Due            int    `json:"due"`
+	Allowed        int    `json:"allowed"`
+	PerPass        int    `json:"per_pass"`
+	HourSpent      int    `json:"hour_spent"`
+	MaxPerHour     int    `json:"max_per_hour"`
+	ReadySandboxes int    `json:"ready_sandboxes"`
+	Refused        int    `json:"refused"`
+	AffectedPods   []Pod  `json:"affected_pods"`
+	Message        string `json:"message"`
+}
+
+func trips(ts []gc.Trip) []Trip {
+	var out []Trip
+	for _, t := range ts {
+		out = append(out, Trip{Class: t.Class, Due: t.Due, Allowed: t.Allowed, PerPass: t.PerPass, HourSpent: t.HourSpent,
+			MaxPerHour: t.MaxPerHour, ReadySandboxes: t.ReadySandbox, Refused: t.Refused, AffectedPods: pods(t.AffectedPods), Message: t.Message})
+	}
+	return out
 }
 
 // Build turns a plan into a Report.
 func Build(now time.Time, snap cri.Snapshot, plan gc.Result, blocked string) Report {
-	r := Report{GeneratedAt: now, Blocked: blocked, Leaks: plan.Leaks, Budget: plan.Trips, Skipped: plan.Skipped,
+	r := Report{GeneratedAt: now, Blocked: blocked, Leaks: plan.Leaks, Budget: trips(plan.Trips), Skipped: pods(plan.Skipped),
 		Sources: Sources{Listing: listingTrust(plan), Oracle: oracleTrust(plan)},
 		Runtime: Runtime{Sandboxes: len(snap.Sandboxes), Containers: len(snap.Containers), ContainersState: map[string]int{}},
 		Actions: []Item{}, Deferred: []Item{}, Kept: []Item{}}
 	if r.Budget == nil {
-		r.Budget = []gc.Trip{}
+		r.Budget = []Trip{}
 	}
 	if plan.NotReady != "" && blocked == "" {
 		r.Blocked = plan.NotReady
@@ -107,13 +147,13 @@ func Build(now time.Time, snap cri.Snapshot, plan gc.Result, blocked string) Rep
 		r.Runtime.ContainersState[string(c.State)]++
 	}
 	for _, a := range plan.Actions {
-		r.Actions = append(r.Actions, Item{Action: string(a.Kind), Rule: a.Rule, Pod: a.Pod, Object: object(a), Why: a.Reason})
+		r.Actions = append(r.Actions, Item{Action: string(a.Kind), Rule: a.Rule, Pod: pod(a.Pod), Object: object(a), Why: a.Reason})
 	}
 	for _, d := range plan.Deferred {
-		r.Deferred = append(r.Deferred, Item{Action: string(d.Kind), Rule: d.Rule, Pod: d.Pod, Object: object(d.Action), Why: d.Reason + "; not yet: " + d.Why()})
+		r.Deferred = append(r.Deferred, Item{Action: string(d.Kind), Rule: d.Rule, Pod: pod(d.Pod), Object: object(d.Action), Why: d.Reason + "; not yet: " + d.Why()})
 	}
 	for _, k := range plan.Kept {
-		r.Kept = append(r.Kept, Item{Pod: k.Pod, Object: k.Object, Why: k.Reason})
+		r.Kept = append(r.Kept, Item{Pod: pod(k.Pod), Object: k.Object, Why: k.Reason})
 	}
 	return r
 }

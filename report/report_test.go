@@ -149,3 +149,44 @@ func TestAPodKnownByUIDAloneIsShownByItsUID(t *testing.T) {
 		t.Errorf("the cgroup's pod is not shown by its UID:\n%s", out)
 	}
 }
+
+// TestJSONKeysAreSnakeCaseAtEveryLevel: the JSON form is read by scripts;
+// every key is snake_case, nested ones too (a pod, a budget trip), so that
+// no Go field name of the planner is part of it.
+func TestJSONKeysAreSnakeCaseAtEveryLevel(t *testing.T) {
+	snap, r := plan()
+	r.Trips = []gc.Trip{{Class: gc.ClassPodLogDir, Due: 5, Allowed: 3, AffectedPods: []gc.PodRef{{UID: "u2", Namespace: "ns", Name: "x"}}, Message: "m"}}
+	r.Skipped = []gc.PodRef{{UID: "u9", Namespace: "ns", Name: "back"}}
+	var js bytes.Buffer
+	if err := JSON(&js, Build(now, snap, r, "")); err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, child := range v {
+				// leaks and containers_by_state are keyed by data (kinds,
+				// states), not by field names.
+				if k != strings.ToLower(k) && !strings.HasSuffix(path, ".leaks") && !strings.HasSuffix(path, ".containers_by_state") {
+					t.Errorf("key %s.%s is not snake_case", path, k)
+				}
+				walk(path+"."+k, child)
+			}
+		case []any:
+			for _, child := range v {
+				walk(path+"[]", child)
+			}
+		}
+	}
+	walk("", doc)
+	for _, want := range []string{`"affected_pods"`, `"uid": "u2"`, `"skipped_pods"`, `"pod": {`} {
+		if !strings.Contains(js.String(), want) {
+			t.Errorf("JSON has no %s:\n%s", want, js.String())
+		}
+	}
+}
