@@ -175,12 +175,26 @@ func (c *Client) Snapshot(ctx context.Context) (Snapshot, error) {
 	return snap, nil
 }
 
-// convert turns CRI messages into plain values, setting apart what cannot be read.
+// convert turns CRI messages into plain values, setting apart what cannot be
+// read. An ID listed more than once cannot be read either: which entry is
+// the object? Taken as two, a pod's only sandbox would be "not its newest"
+// to the planner.
 func convert(pods []*runtimeapi.PodSandbox, ctrs []*runtimeapi.Container) ([]Sandbox, []Container, []Malformed) {
 	var bad []Malformed
+	podIDs := make(map[string]int, len(pods))
+	for _, p := range pods {
+		podIDs[p.GetId()]++
+	}
+	ctrIDs := make(map[string]int, len(ctrs))
+	for _, c := range ctrs {
+		ctrIDs[c.GetId()]++
+	}
 	sandboxes := make([]Sandbox, 0, len(pods))
 	for _, p := range pods {
 		s, reason := convertSandbox(p)
+		if n := podIDs[p.GetId()]; reason == "" && n > 1 {
+			reason = fmt.Sprintf("listed %d times", n)
+		}
 		if reason != "" {
 			uid := p.GetLabels()[podstate.LabelPodUID]
 			if uid == "" {
@@ -194,6 +208,9 @@ func convert(pods []*runtimeapi.PodSandbox, ctrs []*runtimeapi.Container) ([]San
 	containers := make([]Container, 0, len(ctrs))
 	for _, c := range ctrs {
 		ct, reason := convertContainer(c)
+		if n := ctrIDs[c.GetId()]; reason == "" && n > 1 {
+			reason = fmt.Sprintf("listed %d times", n)
+		}
 		if reason != "" {
 			bad = append(bad, Malformed{Kind: "container", ID: c.GetId(), Reason: reason,
 				SandboxID: c.GetPodSandboxId(), PodUID: c.GetLabels()[podstate.LabelPodUID]})

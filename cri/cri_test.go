@@ -83,3 +83,30 @@ func TestNotFoundCountsAsDone(t *testing.T) {
 		}
 	}
 }
+
+// TestAnIDListedTwiceIsMalformed: which entry would be the object? Taken as
+// two, a pod's only sandbox would be "not its newest" and removed. Every
+// entry of such an ID is set apart, naming its pod, so the pod is kept.
+func TestAnIDListedTwiceIsMalformed(t *testing.T) {
+	meta := &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u", Attempt: 1}
+	cmeta := &runtimeapi.ContainerMetadata{Name: "app"}
+	labels := map[string]string{"io.kubernetes.pod.uid": "u"}
+	sb := &runtimeapi.PodSandbox{Id: "s1", Metadata: meta, State: runtimeapi.PodSandboxState_SANDBOX_READY, CreatedAt: 5, Labels: labels}
+	ct := &runtimeapi.Container{Id: "c1", PodSandboxId: "s1", Metadata: cmeta, State: runtimeapi.ContainerState_CONTAINER_EXITED, CreatedAt: 6, Labels: labels}
+	other := &runtimeapi.PodSandbox{Id: "s2", Metadata: meta, State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY, CreatedAt: 4, Labels: labels}
+	sandboxes, containers, bad := convert([]*runtimeapi.PodSandbox{sb, other, sb}, []*runtimeapi.Container{ct, ct})
+	if len(sandboxes) != 1 || sandboxes[0].ID != "s2" || len(containers) != 0 {
+		t.Fatalf("kept sandboxes %+v, containers %+v; want s2 alone", sandboxes, containers)
+	}
+	var got []string
+	for _, m := range bad {
+		got = append(got, m.String())
+		if m.PodUID != "u" {
+			t.Errorf("%s does not name its pod", m)
+		}
+	}
+	want := "sandbox s1: listed 2 times\nsandbox s1: listed 2 times\ncontainer c1: listed 2 times\ncontainer c1: listed 2 times"
+	if strings.Join(got, "\n") != want {
+		t.Fatalf("malformed =\n%s\nwant\n%s", strings.Join(got, "\n"), want)
+	}
+}
