@@ -344,6 +344,38 @@ func (c *Client) SandboxExists(ctx context.Context, id string) (bool, error) {
 	return true, nil
 }
 
+// ContainerLogPaths lists the containers labelled with a pod UID and asks
+// the runtime for each one's log path (CRI ContainerStatus log_path: the
+// sandbox's log directory joined with the container's log path; "" when
+// kubelet gave none). A container removed between the listing and its
+// status is left out. Taken right before a container's log files are
+// removed: what it returns is what every container of the pod logs to now.
+func (c *Client) ContainerLogPaths(ctx context.Context, podUID string) (map[string]string, error) {
+	lctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
+	ctrs, err := c.runtime.ListContainers(lctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		LabelSelector: map[string]string{podstate.LabelPodUID: podUID}}})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("CRI ListContainers for pod %s on %s: %w", podUID, c.endpoint, err)
+	}
+	paths := make(map[string]string, len(ctrs.GetContainers()))
+	for _, ct := range ctrs.GetContainers() {
+		sctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
+		r, err := c.runtime.ContainerStatus(sctx, &runtimeapi.ContainerStatusRequest{ContainerId: ct.GetId()})
+		cancel()
+		switch {
+		case status.Code(err) == codes.NotFound:
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("CRI ContainerStatus %s on %s: %w", ct.GetId(), c.endpoint, err)
+		case r.GetStatus() == nil:
+			return nil, fmt.Errorf("CRI ContainerStatus %s on %s: the answer has no status", ct.GetId(), c.endpoint)
+		}
+		paths[ct.GetId()] = r.GetStatus().GetLogPath()
+	}
+	return paths, nil
+}
+
 // PodObjects are the sandboxes and containers the runtime lists for one pod
 // UID, in any state, readable or not.
 type PodObjects struct {

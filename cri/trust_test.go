@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -15,6 +16,9 @@ import (
 type podRuntime struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	sandboxFilter, containerFilter map[string]string
+	containers                     []string          // listed; default c1, c2
+	statusErr                      map[string]error  // by container ID
+	logPaths                       map[string]string // by container ID
 }
 
 func (p *podRuntime) ListPodSandbox(_ context.Context, r *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
@@ -24,7 +28,22 @@ func (p *podRuntime) ListPodSandbox(_ context.Context, r *runtimeapi.ListPodSand
 
 func (p *podRuntime) ListContainers(_ context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 	p.containerFilter = r.GetFilter().GetLabelSelector()
-	return &runtimeapi.ListContainersResponse{Containers: []*runtimeapi.Container{{Id: "c1"}, {Id: "c2"}}}, nil
+	ids := p.containers
+	if ids == nil {
+		ids = []string{"c1", "c2"}
+	}
+	r2 := &runtimeapi.ListContainersResponse{}
+	for _, id := range ids {
+		r2.Containers = append(r2.Containers, &runtimeapi.Container{Id: id})
+	}
+	return r2, nil
+}
+
+func (p *podRuntime) ContainerStatus(_ context.Context, r *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	if err := p.statusErr[r.GetContainerId()]; err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{Id: r.GetContainerId(), LogPath: p.logPaths[r.GetContainerId()]}}, nil
 }
 
 func (p *podRuntime) PodSandboxStatus(_ context.Context, r *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
@@ -68,5 +87,38 @@ func TestSandboxExistsIsFalseOnlyForNotFound(t *testing.T) {
 	}
 	if _, err := c.SandboxExists(context.Background(), "broken"); err == nil {
 		t.Fatal("an unavailable runtime answered that the sandbox is gone")
+	}
+}
+
+func TestContainerLogPathsAreThePodsContainersNow(t *testing.T) {
+	for _, tt := range []struct {
+		rule    string
+		rt      *podRuntime
+		want    map[string]string
+		wantErr bool
+	}{
+		{"every listed container's log path, by ID", &podRuntime{containers: []string{"c1", "c2", "c3"},
+			logPaths: map[string]string{"c1": "/l/p/app/0.log", "c2": "/l/p/app/1.log"}},
+			map[string]string{"c1": "/l/p/app/0.log", "c2": "/l/p/app/1.log", "c3": ""}, false},
+		{"a container removed since the listing is left out", &podRuntime{containers: []string{"c1", "c2"},
+			logPaths: map[string]string{"c1": "/l/p/app/0.log"}, statusErr: map[string]error{"c2": status.Error(codes.NotFound, "gone")}},
+			map[string]string{"c1": "/l/p/app/0.log"}, false},
+		{"a status that cannot be read fails the whole answer", &podRuntime{containers: []string{"c1", "c2"},
+			statusErr: map[string]error{"c2": status.Error(codes.Unavailable, "restarting")}}, nil, true},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			c, err := Dial(serveRuntime(t, tt.rt), time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			got, err := c.ContainerLogPaths(context.Background(), "uid-1")
+			if (err != nil) != tt.wantErr || !maps.Equal(got, tt.want) {
+				t.Fatalf("paths = %v, %v; want %v (error: %v)", got, err, tt.want, tt.wantErr)
+			}
+			if f := tt.rt.containerFilter; len(f) != 1 || f["io.kubernetes.pod.uid"] != "uid-1" {
+				t.Fatalf("filter = %v, want the pod UID label only", f)
+			}
+		})
 	}
 }

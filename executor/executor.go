@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 )
@@ -28,6 +30,9 @@ type Runtime interface {
 	RemoveContainer(ctx context.Context, id string) error
 	StopPodSandbox(ctx context.Context, id string) error
 	RemovePodSandbox(ctx context.Context, id string) error
+	// ContainerLogPaths is every container of a pod the runtime lists now,
+	// by ID, with its log path (CRI ContainerStatus; "" for none).
+	ContainerLogPaths(ctx context.Context, podUID string) (map[string]string, error)
 }
 
 // RemoveStopper is a Runtime that says whether its RemovePodSandbox stops
@@ -45,6 +50,9 @@ type RemoveStopper interface {
 type Files interface {
 	RemovePodLogDir(ctx context.Context, path string) error
 	RemoveContainerLogLink(ctx context.Context, path string) error
+	// RemoveContainerLogFiles removes a container's log file and its
+	// rotations, none named in keep, and returns what it removed.
+	RemoveContainerLogFiles(ctx context.Context, l nodefs.ContainerLog, keep []string) ([]string, error)
 	RemoveOrphanedPodDir(ctx context.Context, uid string) error
 	DestroyPodCgroup(ctx context.Context, pod podcgroups.PodCgroup) error
 	ReducePodCgroupCPU(ctx context.Context, pod podcgroups.PodCgroup) error
@@ -71,6 +79,7 @@ const (
 	fieldAttempts = "attempts"
 	fieldRetryAt  = "retry_at"
 	fieldDepends  = "depends_on"
+	fieldLogFiles = "log_files"
 	// fieldWithSandbox: a container removed by its sandbox's removal.
 	fieldWithSandbox = "with_sandbox"
 )
@@ -238,8 +247,8 @@ func (e *Executor) Execute(ctx context.Context, actions []gc.Action, now time.Ti
 // one StopPodSandbox + RemovePodSandbox does it all: one call per pod, not
 // one per container more. It returns the RemoveContainer actions each such
 // sandbox carries, by the sandbox action's index. Containers that must be
-// stopped first (UNKNOWN), depend on anything, or are backing off keep
-// their own call, and so does a sandbox backing off. Dry runs carry
+// stopped first (UNKNOWN), remove their log files first (RemovePodSandbox
+// does not), depend on anything, or are backing off keep their own call, and so does a sandbox backing off. Dry runs carry
 // nothing: every step is shown as it would run alone.
 func (e *Executor) carriedBySandboxes(actions []gc.Action, now time.Time) map[int][]int {
 	if e.opts.DryRun {
@@ -264,7 +273,7 @@ func (e *Executor) carriedBySandboxes(actions []gc.Action, now time.Time) map[in
 				break
 			}
 			c := actions[idx[0]]
-			if c.Kind != gc.RemoveContainer || c.SandboxID != s.SandboxID || c.StopFirst || len(c.DependsOn) > 0 ||
+			if c.Kind != gc.RemoveContainer || c.SandboxID != s.SandboxID || c.StopFirst || c.RemoveLogFiles || len(c.DependsOn) > 0 ||
 				backingOff(c.Key) || taken[idx[0]] {
 				containers = nil
 				break
@@ -524,6 +533,13 @@ func (e *Executor) do(ctx context.Context, a gc.Action) error {
 				return fmt.Errorf("stop container %s before removing it: %w", a.ContainerID, err)
 			}
 		}
+		// kubelet's removeContainer: the log files first, and the
+		// container stays when they cannot be removed.
+		if a.RemoveLogFiles {
+			if err := e.removeContainerLogFiles(ctx, a); err != nil {
+				return fmt.Errorf("remove the log files of container %s (it is removed after them): %w", a.ContainerID, err)
+			}
+		}
 		if err := e.rt.RemoveContainer(ctx, a.ContainerID); err != nil {
 			return fmt.Errorf("remove container %s: %w", a.ContainerID, err)
 		}
@@ -594,6 +610,45 @@ func (e *Executor) do(ctx context.Context, a gc.Action) error {
 	return nil
 }
 
+// removeContainerLogFiles removes the log file of a's container and its
+// rotations, as kubelet's removeContainerLog does, with the log path the
+// runtime reports for it now. A file another container of the pod logs to
+// now (its log path, read in the same breath) is kept: a restart count
+// kubelet had to start again from a lost runtime state can give a new
+// container an old one's file. A container the runtime no longer lists,
+// or that has no log path, has no file to remove here.
+func (e *Executor) removeContainerLogFiles(ctx context.Context, a gc.Action) error {
+	paths, err := e.rt.ContainerLogPaths(ctx, a.Pod.UID)
+	if err != nil {
+		return fmt.Errorf("reading the log paths of pod %s's containers: %w", a.Pod.UID, err)
+	}
+	own, listed := paths[a.ContainerID]
+	switch {
+	case !listed:
+		e.entry(a).Debug("no log file to remove: the runtime no longer lists the container")
+		return nil
+	case own == "":
+		e.entry(a).Debug("no log file to remove: the runtime reports no log path for the container")
+		return nil
+	}
+	var keep []string
+	for id, p := range paths {
+		if id == a.ContainerID || p == "" {
+			continue
+		}
+		if filepath.Clean(p) == filepath.Clean(own) {
+			e.entry(a).WithField(fieldPath, own).Infof("log file left: container %s of the pod logs to it too", id)
+			return nil
+		}
+		keep = append(keep, p)
+	}
+	removed, err := e.files.RemoveContainerLogFiles(ctx, nodefs.ContainerLog{Path: own, PodUID: a.Pod.UID, ContainerName: a.ContainerName}, keep)
+	if len(removed) > 0 {
+		e.entry(a).WithField(fieldLogFiles, removed).Info("removed the container's log files")
+	}
+	return err
+}
+
 // verbs are the words of one kind's log messages.
 type verbs struct {
 	done  string // "removed container"
@@ -602,12 +657,16 @@ type verbs struct {
 }
 
 // verbsOf returns the words for an action: a RemoveContainer that stops
-// first says so.
+// first, or removes the container's log files, says so.
 func verbsOf(a gc.Action) verbs {
+	v := kindVerbs(a.Kind)
 	if a.Kind == gc.RemoveContainer && a.StopFirst {
-		return verbs{"stopped and removed container", "would stop and remove container", "stop and remove container"}
+		v = verbs{"stopped and removed container", "would stop and remove container", "stop and remove container"}
 	}
-	return kindVerbs(a.Kind)
+	if a.Kind == gc.RemoveContainer && a.RemoveLogFiles {
+		v.done, v.would, v.do = v.done+" and its log files", v.would+" and its log files", v.do+" and its log files"
+	}
+	return v
 }
 
 func kindVerbs(kind gc.Kind) verbs {

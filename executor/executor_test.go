@@ -17,6 +17,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 )
@@ -38,6 +39,10 @@ type fake struct {
 	mu    sync.Mutex
 	fail  map[string]error
 	calls []call
+	// logPaths is what ContainerLogPaths answers (nil: an empty pod);
+	// keptLogs records the keep argument of RemoveContainerLogFiles.
+	logPaths map[string]string
+	keptLogs [][]string
 
 	seq         atomic.Int64
 	inFlight    atomic.Int64
@@ -100,6 +105,26 @@ func (f *fake) RemovePodLogDir(_ context.Context, path string) error {
 }
 func (f *fake) RemoveContainerLogLink(_ context.Context, path string) error {
 	return f.do("RemoveContainerLogLink", path)
+}
+
+func (f *fake) ContainerLogPaths(_ context.Context, uid string) (map[string]string, error) {
+	err := f.do("ContainerLogPaths", uid)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.logPaths), err
+}
+
+func (f *fake) RemoveContainerLogFiles(_ context.Context, l nodefs.ContainerLog, keep []string) ([]string, error) {
+	err := f.do("RemoveContainerLogFiles", l.Path)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := slices.Clone(keep)
+	slices.Sort(k)
+	f.keptLogs = append(f.keptLogs, k)
+	if err != nil {
+		return nil, err
+	}
+	return []string{l.Path}, nil
 }
 
 func (f *fake) RemoveOrphanedPodDir(_ context.Context, uid string) error {
@@ -959,5 +984,102 @@ func TestBackoffCountsFromTheFailureNotTheListing(t *testing.T) {
 	}
 	if got := out[0].RetryAt.Sub(now); got < time.Second+300*time.Millisecond {
 		t.Fatalf("retry %v after the listing, want at least the call's 300ms plus the 1s backoff", got)
+	}
+}
+
+// kubelet's removeContainer (kuberuntime_container.go) removes a container's
+// log file and rotations before the CRI RemoveContainer, and keeps the
+// container when it cannot (removeContainerLog). A container of a live pod
+// the plan removes goes the same way.
+func TestAContainerOfALivePodGoesAfterItsLogFiles(t *testing.T) {
+	const own, newer, side = "/logs/ns_web_uid-1/app/0.log", "/logs/ns_web_uid-1/app/1.log", "/logs/ns_web_uid-1/side/0.log"
+	live := func(id string) gc.Action {
+		a := rmCtr(id)
+		a.Rule, a.ContainerName, a.RemoveLogFiles = gc.RuleContainerMaxPerPod, "app", true
+		return a
+	}
+	unknown := live("c1")
+	unknown.StopFirst, unknown.Timeout = true, 2*time.Second
+	for _, tc := range []struct {
+		rule      string
+		actions   []gc.Action
+		logPaths  map[string]string
+		fail      []string
+		wantCalls []string
+		wantKeep  [][]string
+		want      map[string]Result
+		wantLog   string
+	}{
+		{"the log files go first, other containers' log files are kept", []gc.Action{live("c1")},
+			map[string]string{"c1": own, "c2": newer, "c3": side, "c4": ""}, nil,
+			[]string{"ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own, "RemoveContainer c1"},
+			[][]string{{newer, side}}, map[string]Result{"container/c1": Success}, "removed container and its log files"},
+		{"an UNKNOWN container is stopped, then its log files go, then it", []gc.Action{unknown},
+			map[string]string{"c1": own}, nil,
+			[]string{"StopContainer c1", "ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own, "RemoveContainer c1"},
+			[][]string{nil}, map[string]Result{"container/c1": Success}, "stopped and removed container and its log files"},
+		{"the container stays when its log files cannot be removed", []gc.Action{live("c1")},
+			map[string]string{"c1": own}, []string{"RemoveContainerLogFiles " + own},
+			[]string{"ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own},
+			[][]string{nil}, map[string]Result{"container/c1": Error}, "failed to remove container and its log files"},
+		{"the container stays when the log paths cannot be read", []gc.Action{live("c1")},
+			map[string]string{"c1": own}, []string{"ContainerLogPaths uid-1"},
+			[]string{"ContainerLogPaths uid-1"}, nil, map[string]Result{"container/c1": Error}, "failed to remove container and its log files"},
+		{"a log file another container logs to is left, the container goes", []gc.Action{live("c1")},
+			map[string]string{"c1": own, "c9": "/logs/ns_web_uid-1/app/./0.log"}, nil,
+			[]string{"ContainerLogPaths uid-1", "RemoveContainer c1"}, nil, map[string]Result{"container/c1": Success},
+			"log file left: container c9 of the pod logs to it too"},
+		{"a container the runtime no longer lists has no log file to remove here", []gc.Action{live("c1")},
+			map[string]string{"c2": newer}, nil,
+			[]string{"ContainerLogPaths uid-1", "RemoveContainer c1"}, nil, map[string]Result{"container/c1": Success},
+			"no log file to remove: the runtime no longer lists the container"},
+		{"a container without a log path has none to remove", []gc.Action{live("c1")},
+			map[string]string{"c1": ""}, nil,
+			[]string{"ContainerLogPaths uid-1", "RemoveContainer c1"}, nil, map[string]Result{"container/c1": Success},
+			"no log file to remove: the runtime reports no log path for the container"},
+		{"a container whose log files go first is not carried by its sandbox", []gc.Action{live("c1"), rmSb("sb", "container/c1")},
+			map[string]string{"c1": own}, nil,
+			[]string{"ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own, "RemoveContainer c1", "StopPodSandbox sb", "RemovePodSandbox sb"},
+			[][]string{nil}, map[string]Result{"container/c1": Success, "sandbox/sb": Success}, "removed container and its log files"},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			f := newFake(tc.fail...)
+			f.logPaths = tc.logPaths
+			log, hook := logtest.NewNullLogger()
+			log.SetLevel(logrus.DebugLevel)
+			e := New(f, f, Options{MaxParallel: 4}, log)
+			e.jitter, e.since = noJitter, frozen
+			out := e.Execute(context.Background(), tc.actions, t0, nil)
+			if got := f.called(); !slices.Equal(got, tc.wantCalls) {
+				t.Errorf("calls = %q, want %q", got, tc.wantCalls)
+			}
+			if !slices.EqualFunc(f.keptLogs, tc.wantKeep, func(a, b []string) bool { return slices.Equal(a, b) }) {
+				t.Errorf("kept = %q, want %q", f.keptLogs, tc.wantKeep)
+			}
+			if got := results(out); !maps.Equal(got, tc.want) {
+				t.Errorf("results = %v, want %v", got, tc.want)
+			}
+			found := false
+			for _, en := range hook.AllEntries() {
+				found = found || strings.HasPrefix(en.Message, tc.wantLog)
+			}
+			if !found {
+				t.Errorf("no log line %q", tc.wantLog)
+			}
+		})
+	}
+}
+
+func TestADryRunSaysTheLogFilesWouldGo(t *testing.T) {
+	f := newFake()
+	log, hook := logtest.NewNullLogger()
+	a := rmCtr("c1")
+	a.Rule, a.RemoveLogFiles = gc.RuleContainerMaxPerPod, true
+	New(f, f, Options{DryRun: true}, log).Execute(context.Background(), []gc.Action{a}, t0, nil)
+	if c := f.called(); len(c) != 0 {
+		t.Errorf("dry run made calls: %v", c)
+	}
+	if e := hook.LastEntry(); e == nil || e.Message != "would remove container and its log files" {
+		t.Errorf("last line %v, want \"would remove container and its log files\"", e)
 	}
 }

@@ -43,6 +43,10 @@ func (n Node) RemoveContainerLogLink(ctx context.Context, path string) error {
 	return n.Links.RemoveContainerLogLink(ctx, path)
 }
 
+func (n Node) RemoveContainerLogFiles(ctx context.Context, l nodefs.ContainerLog, keep []string) ([]string, error) {
+	return n.PodLogs.RemoveContainerLogFiles(ctx, l, keep)
+}
+
 func (n Node) RemoveOrphanedPodDir(ctx context.Context, uid string) error {
 	return nodefs.RemoveOrphanedPodDir(ctx, n.KubeletRoot, uid)
 }

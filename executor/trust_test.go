@@ -35,6 +35,10 @@ func (r *stopRecorder) StopPodSandbox(_ context.Context, id string) error {
 	r.calls = append(r.calls, "StopPodSandbox "+id)
 	return nil
 }
+func (r *stopRecorder) ContainerLogPaths(_ context.Context, uid string) (map[string]string, error) {
+	r.calls = append(r.calls, "ContainerLogPaths "+uid)
+	return nil, nil
+}
 func (r *stopRecorder) RemovePodSandbox(_ context.Context, id string) error {
 	r.calls = append(r.calls, "RemovePodSandbox "+id)
 	return nil

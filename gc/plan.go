@@ -337,7 +337,11 @@ const UnknownStopTimeout = 2 * time.Second
 // (with kubelet's minimum grace) and removed right after, in one step.
 func (p *planner) evictContainer(c *containerInfo, rule, reason string) {
 	a := Action{Kind: RemoveContainer, Rule: rule, Reason: reason, Pod: c.pod,
-		Key: "container/" + c.ID, SandboxID: c.SandboxID, ContainerID: c.ID, ContainerName: c.Name}
+		Key: "container/" + c.ID, SandboxID: c.SandboxID, ContainerID: c.ID, ContainerName: c.Name,
+		RemoveLogFiles: rule != RuleContainerPodGone}
+	if a.RemoveLogFiles {
+		a.Reason += "; its log file and rotations go first, as kubelet removes them"
+	}
 	if c.State == cri.ContainerUnknown {
 		a.StopFirst, a.Timeout = true, UnknownStopTimeout
 		a.Reason += "; state UNKNOWN: stopped first (2 s grace), then removed"

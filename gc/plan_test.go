@@ -153,6 +153,41 @@ func TestContainersOfGonePodsAreAllRemoved(t *testing.T) {
 		if a.Kind == RemoveContainer && a.Rule != RuleContainerPodGone {
 			t.Errorf("%s: rule %s, want %s", describe(a), a.Rule, RuleContainerPodGone)
 		}
+		if a.RemoveLogFiles {
+			t.Errorf("%s removes its log files itself: a gone pod's go with its pod log dir", describe(a))
+		}
+	}
+}
+
+// kubelet's removeContainer removes a container's log file and rotations
+// before the container (removeContainerLog); the plugin does the same for
+// the containers of a live pod it removes.
+func TestAContainerOfALivePodGoesWithItsLogFiles(t *testing.T) {
+	for _, tc := range []struct {
+		rule   string
+		mutate func(*Policy)
+	}{
+		{RuleContainerMaxPerPod, nil},
+		{RuleContainerMaxContainers, func(p *Policy) { p.MaxPerPodContainer, p.MaxContainers = -1, 0 }},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			pol := policy()
+			if tc.mutate != nil {
+				tc.mutate(&pol)
+			}
+			r := Plan(Input{Now: now, Policy: pol, Oracle: present("u1"),
+				Sandboxes: []cri.Sandbox{sb("s1", "u1", true, time.Hour)},
+				Containers: []cri.Container{ctr("old", "s1", "u1", "app", cri.ContainerExited, 2*time.Minute),
+					ctr("new", "s1", "u1", "app", cri.ContainerExited, time.Minute)}})
+			if len(r.Actions) == 0 {
+				t.Fatal("no action")
+			}
+			for _, a := range r.Actions {
+				if a.Kind != RemoveContainer || a.Rule != tc.rule || !a.RemoveLogFiles {
+					t.Errorf("%s: rule %s, removes log files %v; want %s removing them", describe(a), a.Rule, a.RemoveLogFiles, tc.rule)
+				}
+			}
+		})
 	}
 }
 

@@ -450,6 +450,11 @@ func checkContract(t *testing.T, in Input, r Result) {
 			if a.Kind == RemoveContainer && c.State == cri.ContainerUnknown && (!a.StopFirst || a.Timeout < 2*time.Second) {
 				fail("removes an UNKNOWN container without stopping it first with kubelet's minimum grace")
 			}
+			if a.Kind == RemoveContainer && a.RemoveLogFiles == gone {
+				// kubelet's removeContainer removes a container's log files
+				// first; a gone pod's go with its pod log dir.
+				fail("removes its log files %v, its pod gone %v", a.RemoveLogFiles, gone)
+			}
 			if a.Rule == RuleOrphanStop {
 				stoppedPods[a.Pod.UID] = true
 			}

@@ -195,6 +195,11 @@ type Action struct {
 	// StopFirst: a RemoveContainer that stops the container first (with
 	// Timeout), as kubelet does with an UNKNOWN container: it may still run.
 	StopFirst bool
+	// RemoveLogFiles: a RemoveContainer that removes the container's log
+	// file and its rotations first, as kubelet's removeContainer does
+	// (removeContainerLog), and keeps the container when that fails. Set
+	// for containers of live pods: a gone pod's go with its pod log dir.
+	RemoveLogFiles bool
 	// Cgroup is the pod cgroup of RemovePodCgroup and ReducePodCgroupCPU.
 	Cgroup *podcgroups.PodCgroup
 	// Attachment, Reservation and Netns are the objects of the network

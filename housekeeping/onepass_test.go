@@ -21,6 +21,10 @@ type removingRuntime struct{ rt *fakeRuntime }
 func (r removingRuntime) StopContainer(context.Context, string, time.Duration) error { return nil }
 func (r removingRuntime) StopPodSandbox(context.Context, string) error               { return nil }
 
+func (r removingRuntime) ContainerLogPaths(context.Context, string) (map[string]string, error) {
+	return nil, nil
+}
+
 func (r removingRuntime) RemoveContainer(_ context.Context, id string) error {
 	r.rt.mu.Lock()
 	defer r.rt.mu.Unlock()

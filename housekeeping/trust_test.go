@@ -16,6 +16,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
@@ -159,6 +160,10 @@ func (n *nodeRecorder) RemoveContainerLogLink(_ context.Context, path string) er
 	n.done = append(n.done, "RemoveContainerLogLink "+path)
 	return nil
 }
+func (n *nodeRecorder) RemoveContainerLogFiles(_ context.Context, l nodefs.ContainerLog, _ []string) ([]string, error) {
+	n.done = append(n.done, "RemoveContainerLogFiles "+l.Path)
+	return []string{l.Path}, nil
+}
 func (n *nodeRecorder) RemoveOrphanedPodDir(_ context.Context, uid string) error {
 	n.done = append(n.done, "RemoveOrphanedPodDir "+uid)
 	return nil
@@ -194,6 +199,9 @@ func (criRecorder) StopContainer(context.Context, string, time.Duration) error {
 func (criRecorder) RemoveContainer(context.Context, string) error              { return nil }
 func (criRecorder) StopPodSandbox(context.Context, string) error               { return nil }
 func (criRecorder) RemovePodSandbox(context.Context, string) error             { return nil }
+func (criRecorder) ContainerLogPaths(context.Context, string) (map[string]string, error) {
+	return nil, nil
+}
 
 // fakeCgroups lays out a cgroup v1 memory hierarchy under a temp mountpoint
 // with one besteffort pod cgroup per uid.
@@ -286,6 +294,9 @@ func (c *criCalls) RemoveContainer(_ context.Context, id string) error {
 func (c *criCalls) StopPodSandbox(_ context.Context, id string) error {
 	return c.record("StopPodSandbox " + id)
 }
+func (c *criCalls) ContainerLogPaths(_ context.Context, uid string) (map[string]string, error) {
+	return nil, c.record("ContainerLogPaths " + uid)
+}
 func (c *criCalls) RemovePodSandbox(_ context.Context, id string) error {
 	return c.record("RemovePodSandbox " + id)
 }
@@ -295,7 +306,8 @@ func (c *criCalls) RemovePodSandbox(_ context.Context, id string) error {
 // listing and the step (its pod dir made again, a new sandbox of its UID)
 // keeps its dead containers and sandboxes, which kubelet's rules for a live
 // pod may still keep. The steps of the keep-newest rules rest on newer
-// instances, which only grow: they are not stopped.
+// instances, which only grow: they are not stopped (the live pod's
+// container goes after its log files, for which the runtime is asked).
 func TestACRIStepOfAGonePodIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 	gone, live := testUID(5), testUID(6)
 	for _, tc := range []struct {
@@ -304,17 +316,17 @@ func TestACRIStepOfAGonePodIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 		want []string
 	}{
 		{"nothing changes: the gone pod's steps run", func(*testing.T, *podstate.State, string) {},
-			[]string{"RemoveContainer old", "StopPodSandbox stuck", "RemovePodSandbox stuck"}},
+			[]string{"ContainerLogPaths " + live, "RemoveContainer old", "StopPodSandbox stuck", "RemovePodSandbox stuck"}},
 		{"kubelet makes the gone pod's dir again", func(t *testing.T, _ *podstate.State, root string) {
 			if err := os.Mkdir(filepath.Join(root, "pods", gone), 0o755); err != nil {
 				t.Fatal(err)
 			}
-		}, []string{"RemoveContainer old"}},
+		}, []string{"ContainerLogPaths " + live, "RemoveContainer old"}},
 		{"NRI reports a new sandbox of the gone pod's UID", func(t *testing.T, state *podstate.State, _ string) {
 			if err := state.Apply(podstate.Event{Kind: podstate.RunPodSandbox, At: now.Add(time.Second), Pod: ident(gone), SandboxID: "new"}); err != nil {
 				t.Fatal(err)
 			}
-		}, []string{"RemoveContainer old"}},
+		}, []string{"ContainerLogPaths " + live, "RemoveContainer old"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := podDirs(t, live)

@@ -469,7 +469,7 @@ func TestAContainerContainerdCannotReadHoldsItsSandbox(t *testing.T) {
 func TestLivePodKeepsMaxPerPodContainerDeadInstances(t *testing.T) {
 	cleanupPods(t, node)
 	k := newKubelet(t, node)
-	startHousekeeper(t, node, k, func(o *housekeeping.Options, _ *executor.Options) {
+	h := startHousekeeper(t, node, k, func(o *housekeeping.Options, _ *executor.Options) {
 		o.Policy.LeakGrace = 0 // kubelet's own GC has no grace either; this is about the count
 	})
 	ctx := context.Background()
@@ -479,6 +479,34 @@ func TestLivePodKeepsMaxPerPodContainerDeadInstances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// kubelet's removeContainer removes a container's log file and the
+	// rotations its log manager made, then the container: so does the
+	// plugin. containerd makes <n>.log; the rotations are the test's, made
+	// first (the plugin acts as soon as an attempt has a newer one).
+	dir := filepath.Join(node.PodLogDir(p), "app")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var gone, kept []string
+	for i := range 5 {
+		log := filepath.Join(dir, fmt.Sprintf("%d.log", i))
+		rotated := []string{log + ".20261124-101010", log + ".20261124-090909.gz"}
+		for _, r := range rotated {
+			if err := os.WriteFile(r, []byte("rotated\n"), 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i < 4 {
+			gone = append(append(gone, log), rotated...)
+		} else {
+			kept = append(append(kept, log), rotated...)
+		}
+	}
+	notes := filepath.Join(dir, "0.logbook")
+	if err := os.WriteFile(notes, []byte("not kubelet's\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	kept = append(kept, notes)
 	var attempts []string
 	for i := range 5 {
 		id, err := node.RunContainer(ctx, p, sb, "app", uint32(i))
@@ -490,10 +518,25 @@ func TestLivePodKeepsMaxPerPodContainerDeadInstances(t *testing.T) {
 		}
 		attempts = append(attempts, id)
 	}
-	waitGone(t, node, "all but the newest dead attempt are removed", testPeriod+5*time.Second, attempts[:4], nil)
+	waitGone(t, node, "all but the newest dead attempt are removed, with their log files", testPeriod+5*time.Second, attempts[:4], gone)
 	time.Sleep(2 * testPeriod)
 	if !runtimeHas(t, node, attempts[4]) || !runtimeHas(t, node, sb) {
 		t.Fatal("the newest dead attempt or the sandbox was removed")
+	}
+	for _, k := range kept {
+		if !exists(k) {
+			t.Errorf("%s was removed: it is the kept attempt's log, or no log file of kubelet's", k)
+		}
+	}
+	// The log files containerd made are named where the plugin says it
+	// removed them (waitGone alone would pass had they never existed).
+	for _, log := range gone {
+		if strings.HasSuffix(log, ".log") && !strings.Contains(h.logs.String(), log) {
+			t.Errorf("no log line names %s as removed", log)
+		}
+	}
+	if !strings.Contains(h.logs.String(), "removed container and its log files") {
+		t.Error("no log line says a container was removed with its log files")
 	}
 }
 

@@ -1,0 +1,171 @@
+package nodefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// ContainerLog is one container's log file as the runtime reports it (CRI
+// ContainerStatus log_path: the sandbox's log directory joined with the
+// container's log path), and whose it must be.
+type ContainerLog struct {
+	// Path is <pod_logs_dir>/<namespace>_<pod>_<uid>/<container>/<restart count>.log
+	// (kubelet's BuildContainerLogsDirectory and buildContainerLogsPath).
+	Path          string
+	PodUID        string // the container's pod UID label
+	ContainerName string // the container's name
+}
+
+// RemoveContainerLogFiles removes a container's log file and the files
+// kubelet's log rotation made of it (<n>.log.<timestamp>, compressed as
+// .gz), as kubelet's removeContainerLog does before it removes a container
+// (its log manager's Clean removes every file matching <log path>*). It is
+// stricter than kubelet: the path must be a root's
+// <pod log dir>/<container name>/<n>.log with the pod log dir of the
+// container's own pod UID and a directory named after the container; only
+// <n>.log itself and names beginning "<n>.log." are removed, only regular
+// files, and no file named in keep (the log paths of the pod's other
+// containers, read from the runtime right before). Every directory is
+// entered without following a symlink and without crossing a mount. A
+// missing file or directory is success. It returns the paths it removed;
+// on a refusal or error it still removes what it safely can and returns the
+// first error.
+func (r *Remover) RemoveContainerLogFiles(ctx context.Context, l ContainerLog, keep []string) ([]string, error) {
+	root, rel, err := r.target(l.Path)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Clean(l.Path)
+	if len(rel) != 3 {
+		return nil, refuse(path, "a container's log file must be <pod log dir>/<container name>/<restart count>.log directly below a removal root %v", r.roots)
+	}
+	d, err := ParsePodLogDirName(rel[0])
+	if err != nil {
+		return nil, refuse(path, "%v", err)
+	}
+	if d.UID != l.PodUID {
+		return nil, refuse(path, "it is in the log dir of pod %s, not of the container's pod %s", d.UID, l.PodUID)
+	}
+	if rel[1] != l.ContainerName {
+		return nil, refuse(path, "it is in the log dir of container %q, not of container %q", rel[1], l.ContainerName)
+	}
+	base := rel[2]
+	if !isRestartLogName(base) {
+		return nil, refuse(path, "%q is not <restart count>.log, the name kubelet gives a container's log file", base)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("removing %s: %w", path, err)
+	}
+
+	rootFd, err := openRoot(root)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("removing %s: %w", path, err)
+	}
+	defer unix.Close(rootFd)
+	rootInfo, err := statAt(rootFd, "")
+	if err != nil {
+		return nil, fmt.Errorf("removing %s: stat root %s: %w", path, root, err)
+	}
+	dirFd, dirPath := rootFd, root
+	for _, name := range rel[:2] {
+		p := dirPath + "/" + name
+		fd, err := openDir(dirFd, name)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			return nil, nil
+		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+			return nil, wrapRemoving(path, refuse(p, "it is a %s, not a directory", kindAt(dirFd, name)))
+		case err != nil:
+			return nil, fmt.Errorf("removing %s: opening %s: %w", path, p, err)
+		}
+		defer unix.Close(fd)
+		fi, err := statAt(fd, "")
+		if err != nil {
+			return nil, fmt.Errorf("removing %s: stat %s: %w", path, p, err)
+		}
+		if reason := otherMount(rootInfo, fi); reason != "" {
+			return nil, wrapRemoving(path, refuse(p, "%s", reason))
+		}
+		dirFd, dirPath = fd, p
+	}
+
+	// Read the names through a descriptor of our own: os.File closes it.
+	listFd, err := unix.Dup(dirFd)
+	if err != nil {
+		return nil, fmt.Errorf("removing %s: %w", path, err)
+	}
+	dir := os.NewFile(uintptr(listFd), dirPath)
+	defer dir.Close()
+	names, err := readNames(ctx, dir)
+	if err != nil {
+		return nil, fmt.Errorf("removing %s: reading %s: %w", path, dirPath, err)
+	}
+	slices.Sort(names)
+	// keep is in the runtime's terms, as l.Path is: compare there.
+	dirOfPath := filepath.Dir(path)
+	var removed []string
+	var first error
+	for _, n := range names {
+		if n != base && !strings.HasPrefix(n, base+".") {
+			continue
+		}
+		p := dirOfPath + "/" + n
+		if slices.ContainsFunc(keep, func(k string) bool { return filepath.Clean(k) == p }) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return removed, fmt.Errorf("removing %s: %w", path, err)
+		}
+		if err := removeLogFile(dirFd, n, p); err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		removed = append(removed, p)
+	}
+	return removed, first
+}
+
+// removeLogFile unlinks the regular file name in dirFd; anything else is
+// refused. Missing is success.
+func removeLogFile(dirFd int, name, path string) error {
+	fi, err := statAt(dirFd, name)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("lstat %s: %w", path, err)
+	}
+	if fi.mode != unix.S_IFREG {
+		return refuse(path, "it is a %s, not a log file", fi.kind())
+	}
+	// A swap between the lstat and the unlink can at worst unlink what now
+	// has this name in the container's log dir; unlink never follows a
+	// link and never removes a directory.
+	return unlink(dirFd, name, path)
+}
+
+// isRestartLogName reports whether name is "<decimal restart count>.log".
+func isRestartLogName(name string) bool {
+	n, ok := strings.CutSuffix(name, logSuffix)
+	if !ok || n == "" || len(n) > 10 {
+		return false
+	}
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
