@@ -106,6 +106,9 @@ type planner struct {
 	// logDirRemoval is the key of the candidate that removes a pod log
 	// dir, by its path: the links into it dangle once it is gone.
 	logDirRemoval map[string]string
+	// logFilesRemoval is the key of the candidate that removes a container
+	// with its log files, by container ID: its link dangles once it is gone.
+	logFilesRemoval map[string]string
 	// startsWith is, by key, when a candidate's grace clock starts at the
 	// latest: a condition that holds since another's did (see clock).
 	startsWith map[string]time.Time
@@ -126,14 +129,15 @@ type planner struct {
 
 func newPlanner(in Input) *planner {
 	p := &planner{
-		in:             in,
-		sandboxesByUID: make(map[string][]*sandboxInfo, len(in.Sandboxes)),
-		unmanagedByUID: make(map[string][]*cri.Sandbox),
-		refs:           make(map[string][]*cri.Container),
-		removal:        make(map[string]string),
-		logDirRemoval:  make(map[string]string),
-		leaks:          make(map[string]int),
-		clocks:         make(map[string]time.Time, len(in.EligibleSince)),
+		in:              in,
+		sandboxesByUID:  make(map[string][]*sandboxInfo, len(in.Sandboxes)),
+		unmanagedByUID:  make(map[string][]*cri.Sandbox),
+		refs:            make(map[string][]*cri.Container),
+		removal:         make(map[string]string),
+		logDirRemoval:   make(map[string]string),
+		logFilesRemoval: make(map[string]string),
+		leaks:           make(map[string]int),
+		clocks:          make(map[string]time.Time, len(in.EligibleSince)),
 	}
 	// One allocation each for the managed objects, one oracle lookup per
 	// object: the planner is linear in the node's size.
@@ -341,6 +345,7 @@ func (p *planner) evictContainer(c *containerInfo, rule, reason string) {
 		RemoveLogFiles: rule != RuleContainerPodGone}
 	if a.RemoveLogFiles {
 		a.Reason += "; its log file and rotations go first, as kubelet removes them"
+		p.logFilesRemoval[c.ID] = a.Key
 	}
 	if c.State == cri.ContainerUnknown {
 		a.StopFirst, a.Timeout = true, UnknownStopTimeout
@@ -549,7 +554,9 @@ func (p *planner) containersOf(uids []string) map[string][]*cri.Container {
 // not exited is kept: log rotation briefly leaves the target missing. A
 // link into a pod log dir this plan removes dangles once that dir is gone:
 // it goes in the same pass, right after the dir (kubelet's GC would find it
-// dangling at its next run), not one more leak_grace later.
+// dangling at its next run), not one more leak_grace later. So does the link
+// of a container this plan removes with its log files: kubelet's
+// removeContainer removes the link with them.
 func (p *planner) logLinkRules() {
 	for _, l := range p.in.ContainerLogLinks {
 		if !directlyIn(l.Path, p.in.Policy.ContainerLogsDir) {
@@ -558,12 +565,15 @@ func (p *planner) logLinkRules() {
 		var deps []string
 		why := "dangling link of a container the runtime no longer lists"
 		if !l.Dangling {
-			key, ok := p.logDirRemoval[l.TargetLogDir]
-			if !ok {
+			if key, ok := p.logDirRemoval[l.TargetLogDir]; ok {
+				deps = []string{key}
+				why = "link into the pod log dir " + l.TargetLogDir + ", which this plan removes first"
+			} else if key := p.logFilesRemovalOf(l); key != "" {
+				deps = []string{key}
+				why = "link of a container this plan removes with its log files first"
+			} else {
 				continue
 			}
-			deps = []string{key}
-			why = "link into the pod log dir " + l.TargetLogDir + ", which this plan removes first"
 		}
 		pod := PodRef{UID: l.PodUID, Namespace: l.Namespace, Name: l.PodName}
 		if what := p.unreadableLinked(l); what != "" {
@@ -591,13 +601,25 @@ func (p *planner) logLinkRules() {
 				if l.Dangling {
 					why = "dangling link of a container this plan removes"
 				}
-				deps = append(deps, removal)
+				if !slices.Contains(deps, removal) {
+					deps = append(deps, removal)
+				}
 			}
 		}
 		p.leaks[LeakLogLink]++
 		p.propose(Action{Kind: RemoveContainerLogLink, Rule: RuleDanglingLogLink, Pod: pod, Key: "log-link/" + l.Path,
 			Path: l.Path, ContainerID: l.ContainerID, ContainerName: l.ContainerName, Reason: why, DependsOn: deps})
 	}
+}
+
+// logFilesRemovalOf is the key of the removal of a link's container with
+// its log files, or "".
+func (p *planner) logFilesRemovalOf(l nodefs.ContainerLogLink) string {
+	c, listed, ambiguous := p.linkedContainer(l)
+	if !listed || ambiguous {
+		return ""
+	}
+	return p.logFilesRemoval[c.ID]
 }
 
 // unreadableLinked describes the unreadable entry a link's container ID (or

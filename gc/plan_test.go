@@ -347,6 +347,29 @@ func TestDanglingLogLinkGoesWhenItsContainerIsExitedOrUnknown(t *testing.T) {
 	}
 }
 
+// kubelet's removeContainer removes a container's legacy log link with its
+// log files: the link of a live pod's container this plan removes goes in
+// the same pass, right after it; the kept instance's link stays.
+func TestTheLinkOfAContainerRemovedWithItsLogFilesGoesRightAfterIt(t *testing.T) {
+	link := func(id string) nodefs.ContainerLogLink {
+		return nodefs.ContainerLogLink{Path: ctrLogs + "/pod_ns_app-" + id + ".log", ContainerID: id, PodName: "pod", Namespace: "ns",
+			ContainerName: "app", TargetLogDir: podLogs + "/ns_pod_u1", PodUID: "u1"}
+	}
+	truncated := link("aaaaaa")
+	truncated.Truncated = true
+	old := ctr("aaaaaa1", "s1", "u1", "app", cri.ContainerExited, 2*time.Minute)
+	newer := ctr("bbbbbb1", "s1", "u1", "app", cri.ContainerExited, time.Minute)
+	r := Plan(Input{Now: now, Policy: policy(), Oracle: present("u1"), Containers: []cri.Container{old, newer},
+		Sandboxes:         []cri.Sandbox{sb("s1", "u1", true, time.Hour)},
+		ContainerLogLinks: []nodefs.ContainerLogLink{link("aaaaaa1"), link("bbbbbb1"), link("cccccc1"), truncated}})
+	same(t, "due", due(r), []string{"remove-container aaaaaa1", "remove-log-link " + link("aaaaaa1").Path, "remove-log-link " + truncated.Path})
+	for _, a := range r.Actions {
+		if a.Kind == RemoveContainerLogLink && !slices.Equal(a.DependsOn, []string{"container/aaaaaa1"}) {
+			t.Errorf("%s depends on %v, want the container's removal", describe(a), a.DependsOn)
+		}
+	}
+}
+
 // A link into a pod log dir this plan removes dangles once the dir is gone:
 // it goes in the same pass, after the dir, not one leak_grace later.
 func TestALinkIntoALogDirThisPlanRemovesGoesRightAfterIt(t *testing.T) {

@@ -549,8 +549,19 @@ func checkContract(t *testing.T, in Input, r Result) {
 				fail("path outside container_logs_dir")
 			}
 			for _, l := range in.ContainerLogLinks {
-				if l.Path == a.Path && !l.Dangling && !slices.Contains(a.DependsOn, "pod-log-dir/"+l.TargetLogDir) {
-					fail("a link that does not dangle, not after the removal of the log dir it points into")
+				if l.Path != a.Path || l.Dangling || slices.Contains(a.DependsOn, "pod-log-dir/"+l.TargetLogDir) {
+					continue
+				}
+				// Or right after its container goes with its log files
+				// (kubelet's removeContainer removes the link with them).
+				byFiles := false
+				for _, dep := range a.DependsOn {
+					d, ok := due[dep]
+					byFiles = byFiles || ok && d.Kind == RemoveContainer && d.RemoveLogFiles && strings.HasPrefix(d.ContainerID, l.ContainerID) &&
+						(l.Truncated || d.ContainerID == l.ContainerID)
+				}
+				if !byFiles {
+					fail("a link that does not dangle, not after the removal of the log dir it points into or of its container with its log files")
 				}
 			}
 			if unreadableID[a.ContainerID] {

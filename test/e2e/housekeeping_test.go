@@ -507,17 +507,23 @@ func TestLivePodKeepsMaxPerPodContainerDeadInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	kept = append(kept, notes)
-	var attempts []string
+	var attempts, links []string
 	for i := range 5 {
 		id, err := node.RunContainer(ctx, p, sb, "app", uint32(i))
 		if err != nil {
 			t.Fatal(err)
 		}
+		// kubelet's legacy link, made once the log file exists.
+		link := filepath.Join(k.linksDir, fmt.Sprintf("%s_%s_app-%s.log", p.Name, p.Namespace, id))
+		if err := os.Symlink(filepath.Join(dir, fmt.Sprintf("%d.log", i)), link); err != nil {
+			t.Fatal(err)
+		}
 		if err := node.StopContainer(ctx, id, 2); err != nil {
 			t.Fatal(err)
 		}
-		attempts = append(attempts, id)
+		attempts, links = append(attempts, id), append(links, link)
 	}
+	gone, kept = append(gone, links[:4]...), append(kept, links[4])
 	waitGone(t, node, "all but the newest dead attempt are removed, with their log files", testPeriod+5*time.Second, attempts[:4], gone)
 	time.Sleep(2 * testPeriod)
 	if !runtimeHas(t, node, attempts[4]) || !runtimeHas(t, node, sb) {
@@ -537,6 +543,17 @@ func TestLivePodKeepsMaxPerPodContainerDeadInstances(t *testing.T) {
 	}
 	if !strings.Contains(h.logs.String(), "removed container and its log files") {
 		t.Error("no log line says a container was removed with its log files")
+	}
+	// Each link goes right after its container, in the same pass, as
+	// kubelet's removeContainer removes it: not once it dangles.
+	n := 0
+	for _, line := range strings.Split(h.logs.String(), "\n") {
+		if strings.Contains(line, `msg="removed container log link"`) && strings.Contains(line, "link of a container this plan removes with its log files first") {
+			n++
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d links removed right after their container, want 4", n)
 	}
 }
 
