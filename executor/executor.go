@@ -80,6 +80,8 @@ const (
 	fieldRetryAt  = "retry_at"
 	fieldDepends  = "depends_on"
 	fieldLogFiles = "log_files"
+	// fieldLogFilesLeft: why a container's log files were not removed.
+	fieldLogFilesLeft = "log_files_left"
 	// fieldWithSandbox: a container removed by its sandbox's removal.
 	fieldWithSandbox = "with_sandbox"
 )
@@ -129,6 +131,9 @@ type Outcome struct {
 	Took time.Duration
 	// RetryAt is when the key may be tried again (Error, Backoff).
 	RetryAt time.Time
+	// detail is what the step adds to its outcome's log line (the log
+	// files a RemoveContainer removed first, or why it left them).
+	detail logrus.Fields
 }
 
 // backoff is the retry state of one action key.
@@ -384,8 +389,8 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 					return
 				}
 			}
-			err := e.do(ctx, a)
-			out[i] = Outcome{Action: a, Err: err, Took: time.Since(start)}
+			detail, err := e.do(ctx, a)
+			out[i] = Outcome{Action: a, Err: err, Took: time.Since(start), detail: detail}
 		})
 	}
 	wg.Wait()
@@ -411,7 +416,7 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 		if o.Err == nil {
 			o.Result = Success
 			delete(e.backoffs, o.Action.Key)
-			e.entry(o.Action).WithField(fieldTook, o.Took).Info(verbsOf(o.Action).done)
+			e.entry(o.Action).WithFields(o.detail).WithField(fieldTook, o.Took).Info(verbsOf(o.Action).done)
 		} else {
 			o.Result = Error
 			// Counted from the end of the wave, not from the listing: a
@@ -419,7 +424,7 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 			// earlier waves, must not be retried sooner than its backoff.
 			b := e.fail(o.Action.Key, o.Err, now.Add(e.since(w.began)))
 			o.RetryAt = b.retryAt
-			e.entry(o.Action).WithError(o.Err).WithFields(logrus.Fields{
+			e.entry(o.Action).WithError(o.Err).WithFields(o.detail).WithFields(logrus.Fields{
 				fieldTook: o.Took, fieldAttempts: b.failures, fieldRetryAt: b.retryAt.Format(time.RFC3339),
 			}).Warnf("failed to %s", verbsOf(o.Action).do)
 		}
@@ -519,29 +524,44 @@ func (e *Executor) Forget(proposed map[string]time.Time) {
 }
 
 // do carries out one action: the only place that calls Runtime and Files.
-func (e *Executor) do(ctx context.Context, a gc.Action) error {
+// detail is what the outcome's log line adds.
+func (e *Executor) do(ctx context.Context, a gc.Action) (detail logrus.Fields, err error) {
+	if a.Kind == gc.RemoveContainer {
+		return e.removeContainer(ctx, a)
+	}
+	return nil, e.doStep(ctx, a)
+}
+
+// removeContainer is kubelet's removeContainer: an UNKNOWN container is
+// stopped first (kubelet's container GC kills it; a failed stop leaves it
+// for the next pass), a live pod's container's log files go next, and the
+// container stays when they cannot be removed.
+func (e *Executor) removeContainer(ctx context.Context, a gc.Action) (logrus.Fields, error) {
+	if a.StopFirst {
+		if err := e.rt.StopContainer(ctx, a.ContainerID, a.Timeout); err != nil {
+			return nil, fmt.Errorf("stop container %s before removing it: %w", a.ContainerID, err)
+		}
+	}
+	var detail logrus.Fields
+	if a.RemoveLogFiles {
+		var err error
+		detail, err = e.removeContainerLogFiles(ctx, a)
+		if err != nil {
+			return detail, fmt.Errorf("remove the log files of container %s (it is removed after them): %w", a.ContainerID, err)
+		}
+	}
+	if err := e.rt.RemoveContainer(ctx, a.ContainerID); err != nil {
+		return detail, fmt.Errorf("remove container %s: %w", a.ContainerID, err)
+	}
+	return detail, nil
+}
+
+// doStep carries out one action of any other kind.
+func (e *Executor) doStep(ctx context.Context, a gc.Action) error {
 	switch a.Kind {
 	case gc.StopContainer:
 		if err := e.rt.StopContainer(ctx, a.ContainerID, a.Timeout); err != nil {
 			return fmt.Errorf("stop container %s: %w", a.ContainerID, err)
-		}
-	case gc.RemoveContainer:
-		// kubelet's container GC kills an UNKNOWN container, then removes
-		// it; a failed stop leaves it for the next pass.
-		if a.StopFirst {
-			if err := e.rt.StopContainer(ctx, a.ContainerID, a.Timeout); err != nil {
-				return fmt.Errorf("stop container %s before removing it: %w", a.ContainerID, err)
-			}
-		}
-		// kubelet's removeContainer: the log files first, and the
-		// container stays when they cannot be removed.
-		if a.RemoveLogFiles {
-			if err := e.removeContainerLogFiles(ctx, a); err != nil {
-				return fmt.Errorf("remove the log files of container %s (it is removed after them): %w", a.ContainerID, err)
-			}
-		}
-		if err := e.rt.RemoveContainer(ctx, a.ContainerID); err != nil {
-			return fmt.Errorf("remove container %s: %w", a.ContainerID, err)
 		}
 	case gc.StopSandbox:
 		if err := e.rt.StopPodSandbox(ctx, a.SandboxID); err != nil {
@@ -612,24 +632,23 @@ func (e *Executor) do(ctx context.Context, a gc.Action) error {
 
 // removeContainerLogFiles removes the log file of a's container and its
 // rotations, as kubelet's removeContainerLog does, with the log path the
-// runtime reports for it now. A file another container of the pod logs to
-// now (its log path, read in the same breath) is kept: a restart count
-// kubelet had to start again from a lost runtime state can give a new
-// container an old one's file. A container the runtime no longer lists,
-// or that has no log path, has no file to remove here.
-func (e *Executor) removeContainerLogFiles(ctx context.Context, a gc.Action) error {
+// runtime reports for it now, and returns the fields that say so on the
+// step's log line. A file another container of the pod logs to now (its
+// log path, read in the same breath) is kept: a restart count kubelet had
+// to start again from a lost runtime state can give a new container an old
+// one's file. A container the runtime no longer lists, or that has no log
+// path, has no file to remove here.
+func (e *Executor) removeContainerLogFiles(ctx context.Context, a gc.Action) (logrus.Fields, error) {
 	paths, err := e.rt.ContainerLogPaths(ctx, a.Pod.UID)
 	if err != nil {
-		return fmt.Errorf("reading the log paths of pod %s's containers: %w", a.Pod.UID, err)
+		return nil, fmt.Errorf("reading the log paths of pod %s's containers: %w", a.Pod.UID, err)
 	}
 	own, listed := paths[a.ContainerID]
 	switch {
 	case !listed:
-		e.entry(a).Debug("no log file to remove: the runtime no longer lists the container")
-		return nil
+		return logrus.Fields{fieldLogFilesLeft: "the runtime no longer lists the container"}, nil
 	case own == "":
-		e.entry(a).Debug("no log file to remove: the runtime reports no log path for the container")
-		return nil
+		return logrus.Fields{fieldLogFilesLeft: "the runtime reports no log path for the container"}, nil
 	}
 	var keep []string
 	for id, p := range paths {
@@ -637,16 +656,15 @@ func (e *Executor) removeContainerLogFiles(ctx context.Context, a gc.Action) err
 			continue
 		}
 		if filepath.Clean(p) == filepath.Clean(own) {
-			e.entry(a).WithField(fieldPath, own).Infof("log file left: container %s of the pod logs to it too", id)
-			return nil
+			return logrus.Fields{fieldLogFilesLeft: fmt.Sprintf("container %s of the pod logs to %s too", id, own)}, nil
 		}
 		keep = append(keep, p)
 	}
 	removed, err := e.files.RemoveContainerLogFiles(ctx, nodefs.ContainerLog{Path: own, PodUID: a.Pod.UID, ContainerName: a.ContainerName}, keep)
-	if len(removed) > 0 {
-		e.entry(a).WithField(fieldLogFiles, removed).Info("removed the container's log files")
+	if len(removed) == 0 {
+		return nil, err
 	}
-	return err
+	return logrus.Fields{fieldLogFiles: removed}, err
 }
 
 // verbs are the words of one kind's log messages.

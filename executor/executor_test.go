@@ -1008,39 +1008,41 @@ func TestAContainerOfALivePodGoesAfterItsLogFiles(t *testing.T) {
 		wantCalls []string
 		wantKeep  [][]string
 		want      map[string]Result
-		wantLog   string
+		wantLog   string // the outcome's line
+		wantField string // a field of it, in the form key=value
 	}{
 		{"the log files go first, other containers' log files are kept", []gc.Action{live("c1")},
 			map[string]string{"c1": own, "c2": newer, "c3": side, "c4": ""}, nil,
 			[]string{"ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own, "RemoveContainer c1"},
-			[][]string{{newer, side}}, map[string]Result{"container/c1": Success}, "removed container and its log files"},
+			[][]string{{newer, side}}, map[string]Result{"container/c1": Success}, "removed container and its log files", "log_files=[" + own + "]"},
 		{"an UNKNOWN container is stopped, then its log files go, then it", []gc.Action{unknown},
 			map[string]string{"c1": own}, nil,
 			[]string{"StopContainer c1", "ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own, "RemoveContainer c1"},
-			[][]string{nil}, map[string]Result{"container/c1": Success}, "stopped and removed container and its log files"},
+			[][]string{nil}, map[string]Result{"container/c1": Success}, "stopped and removed container and its log files", "log_files=[" + own + "]"},
 		{"the container stays when its log files cannot be removed", []gc.Action{live("c1")},
 			map[string]string{"c1": own}, []string{"RemoveContainerLogFiles " + own},
 			[]string{"ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own},
-			[][]string{nil}, map[string]Result{"container/c1": Error}, "failed to remove container and its log files"},
+			[][]string{nil}, map[string]Result{"container/c1": Error}, "failed to remove container and its log files", "error=remove the log files of container c1 (it is removed after them): fake failure"},
 		{"the container stays when the log paths cannot be read", []gc.Action{live("c1")},
 			map[string]string{"c1": own}, []string{"ContainerLogPaths uid-1"},
-			[]string{"ContainerLogPaths uid-1"}, nil, map[string]Result{"container/c1": Error}, "failed to remove container and its log files"},
+			[]string{"ContainerLogPaths uid-1"}, nil, map[string]Result{"container/c1": Error}, "failed to remove container and its log files",
+			"error=remove the log files of container c1 (it is removed after them): reading the log paths of pod uid-1's containers: fake failure"},
 		{"a log file another container logs to is left, the container goes", []gc.Action{live("c1")},
 			map[string]string{"c1": own, "c9": "/logs/ns_web_uid-1/app/./0.log"}, nil,
 			[]string{"ContainerLogPaths uid-1", "RemoveContainer c1"}, nil, map[string]Result{"container/c1": Success},
-			"log file left: container c9 of the pod logs to it too"},
+			"removed container and its log files", "log_files_left=container c9 of the pod logs to " + own + " too"},
 		{"a container the runtime no longer lists has no log file to remove here", []gc.Action{live("c1")},
 			map[string]string{"c2": newer}, nil,
 			[]string{"ContainerLogPaths uid-1", "RemoveContainer c1"}, nil, map[string]Result{"container/c1": Success},
-			"no log file to remove: the runtime no longer lists the container"},
+			"removed container and its log files", "log_files_left=the runtime no longer lists the container"},
 		{"a container without a log path has none to remove", []gc.Action{live("c1")},
 			map[string]string{"c1": ""}, nil,
 			[]string{"ContainerLogPaths uid-1", "RemoveContainer c1"}, nil, map[string]Result{"container/c1": Success},
-			"no log file to remove: the runtime reports no log path for the container"},
+			"removed container and its log files", "log_files_left=the runtime reports no log path for the container"},
 		{"a container whose log files go first is not carried by its sandbox", []gc.Action{live("c1"), rmSb("sb", "container/c1")},
 			map[string]string{"c1": own}, nil,
 			[]string{"ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own, "RemoveContainer c1", "StopPodSandbox sb", "RemovePodSandbox sb"},
-			[][]string{nil}, map[string]Result{"container/c1": Success, "sandbox/sb": Success}, "removed container and its log files"},
+			[][]string{nil}, map[string]Result{"container/c1": Success, "sandbox/sb": Success}, "removed container and its log files", "log_files=[" + own + "]"},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			f := newFake(tc.fail...)
@@ -1059,12 +1061,20 @@ func TestAContainerOfALivePodGoesAfterItsLogFiles(t *testing.T) {
 			if got := results(out); !maps.Equal(got, tc.want) {
 				t.Errorf("results = %v, want %v", got, tc.want)
 			}
-			found := false
+			// One line for the step, its outcome, with what became of the
+			// log files.
+			var lines []string
 			for _, en := range hook.AllEntries() {
-				found = found || strings.HasPrefix(en.Message, tc.wantLog)
+				if en.Data[logging.FieldContainerID] == "c1" && en.Level <= logrus.InfoLevel {
+					lines = append(lines, en.Message)
+					key, value, _ := strings.Cut(tc.wantField, "=")
+					if got := fmt.Sprint(en.Data[key]); en.Message == tc.wantLog && got != value {
+						t.Errorf("%s=%q, want %q", key, got, value)
+					}
+				}
 			}
-			if !found {
-				t.Errorf("no log line %q", tc.wantLog)
+			if !slices.Equal(lines, []string{tc.wantLog}) {
+				t.Errorf("lines about the container %q, want only its outcome %q", lines, tc.wantLog)
 			}
 		})
 	}
