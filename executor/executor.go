@@ -6,6 +6,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -113,7 +114,8 @@ type Recheck func(ctx context.Context, a gc.Action) error
 
 // Rechecked lists the kinds checked again right before they run: every
 // step but a log link's, which rests on its target being absent (or on the
-// log dir this call removed before it, a dependency). The CRI steps of a gone pod rest on the pod being gone (the
+// log dir, or its container with its log files, this call removed before
+// it: a dependency). The CRI steps of a gone pod rest on the pod being gone (the
 // others on newer instances, which only grow); the node steps run after
 // every CRI call of the pass and rest on the pod being gone or orphaned;
 // the network steps rest on no source knowing the owner.
@@ -416,7 +418,7 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 		if o.Err == nil {
 			o.Result = Success
 			delete(e.backoffs, o.Action.Key)
-			e.entry(o.Action).WithFields(o.detail).WithField(fieldTook, o.Took).Info(verbsOf(o.Action).done)
+			e.entry(o.Action).WithFields(o.detail).WithField(fieldTook, o.Took).Info(doneVerb(o))
 		} else {
 			o.Result = Error
 			// Counted from the end of the wave, not from the listing: a
@@ -535,7 +537,12 @@ func (e *Executor) do(ctx context.Context, a gc.Action) (detail logrus.Fields, e
 // removeContainer is kubelet's removeContainer: an UNKNOWN container is
 // stopped first (kubelet's container GC kills it; a failed stop leaves it
 // for the next pass), a live pod's container's log files go next, and the
-// container stays when they cannot be removed.
+// container stays when they cannot be removed now (the runtime or the file
+// system failed: retried). A file refused by the stricter rules of
+// nodefs.RemoveContainerLogFiles is left, with a warning, and the
+// container still goes: leaving a file is the safe direction, and holding
+// the container for it would stop the keep-newest rules on a node whose
+// logs.pod_logs_dir is not where the runtime's log paths are.
 func (e *Executor) removeContainer(ctx context.Context, a gc.Action) (logrus.Fields, error) {
 	if a.StopFirst {
 		if err := e.rt.StopContainer(ctx, a.ContainerID, a.Timeout); err != nil {
@@ -546,7 +553,18 @@ func (e *Executor) removeContainer(ctx context.Context, a gc.Action) (logrus.Fie
 	if a.RemoveLogFiles {
 		var err error
 		detail, err = e.removeContainerLogFiles(ctx, a)
-		if err != nil {
+		var refused *nodefs.RefusedError
+		switch {
+		case errors.As(err, &refused):
+			if detail == nil {
+				detail = logrus.Fields{}
+			}
+			detail[fieldLogFilesLeft] = err.Error()
+			// Said apart from the step's outcome (no action field): a
+			// person should look at the file.
+			e.log.WithFields(logrus.Fields{logging.FieldPodUID: a.Pod.UID, logging.FieldContainerID: a.ContainerID, fieldPath: refused.Path}).
+				WithError(err).Warn("left a log file of a container the plugin removes: it is not one it may remove; look at it")
+		case err != nil:
 			return detail, fmt.Errorf("remove the log files of container %s (it is removed after them): %w", a.ContainerID, err)
 		}
 	}
@@ -665,6 +683,16 @@ func (e *Executor) removeContainerLogFiles(ctx context.Context, a gc.Action) (lo
 		return nil, err
 	}
 	return logrus.Fields{fieldLogFiles: removed}, err
+}
+
+// doneVerb is what an action that succeeded did: a container removed
+// without its log files does not say it removed them.
+func doneVerb(o Outcome) string {
+	a := o.Action
+	if _, left := o.detail[fieldLogFilesLeft]; left && o.detail[fieldLogFiles] == nil {
+		a.RemoveLogFiles = false
+	}
+	return verbsOf(a).done
 }
 
 // verbs are the words of one kind's log messages.

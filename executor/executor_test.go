@@ -1010,43 +1010,52 @@ func TestAContainerOfALivePodGoesAfterItsLogFiles(t *testing.T) {
 		want      map[string]Result
 		wantLog   string // the outcome's line
 		wantField string // a field of it, in the form key=value
+		refuse    bool   // RemoveContainerLogFiles refuses the container's log file
 	}{
 		{"the log files go first, other containers' log files are kept", []gc.Action{live("c1")},
 			map[string]string{"c1": own, "c2": newer, "c3": side, "c4": ""}, nil,
 			[]string{"ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own, "RemoveContainer c1"},
-			[][]string{{newer, side}}, map[string]Result{"container/c1": Success}, "removed container and its log files", "log_files=[" + own + "]"},
+			[][]string{{newer, side}}, map[string]Result{"container/c1": Success}, "removed container and its log files", "log_files=[" + own + "]", false},
 		{"an UNKNOWN container is stopped, then its log files go, then it", []gc.Action{unknown},
 			map[string]string{"c1": own}, nil,
 			[]string{"StopContainer c1", "ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own, "RemoveContainer c1"},
-			[][]string{nil}, map[string]Result{"container/c1": Success}, "stopped and removed container and its log files", "log_files=[" + own + "]"},
+			[][]string{nil}, map[string]Result{"container/c1": Success}, "stopped and removed container and its log files", "log_files=[" + own + "]", false},
 		{"the container stays when its log files cannot be removed", []gc.Action{live("c1")},
 			map[string]string{"c1": own}, []string{"RemoveContainerLogFiles " + own},
 			[]string{"ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own},
-			[][]string{nil}, map[string]Result{"container/c1": Error}, "failed to remove container and its log files", "error=remove the log files of container c1 (it is removed after them): fake failure"},
+			[][]string{nil}, map[string]Result{"container/c1": Error}, "failed to remove container and its log files", "error=remove the log files of container c1 (it is removed after them): fake failure", false},
 		{"the container stays when the log paths cannot be read", []gc.Action{live("c1")},
 			map[string]string{"c1": own}, []string{"ContainerLogPaths uid-1"},
 			[]string{"ContainerLogPaths uid-1"}, nil, map[string]Result{"container/c1": Error}, "failed to remove container and its log files",
-			"error=remove the log files of container c1 (it is removed after them): reading the log paths of pod uid-1's containers: fake failure"},
+			"error=remove the log files of container c1 (it is removed after them): reading the log paths of pod uid-1's containers: fake failure", false},
 		{"a log file another container logs to is left, the container goes", []gc.Action{live("c1")},
 			map[string]string{"c1": own, "c9": "/logs/ns_web_uid-1/app/./0.log"}, nil,
 			[]string{"ContainerLogPaths uid-1", "RemoveContainer c1"}, nil, map[string]Result{"container/c1": Success},
-			"removed container and its log files", "log_files_left=container c9 of the pod logs to " + own + " too"},
+			"removed container", "log_files_left=container c9 of the pod logs to " + own + " too", false},
 		{"a container the runtime no longer lists has no log file to remove here", []gc.Action{live("c1")},
 			map[string]string{"c2": newer}, nil,
 			[]string{"ContainerLogPaths uid-1", "RemoveContainer c1"}, nil, map[string]Result{"container/c1": Success},
-			"removed container and its log files", "log_files_left=the runtime no longer lists the container"},
+			"removed container", "log_files_left=the runtime no longer lists the container", false},
 		{"a container without a log path has none to remove", []gc.Action{live("c1")},
 			map[string]string{"c1": ""}, nil,
 			[]string{"ContainerLogPaths uid-1", "RemoveContainer c1"}, nil, map[string]Result{"container/c1": Success},
-			"removed container and its log files", "log_files_left=the runtime reports no log path for the container"},
+			"removed container", "log_files_left=the runtime reports no log path for the container", false},
+		{"a log file the stricter rules refuse is left, with a warning, and the container goes", []gc.Action{live("c1")},
+			map[string]string{"c1": own}, nil,
+			[]string{"ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own, "RemoveContainer c1"},
+			[][]string{nil}, map[string]Result{"container/c1": Success}, "removed container",
+			"log_files_left=refusing to remove " + own + ": not kubelet's", true},
 		{"a container whose log files go first is not carried by its sandbox", []gc.Action{live("c1"), rmSb("sb", "container/c1")},
 			map[string]string{"c1": own}, nil,
 			[]string{"ContainerLogPaths uid-1", "RemoveContainerLogFiles " + own, "RemoveContainer c1", "StopPodSandbox sb", "RemovePodSandbox sb"},
-			[][]string{nil}, map[string]Result{"container/c1": Success, "sandbox/sb": Success}, "removed container and its log files", "log_files=[" + own + "]"},
+			[][]string{nil}, map[string]Result{"container/c1": Success, "sandbox/sb": Success}, "removed container and its log files", "log_files=[" + own + "]", false},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			f := newFake(tc.fail...)
 			f.logPaths = tc.logPaths
+			if tc.refuse {
+				f.setFail("RemoveContainerLogFiles "+own, &nodefs.RefusedError{Path: own, Reason: "not kubelet's"})
+			}
 			log, hook := logtest.NewNullLogger()
 			log.SetLevel(logrus.DebugLevel)
 			e := New(f, f, Options{MaxParallel: 4}, log)
@@ -1065,7 +1074,7 @@ func TestAContainerOfALivePodGoesAfterItsLogFiles(t *testing.T) {
 			// log files.
 			var lines []string
 			for _, en := range hook.AllEntries() {
-				if en.Data[logging.FieldContainerID] == "c1" && en.Level <= logrus.InfoLevel {
+				if en.Data[logging.FieldContainerID] == "c1" && en.Data[logging.FieldAction] != nil && en.Level <= logrus.InfoLevel {
 					lines = append(lines, en.Message)
 					key, value, _ := strings.Cut(tc.wantField, "=")
 					if got := fmt.Sprint(en.Data[key]); en.Message == tc.wantLog && got != value {
@@ -1075,6 +1084,14 @@ func TestAContainerOfALivePodGoesAfterItsLogFiles(t *testing.T) {
 			}
 			if !slices.Equal(lines, []string{tc.wantLog}) {
 				t.Errorf("lines about the container %q, want only its outcome %q", lines, tc.wantLog)
+			}
+			warned := false
+			for _, en := range hook.AllEntries() {
+				warned = warned || en.Level == logrus.WarnLevel && strings.HasPrefix(en.Message, "left a log file") && en.Data[fieldPath] == own &&
+					en.Data[logging.FieldAction] == nil
+			}
+			if warned != tc.refuse {
+				t.Errorf("warned of a left log file (without an action field) %v, want %v", warned, tc.refuse)
 			}
 		})
 	}

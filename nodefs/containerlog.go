@@ -98,6 +98,12 @@ func (r *Remover) RemoveContainerLogFiles(ctx context.Context, l ContainerLog, k
 		}
 		dirFd, dirPath = fd, p
 	}
+	// Neither dir is a symlink: the mount table can be checked at the
+	// container's dir (a bind mount statx could not tell, a file mounted
+	// over a log file).
+	if err := r.refuseMountsAt(rootFd, rootInfo, root, rel[:2], path); err != nil {
+		return nil, err
+	}
 
 	// Read the names through a descriptor of our own: os.File closes it.
 	listFd, err := unix.Dup(dirFd)
@@ -111,7 +117,12 @@ func (r *Remover) RemoveContainerLogFiles(ctx context.Context, l ContainerLog, k
 		return nil, fmt.Errorf("removing %s: reading %s: %w", path, dirPath, err)
 	}
 	slices.Sort(names)
-	// keep is in the runtime's terms, as l.Path is: compare there.
+	kept, err := keptFiles(keep)
+	if err != nil {
+		return nil, refuse(path, "%v", err)
+	}
+	// keep is in the runtime's terms, as l.Path is: compare names there,
+	// and files by identity (another spelling of the same file).
 	dirOfPath := filepath.Dir(path)
 	var removed []string
 	var first error
@@ -126,7 +137,23 @@ func (r *Remover) RemoveContainerLogFiles(ctx context.Context, l ContainerLog, k
 		if err := ctx.Err(); err != nil {
 			return removed, fmt.Errorf("removing %s: %w", path, err)
 		}
-		if err := removeLogFile(dirFd, n, p); err != nil {
+		fi, err := statAt(dirFd, n)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			continue
+		case err != nil:
+			err = fmt.Errorf("lstat %s: %w", p, err)
+		case fi.mode != unix.S_IFREG:
+			err = refuse(p, "it is a %s, not a log file", fi.kind())
+		case kept[fileID{fi.dev, fi.ino}]:
+			continue
+		default:
+			// A swap between the lstat and the unlink can at worst unlink
+			// what now has this name in the container's log dir; unlink
+			// never follows a link and never removes a directory.
+			err = unlink(dirFd, n, p)
+		}
+		if err != nil {
 			if first == nil {
 				first = err
 			}
@@ -137,23 +164,27 @@ func (r *Remover) RemoveContainerLogFiles(ctx context.Context, l ContainerLog, k
 	return removed, first
 }
 
-// removeLogFile unlinks the regular file name in dirFd; anything else is
-// refused. Missing is success.
-func removeLogFile(dirFd int, name, path string) error {
-	fi, err := statAt(dirFd, name)
-	if errors.Is(err, unix.ENOENT) {
-		return nil
+// fileID is a file's identity: its device and inode numbers.
+type fileID struct{ dev, ino uint64 }
+
+// keptFiles returns the identity of each file in keep that exists (a kept
+// path is followed: it may name the file through a symlinked alias of the
+// pod logs dir). One that cannot be examined makes it impossible to tell
+// which files are another container's: an error.
+func keptFiles(keep []string) (map[fileID]bool, error) {
+	ids := make(map[fileID]bool, len(keep))
+	for _, k := range keep {
+		var st unix.Stat_t
+		err := unix.Stat(k, &st)
+		switch {
+		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("cannot tell whether %s, the log file of another container of the pod, is one of its files: %w", k, err)
+		}
+		ids[fileID{st.Dev, st.Ino}] = true
 	}
-	if err != nil {
-		return fmt.Errorf("lstat %s: %w", path, err)
-	}
-	if fi.mode != unix.S_IFREG {
-		return refuse(path, "it is a %s, not a log file", fi.kind())
-	}
-	// A swap between the lstat and the unlink can at worst unlink what now
-	// has this name in the container's log dir; unlink never follows a
-	// link and never removes a directory.
-	return unlink(dirFd, name, path)
+	return ids, nil
 }
 
 // isRestartLogName reports whether name is "<decimal restart count>.log".

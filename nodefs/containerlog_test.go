@@ -52,6 +52,21 @@ func TestRemoveContainerLogFiles(t *testing.T) {
 		}
 	})
 
+	t.Run("a file another listed container logs to by another name is kept", func(t *testing.T) {
+		tr, dir, l := setup(t)
+		alias := filepath.Join(tr.outside, "pods-alias")
+		symlink(t, tr.podLogs, alias)
+		keep := []string{filepath.Join(alias, podDirName, "nginx", "1.log")}
+		removed, err := tr.r.RemoveContainerLogFiles(ctx, l, keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustExist(t, filepath.Join(dir, "1.log"))
+		if len(removed) != 3 {
+			t.Errorf("removed %v, want the three rotations", removed)
+		}
+	})
+
 	t.Run("a missing file, container dir or pod log dir is success", func(t *testing.T) {
 		tr, dir, l := setup(t)
 		for _, p := range []string{filepath.Join(dir, "3.log"), filepath.Join(tr.podLogs, podDirName, "gone", "0.log"),
@@ -148,6 +163,23 @@ func TestRemoveContainerLogFiles(t *testing.T) {
 		_, err := tr.r.RemoveContainerLogFiles(ctx, l, nil)
 		wantRefused(t, err, dir)
 		mustExist(t, filepath.Join(dir, "1.log"))
+	})
+
+	// The mount table is read as for every removal: a mount at or below
+	// the container's dir (here a file bound over a rotation, which statx
+	// calls a mount root, but the table would also show a same-device bind
+	// mount of the dir where statx gives no mount ID) refuses it all.
+	t.Run("a mount in the container dir refuses the whole removal", func(t *testing.T) {
+		tr, dir, l := setup(t)
+		src := filepath.Join(tr.outside, "mounted")
+		writeFile(t, src, "not a log")
+		mount(t, src, filepath.Join(dir, "1.log.20261124-101010"), "")
+		removed, err := tr.r.RemoveContainerLogFiles(ctx, l, nil)
+		wantRefused(t, err, filepath.Join(dir, "1.log.20261124-101010"))
+		if len(removed) > 0 {
+			t.Errorf("removed %v beside a mount point", removed)
+		}
+		mustExist(t, filepath.Join(dir, "1.log"), src)
 	})
 
 	t.Run("a cancelled context removes nothing", func(t *testing.T) {

@@ -243,16 +243,6 @@ func (r *Remover) removeTree(ctx context.Context, path string, dirOnly bool) err
 	if err != nil {
 		return fmt.Errorf("removing %s: stat root %s: %w", path, root, err)
 	}
-	// The kernel's name for the root, which is what the mount table uses
-	// when the configured root goes through a symlink.
-	realRoot, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(rootFd))
-	if err != nil {
-		return fmt.Errorf("removing %s: resolving root %s through /proc/self/fd (needed to check for mount points): %w", path, root, err)
-	}
-	if realRoot == "/" {
-		// NewRemover refuses "/", but a root can be a symlink to it.
-		return refuse(path, "its root %s resolves to /", root)
-	}
 
 	// Walk down to the parent of path, one O_NOFOLLOW open at a time.
 	dirFd, dirPath := rootFd, root
@@ -278,8 +268,31 @@ func (r *Remover) removeTree(ctx context.Context, path string, dirOnly bool) err
 		dirFd, dirPath = fd, p
 	}
 
-	// Everything below root is now known not to be a symlink, so realRoot
-	// plus rel is the path the mount table would show.
+	// Everything below root is now known not to be a symlink.
+	if err := r.refuseMountsAt(rootFd, rootInfo, root, rel, path); err != nil {
+		return err
+	}
+
+	w := walker{ctx: ctx, root: rootInfo}
+	return wrapRemoving(path, w.removeEntry(dirFd, rel[len(rel)-1], path, dirOnly))
+}
+
+// refuseMountsAt refuses a removal at root/rel when the kernel's mount
+// table shows a mount point at or below it (what catches a same-device
+// bind mount where statx gives no mount ID), or when the root resolves to
+// "/". Every component of rel must be known not to be a symlink: the
+// root's real path plus rel is then the path the mount table shows.
+func (r *Remover) refuseMountsAt(rootFd int, rootInfo fileInfo, root string, rel []string, path string) error {
+	// The kernel's name for the root, which is what the mount table uses
+	// when the configured root goes through a symlink.
+	realRoot, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(rootFd))
+	if err != nil {
+		return fmt.Errorf("removing %s: resolving root %s through /proc/self/fd (needed to check for mount points): %w", path, root, err)
+	}
+	if realRoot == "/" {
+		// NewRemover refuses "/", but a root can be a symlink to it.
+		return refuse(path, "its root %s resolves to /", root)
+	}
 	table, err := r.mountTable(rootInfo.mntID != 0)
 	if err != nil {
 		return fmt.Errorf("removing %s: checking for mount points: %w", path, err)
@@ -287,20 +300,18 @@ func (r *Remover) removeTree(ctx context.Context, path string, dirOnly bool) err
 	// Only mounts strictly below the root count: the root itself (a
 	// DaemonSet's hostPath) or a mount above it is not ours to judge.
 	mounts := mountsOnTarget(strictlyBelow(table, realRoot), realRoot+"/"+strings.Join(rel, "/"))
-	if len(mounts) > 0 {
-		// Name them as the caller knows them, below the configured root.
-		for i, m := range mounts {
-			mounts[i] = root + strings.TrimPrefix(m, realRoot)
-		}
-		reason := "it is a mount point"
-		if len(mounts) > 1 {
-			reason += fmt.Sprintf(" (so are %s)", strings.Join(mounts[1:], ", "))
-		}
-		return wrapRemoving(path, refuse(mounts[0], "%s", reason))
+	if len(mounts) == 0 {
+		return nil
 	}
-
-	w := walker{ctx: ctx, root: rootInfo}
-	return wrapRemoving(path, w.removeEntry(dirFd, rel[len(rel)-1], path, dirOnly))
+	// Name them as the caller knows them, below the configured root.
+	for i, m := range mounts {
+		mounts[i] = root + strings.TrimPrefix(m, realRoot)
+	}
+	reason := "it is a mount point"
+	if len(mounts) > 1 {
+		reason += fmt.Sprintf(" (so are %s)", strings.Join(mounts[1:], ", "))
+	}
+	return wrapRemoving(path, refuse(mounts[0], "%s", reason))
 }
 
 // mountTable returns every mount point of the mount table. With shared, a
@@ -508,6 +519,7 @@ func openDir(dirFd int, name string) (int, error) {
 type fileInfo struct {
 	mode      uint32 // the S_IFMT bits
 	dev       uint64
+	ino       uint64
 	mntID     uint64 // 0 when the kernel did not report it (before Linux 5.8)
 	mountRoot bool   // the root of a mount (Linux 5.8+)
 }
@@ -534,13 +546,13 @@ func statAt(dirFd int, name string) (fileInfo, error) {
 		flags |= unix.AT_EMPTY_PATH
 	}
 	var stx unix.Statx_t
-	err := unix.Statx(dirFd, name, flags, unix.STATX_TYPE|unix.STATX_MNT_ID, &stx)
+	err := unix.Statx(dirFd, name, flags, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_MNT_ID, &stx)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
 		var st unix.Stat_t
 		if err := unix.Fstatat(dirFd, name, &st, flags); err != nil {
 			return fileInfo{}, err
 		}
-		return fileInfo{mode: st.Mode & unix.S_IFMT, dev: st.Dev}, nil
+		return fileInfo{mode: st.Mode & unix.S_IFMT, dev: st.Dev, ino: st.Ino}, nil
 	}
 	if err != nil {
 		return fileInfo{}, err
@@ -548,6 +560,7 @@ func statAt(dirFd int, name string) (fileInfo, error) {
 	fi := fileInfo{
 		mode: uint32(stx.Mode) & unix.S_IFMT,
 		dev:  unix.Mkdev(stx.Dev_major, stx.Dev_minor),
+		ino:  stx.Ino,
 	}
 	if stx.Mask&unix.STATX_MNT_ID != 0 {
 		fi.mntID = stx.Mnt_id
