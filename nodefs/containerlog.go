@@ -64,46 +64,14 @@ func (r *Remover) RemoveContainerLogFiles(ctx context.Context, l ContainerLog, k
 		return nil, fmt.Errorf("removing %s: %w", path, err)
 	}
 
-	rootFd, err := openRoot(root)
-	if errors.Is(err, unix.ENOENT) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("removing %s: %w", path, err)
-	}
-	defer unix.Close(rootFd)
-	rootInfo, err := statAt(rootFd, "")
-	if err != nil {
-		return nil, fmt.Errorf("removing %s: stat root %s: %w", path, root, err)
-	}
-	dirFd, dirPath := rootFd, root
-	for _, name := range rel[:2] {
-		p := dirPath + "/" + name
-		fd, err := openDir(dirFd, name)
-		switch {
-		case errors.Is(err, unix.ENOENT):
-			return nil, nil
-		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
-			return nil, wrapRemoving(path, refuse(p, "it is a %s, not a directory", kindAt(dirFd, name)))
-		case err != nil:
-			return nil, fmt.Errorf("removing %s: opening %s: %w", path, p, err)
-		}
-		defer unix.Close(fd)
-		fi, err := statAt(fd, "")
-		if err != nil {
-			return nil, fmt.Errorf("removing %s: stat %s: %w", path, p, err)
-		}
-		if reason := otherMount(rootInfo, fi); reason != "" {
-			return nil, wrapRemoving(path, refuse(p, "%s", reason))
-		}
-		dirFd, dirPath = fd, p
-	}
-	// Neither dir is a symlink: the mount table can be checked at the
-	// container's dir (a bind mount statx could not tell, a file mounted
-	// over a log file).
-	if err := r.refuseMountsAt(rootFd, rootInfo, root, rel[:2], path); err != nil {
+	// Down to the container's dir; the mount table is checked there (a
+	// bind mount statx could not tell, a file mounted over a log file).
+	walk, found, err := r.descend(root, rel[:2], rel[:2], path)
+	if !found || err != nil {
 		return nil, err
 	}
+	defer walk.close()
+	dirFd, dirPath := walk.dirFd, walk.dirPath
 
 	// Read the names through a descriptor of our own: os.File closes it.
 	listFd, err := unix.Dup(dirFd)

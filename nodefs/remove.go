@@ -231,50 +231,81 @@ func (r *Remover) removeTree(ctx context.Context, path string, dirOnly bool) err
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("removing %s: %w", path, err)
 	}
-	rootFd, err := openRoot(root)
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("removing %s: %w", path, err)
-	}
-	defer unix.Close(rootFd)
-	rootInfo, err := statAt(rootFd, "")
-	if err != nil {
-		return fmt.Errorf("removing %s: stat root %s: %w", path, root, err)
-	}
-
-	// Walk down to the parent of path, one O_NOFOLLOW open at a time.
-	dirFd, dirPath := rootFd, root
-	for _, name := range rel[:len(rel)-1] {
-		p := dirPath + "/" + name
-		fd, err := openDir(dirFd, name)
-		switch {
-		case errors.Is(err, unix.ENOENT):
-			return nil
-		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
-			return wrapRemoving(path, refuse(p, "it is a %s, not a directory", kindAt(dirFd, name)))
-		case err != nil:
-			return fmt.Errorf("removing %s: opening %s: %w", path, p, err)
-		}
-		defer unix.Close(fd)
-		fi, err := statAt(fd, "")
-		if err != nil {
-			return fmt.Errorf("removing %s: stat %s: %w", path, p, err)
-		}
-		if reason := otherMount(rootInfo, fi); reason != "" {
-			return wrapRemoving(path, refuse(p, "%s", reason))
-		}
-		dirFd, dirPath = fd, p
-	}
-
-	// Everything below root is now known not to be a symlink.
-	if err := r.refuseMountsAt(rootFd, rootInfo, root, rel, path); err != nil {
+	// Walk down to the parent of path; the mount table is checked at path.
+	d, found, err := r.descend(root, rel[:len(rel)-1], rel, path)
+	if !found || err != nil {
 		return err
 	}
+	defer d.close()
 
-	w := walker{ctx: ctx, root: rootInfo}
-	return wrapRemoving(path, w.removeEntry(dirFd, rel[len(rel)-1], path, dirOnly))
+	w := walker{ctx: ctx, root: d.root}
+	return wrapRemoving(path, w.removeEntry(d.dirFd, rel[len(rel)-1], path, dirOnly))
+}
+
+// descent is a walk from a root down to a directory below it.
+type descent struct {
+	root    fileInfo
+	dirFd   int    // the directory reached (the root's when no dirs were given)
+	dirPath string // its path, for messages
+	fds     []int  // every descriptor opened, the root's first
+}
+
+func (d *descent) close() {
+	for _, fd := range d.fds {
+		unix.Close(fd)
+	}
+}
+
+// descend opens root and walks down through dirs, one O_NOFOLLOW open at a
+// time, refusing a symlink, a non-directory or another mount on the way,
+// then checks the mount table at root/mountCheck (refuseMountsAt). found is
+// false, with a nil error, when the root or a dir is missing: nothing to
+// remove. path names the removal in errors. The caller closes d when found.
+func (r *Remover) descend(root string, dirs, mountCheck []string, path string) (d *descent, found bool, err error) {
+	rootFd, err := openRoot(root)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("removing %s: %w", path, err)
+	}
+	d = &descent{dirFd: rootFd, dirPath: root, fds: []int{rootFd}}
+	defer func() {
+		if !found || err != nil {
+			d.close()
+			d = nil
+		}
+	}()
+	if d.root, err = statAt(rootFd, ""); err != nil {
+		return d, false, fmt.Errorf("removing %s: stat root %s: %w", path, root, err)
+	}
+	for _, name := range dirs {
+		p := d.dirPath + "/" + name
+		fd, err := openDir(d.dirFd, name)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			return d, false, nil
+		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+			return d, false, wrapRemoving(path, refuse(p, "it is a %s, not a directory", kindAt(d.dirFd, name)))
+		case err != nil:
+			return d, false, fmt.Errorf("removing %s: opening %s: %w", path, p, err)
+		}
+		d.fds = append(d.fds, fd)
+		fi, err := statAt(fd, "")
+		if err != nil {
+			return d, false, fmt.Errorf("removing %s: stat %s: %w", path, p, err)
+		}
+		if reason := otherMount(d.root, fi); reason != "" {
+			return d, false, wrapRemoving(path, refuse(p, "%s", reason))
+		}
+		d.dirFd, d.dirPath = fd, p
+	}
+	// Nothing below the root is a symlink now: the mount table can be
+	// checked by path.
+	if err := r.refuseMountsAt(rootFd, d.root, root, mountCheck, path); err != nil {
+		return d, false, err
+	}
+	return d, true, nil
 }
 
 // refuseMountsAt refuses a removal at root/rel when the kernel's mount
