@@ -193,6 +193,7 @@ type Network struct {
 	ConfDir  string // conf_dir; absolute path: fallback CNI conf dir
 	BinDir   string // bin_dir; absolute path: fallback CNI plugin dir
 	NetnsDir string // netns_dir; "" (from containerd's config) or an absolute path
+	ExecRoot string // exec_root; "" (the plugin's own root) or an absolute path CNI plugins are chrooted into
 }
 
 // Metrics is the [metrics] section.
@@ -268,6 +269,7 @@ func Default() Config {
 			ConfDir:  "/etc/cni/net.d",
 			BinDir:   "/opt/cni/bin",
 			NetnsDir: "",
+			ExecRoot: "",
 		},
 		Metrics: Metrics{
 			Address: "127.0.0.1:9560",

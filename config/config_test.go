@@ -134,6 +134,7 @@ var badConfigs = []struct {
 	{"cgroups_root_dotdot", "[cgroups]\nroot = \"../kubepods\"\n", "cgroups.root", 2, "invalid cgroup root"},
 	{"relative_path_network_cache_dir", "[network]\ncache_dir = \"var/lib/cni\"\n", "network.cache_dir", 2, "must be an absolute path"},
 	{"relative_path_network_netns_dir", "[network]\nnetns_dir = \"run/netns\"\n", "network.netns_dir", 2, "must be an absolute path"},
+	{"relative_path_network_exec_root", "[network]\nexec_root = \"proc/1/root\"\n", "network.exec_root", 2, "must be an absolute path"},
 	{"cgroups_root_absolute", "[cgroups]\nroot = \"/kubepods\"\n", "cgroups.root", 2, "relative to cgroups.mountpoint"},
 	{"cgroups_root_empty", "[cgroups]\nroot = \"\"\n", "cgroups.root", 2, "invalid cgroup root"},
 
@@ -382,6 +383,7 @@ cache_dir = "/data/cni"
 conf_dir = "/data/cni/net.d"
 bin_dir = "/data/cni/bin"
 netns_dir = "/run/containerd/netns"
+exec_root = "/proc/1/root"
 
 [metrics]
 address = ""
@@ -411,7 +413,7 @@ var fullConfigWant = Config{
 	Logs:       Logs{PodLogsDir: "/data/log/pods", ContainerLogsDir: "/data/log/containers"},
 	Cgroups:    Cgroups{Enabled: false, Driver: DriverSystemd, Mountpoint: "/mnt/cgroup", Root: "custom/kubepods"},
 	PodDirs:    PodDirs{RemoveOrphaned: true},
-	Network:    Network{CacheDir: "/data/cni", ConfDir: "/data/cni/net.d", BinDir: "/data/cni/bin", NetnsDir: "/run/containerd/netns"},
+	Network:    Network{CacheDir: "/data/cni", ConfDir: "/data/cni/net.d", BinDir: "/data/cni/bin", NetnsDir: "/run/containerd/netns", ExecRoot: "/proc/1/root"},
 	Metrics:    Metrics{Address: ""},
 	Log:        Log{Level: LevelWarning, Target: TargetFile, File: "/var/log/nri-housekeeper.log"},
 }

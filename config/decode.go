@@ -89,6 +89,7 @@ func schema(c *Config) []section {
 			{"conf_dir", &c.Network.ConfDir},
 			{"bin_dir", &c.Network.BinDir},
 			{"netns_dir", &c.Network.NetnsDir},
+			{"exec_root", &c.Network.ExecRoot},
 		}},
 		{"metrics", []field{
 			{"address", &c.Metrics.Address},

@@ -24,6 +24,9 @@ type NetworkOptions struct {
 	// NetnsDir overrides the netns dir containerd's config implies
 	// (network.netns_dir); "" reads it from containerd.
 	NetnsDir string
+	// ExecRoot is the root CNI plugins run chrooted into
+	// (network.exec_root); "" is the plugin's own.
+	ExecRoot string
 }
 
 // NetworkRuntime is what the network side needs from containerd (package
@@ -173,7 +176,7 @@ func (n *Network) use(st cri.NetworkStatus, now time.Time) error {
 		// may change without containerd's answer changing.
 		n.statusAt = time.Time{}
 	}
-	r := podnet.NewReclaimer(cfg, n.opts.CacheDir)
+	r := podnet.NewReclaimer(cfg, n.opts.CacheDir, n.opts.ExecRoot)
 	n.mu.Lock()
 	n.reclaimer = r
 	n.mu.Unlock()

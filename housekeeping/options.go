@@ -60,5 +60,5 @@ func NetworkFromConfig(cfg config.Config, rt NetworkRuntime) *Network {
 		return nil
 	}
 	return NewNetwork(rt, NetworkOptions{CacheDir: cfg.Network.CacheDir, ConfDir: cfg.Network.ConfDir,
-		BinDir: cfg.Network.BinDir, NetnsDir: cfg.Network.NetnsDir})
+		BinDir: cfg.Network.BinDir, NetnsDir: cfg.Network.NetnsDir, ExecRoot: cfg.Network.ExecRoot})
 }

@@ -54,7 +54,11 @@ func buildFakePlugin(dir string) error {
 	if err != nil {
 		return fmt.Errorf("the go command is needed to build it: %w", err)
 	}
-	out, err := exec.Command(goBin, "build", "-o", filepath.Join(dir, fakeVeth), "./testdata/fakeplugin").CombinedOutput()
+	// Static, so that it also runs chrooted into a root that has nothing
+	// else (network.exec_root).
+	build := exec.Command(goBin, "build", "-o", filepath.Join(dir, fakeVeth), "./testdata/fakeplugin")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%w: %s", err, out)
 	}

@@ -50,6 +50,9 @@ type Reclaimer struct {
 	cfg      Config
 	cacheDir string
 	cni      *libcni.CNIConfig
+	// execRoot is where plugins run (network.exec_root); "" is this
+	// process's own root.
+	execRoot string
 	// stepTimeout bounds a CNI DEL and the wait for host-local's lock.
 	stepTimeout time.Duration
 }
@@ -66,11 +69,41 @@ const StepTimeout = time.Minute
 // NewReclaimer returns a Reclaimer for cfg's networks and libcni's cache in
 // cacheDir (/var/lib/cni for containerd). Plugins run from cfg.BinDirs; what
 // a plugin prints on stderr is kept only when it fails (in the error).
-func NewReclaimer(cfg Config, cacheDir string) *Reclaimer {
+// execRoot, when not "", is the root plugins run chrooted into
+// (network.exec_root; see rootedExec); the plugins, and the namespace
+// they are given, must be the same files there as here.
+func NewReclaimer(cfg Config, cacheDir, execRoot string) *Reclaimer {
 	// An explicit exec, the same as libcni's default: libcni sets its
 	// default lazily on first use, which races between goroutines.
-	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{}, PluginDecoder: version.PluginDecoder{}}
-	return &Reclaimer{cfg: cfg, cacheDir: cacheDir, cni: libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cacheDir, exec), stepTimeout: StepTimeout}
+	var exec invoke.Exec = &invoke.DefaultExec{RawExec: &invoke.RawExec{}, PluginDecoder: version.PluginDecoder{}}
+	if execRoot != "" {
+		exec = &rootedExec{root: execRoot}
+	}
+	return &Reclaimer{cfg: cfg, cacheDir: cacheDir, cni: libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cacheDir, exec),
+		execRoot: execRoot, stepTimeout: StepTimeout}
+}
+
+// checkExecRoot refuses a DEL whose plugins, or whose namespace, are not
+// the same files in the exec root as here: checked for the whole chain
+// before its first plugin runs, so that a refusal never leaves it half
+// done. Each plugin is checked again right before it runs.
+func (r *Reclaimer) checkExecRoot(list *libcni.NetworkConfigList, netns string) error {
+	if r.execRoot == "" {
+		return nil
+	}
+	for _, p := range list.Plugins {
+		path, err := invoke.FindInPath(p.Network.Type, r.cfg.BinDirs)
+		if err != nil {
+			return err
+		}
+		if err := sameInRoot(r.execRoot, path); err != nil {
+			return err
+		}
+	}
+	if netns != "" {
+		return sameInRoot(r.execRoot, netns)
+	}
+	return nil
 }
 
 // network returns the network a step acts on, refusing one containerd no
@@ -100,6 +133,8 @@ func (r *Reclaimer) network(path, name string) (Network, error) {
 // Right before, it re-checks:
 //   - the network is still one of the Reclaimer's, and does not set
 //     disableGC (else RefusedError);
+//   - with an exec root, that its plugins and the namespace are the same
+//     files there as here (else RefusedError);
 //   - a.CacheFile is libcni's cache entry for a (else RefusedError);
 //   - the entry, read again, is gone (nil: a DEL by someone else won the
 //     race) or holds exactly what was listed: namespace path, CNI_ARGS and
@@ -135,6 +170,13 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 	}
 	netns, err := netnsForDel(cur.NetNS)
 	if err != nil {
+		return fmt.Errorf("CNI DEL of %s: %w", path, err)
+	}
+	if err := r.checkExecRoot(n.List, netns); err != nil {
+		var refused *RefusedError
+		if errors.As(err, &refused) {
+			return refuse(path, "CNI DEL would run with %s: %s", refused.Path, refused.Reason)
+		}
 		return fmt.Errorf("CNI DEL of %s: %w", path, err)
 	}
 	rt := &libcni.RuntimeConf{

@@ -38,7 +38,7 @@ func TestDeleteAttachment(t *testing.T) {
 		ns := newNetns(t, netnsPath(n.netnsDir, 3), false).Path // still there: the DEL gets it
 		n.add(t, cfg, "pods", id, ns)
 		a := onlyAttachment(t, cfg, n, id)
-		if err := NewReclaimer(cfg, n.cacheDir).DeleteAttachment(ctx, a); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 		calls := n.pluginCalls(t)
@@ -69,7 +69,7 @@ func TestDeleteAttachment(t *testing.T) {
 		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
 		n.add(t, cfg, "pods", id, ns) // ns: no such path
 		a := onlyAttachment(t, cfg, n, id)
-		if err := NewReclaimer(cfg, n.cacheDir).DeleteAttachment(ctx, a); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 		calls := n.pluginCalls(t)
@@ -86,7 +86,7 @@ func TestDeleteAttachment(t *testing.T) {
 		if err := os.Remove(a.CacheFile); err != nil {
 			t.Fatal(err)
 		}
-		if err := NewReclaimer(cfg, n.cacheDir).DeleteAttachment(ctx, a); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 		if calls := n.pluginCalls(t); len(calls) != 2 {
@@ -99,7 +99,7 @@ func TestDeleteAttachment(t *testing.T) {
 		cfg := n.config(t, map[string]string{"10-pods.conflist": strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "failDel": true`, 1)})
 		n.add(t, cfg, "pods", id, ns)
 		a := onlyAttachment(t, cfg, n, id)
-		err := NewReclaimer(cfg, n.cacheDir).DeleteAttachment(ctx, a)
+		err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a)
 		var r *RefusedError
 		if err == nil || errors.As(err, &r) || !strings.Contains(err.Error(), "DEL fails, as configured") || !strings.Contains(err.Error(), a.CacheFile) {
 			t.Fatalf("err = %v, want the plugin's error naming %s", err, a.CacheFile)
@@ -114,7 +114,7 @@ func TestDeleteAttachment(t *testing.T) {
 		cfg := n.config(t, map[string]string{"10-pods.conflist": strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "hangDel": true`, 1)})
 		n.add(t, cfg, "pods", id, ns)
 		a := onlyAttachment(t, cfg, n, id)
-		r := NewReclaimer(cfg, n.cacheDir)
+		r := NewReclaimer(cfg, n.cacheDir, "")
 		r.stepTimeout = 200 * time.Millisecond
 		start := time.Now()
 		err := r.DeleteAttachment(ctx, a)
@@ -165,7 +165,7 @@ func TestDeleteAttachment(t *testing.T) {
 			path := a.CacheFile
 			tt.change(t, n, &cfg, &a)
 			before := len(n.pluginCalls(t))
-			err := NewReclaimer(cfg, n.cacheDir).DeleteAttachment(ctx, a)
+			err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a)
 			wantRefused(t, err, a.CacheFile, tt.want)
 			if calls := n.pluginCalls(t); len(calls) != before {
 				t.Errorf("plugins ran: %s", strings.Join(calls[before:], "\n"))
@@ -283,7 +283,7 @@ func TestReleaseReservation(t *testing.T) {
 			n, cfg, r := reservationNode(t, id)
 			tt.change(t, n, &cfg, &r)
 			before, _ := os.ReadFile(r.Path)
-			err := NewReclaimer(cfg, n.cacheDir).ReleaseReservation(ctx, r)
+			err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(ctx, r)
 			if tt.refused == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -338,7 +338,7 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		err := NewReclaimer(cfg, n.cacheDir).ReleaseReservation(ctx, r)
+		err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(ctx, r)
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "host-local's lock") {
 			t.Fatalf("err = %v, want the deadline while waiting for host-local's lock", err)
 		}
@@ -356,7 +356,7 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 		const held = 150 * time.Millisecond
 		time.AfterFunc(held, release)
 		start := time.Now()
-		if err := NewReclaimer(cfg, n.cacheDir).ReleaseReservation(context.Background(), r); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
 		if waited := time.Since(start); waited < held {
@@ -370,7 +370,7 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 	t.Run("without a deadline of its own, the wait ends after the step timeout", func(t *testing.T) {
 		n, cfg, r := reservationNode(t, id)
 		holdHostLocalLock(t, filepath.Dir(r.Path))
-		rc := NewReclaimer(cfg, n.cacheDir)
+		rc := NewReclaimer(cfg, n.cacheDir, "")
 		rc.stepTimeout = 200 * time.Millisecond
 		err := rc.ReleaseReservation(context.Background(), r)
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "host-local's lock") || !exists(t, r.Path) {
@@ -387,7 +387,7 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 			os.WriteFile(r.Path, []byte(containerID(2)+"\r\neth0"), 0o600)
 			release()
 		})
-		err := NewReclaimer(cfg, n.cacheDir).ReleaseReservation(context.Background(), r)
+		err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r)
 		wantRefused(t, err, r.Path, "now reserves the IP for "+containerID(2))
 	})
 }
@@ -408,7 +408,7 @@ func TestRemoveNetns(t *testing.T) {
 
 	t.Run("a namespace mount no thread is in is unmounted and removed", func(t *testing.T) {
 		n, cfg, tn, ns := setup(t, false)
-		if err := NewReclaimer(cfg, n.cacheDir).RemoveNetns(ctx, ns); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "").RemoveNetns(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
 		if isMounted(t, tn.Path) || exists(t, tn.Path) {
@@ -422,7 +422,7 @@ func TestRemoveNetns(t *testing.T) {
 			t.Fatal(err)
 		}
 		os.Remove(tn.Path)
-		if err := NewReclaimer(cfg, n.cacheDir).RemoveNetns(ctx, ns); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "").RemoveNetns(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -466,7 +466,7 @@ func TestRemoveNetns(t *testing.T) {
 		if len(l.Netns) != 1 || l.Netns[0].Inode != tn.Inode || len(l.Unreadable) > 0 {
 			t.Fatalf("netns = %+v, unreadable %+v; want the one namespace", l.Netns, l.Unreadable)
 		}
-		if err := NewReclaimer(cfg, n.cacheDir).RemoveNetns(ctx, l.Netns[0]); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "").RemoveNetns(ctx, l.Netns[0]); err != nil {
 			t.Fatal(err)
 		}
 		if mounts, err := mountsIn(n.netnsDir); err != nil || len(mounts[filepath.Base(tn.Path)]) > 0 || exists(t, tn.Path) {
@@ -514,7 +514,7 @@ func TestRemoveNetns(t *testing.T) {
 			n, cfg, tn, ns := setup(t, tt.inUse)
 			tt.change(t, n, cfg, tn, &ns)
 			mounted := isMounted(t, tn.Path)
-			err := NewReclaimer(cfg, n.cacheDir).RemoveNetns(ctx, ns)
+			err := NewReclaimer(cfg, n.cacheDir, "").RemoveNetns(ctx, ns)
 			wantRefused(t, err, ns.Path, tt.want)
 			if isMounted(t, tn.Path) != mounted || !exists(t, tn.Path) {
 				t.Fatalf("%s changed", tn.Path)
@@ -570,6 +570,6 @@ func childListAndRemove(t *testing.T, netnsDir string) {
 	if err := unix.Stat(path, &st); err != nil {
 		t.Fatal(err)
 	}
-	r := NewReclaimer(Config{}, t.TempDir())
+	r := NewReclaimer(Config{}, t.TempDir(), "")
 	wantRefused(t, r.RemoveNetns(context.Background(), Netns{Path: path, Inode: st.Ino}), path, "not the node's")
 }

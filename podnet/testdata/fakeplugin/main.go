@@ -4,7 +4,8 @@
 //
 //	<CNI_COMMAND> <CNI_CONTAINERID> <CNI_IFNAME> <CNI_NETNS> <plugin type> <CNI_ARGS> <runtimeConfig JSON>
 //
-// and passes the previous result on (ADD), so that a chain of them behaves
+// writes the call's PATH and working dir to "<log>.env", and passes the
+// previous result on (ADD), so that a chain of them behaves
 // like a real chain. With "failDel": true its DEL fails; with "hangDel":
 // true it never ends (until killed). The plugin type is
 // the binary's name, as libcni finds it: the tests install one binary under
@@ -72,7 +73,15 @@ func record(c *conf, args *skel.CmdArgs) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// Where it ran: <log>.env holds the last call's PATH and working dir.
+	cwd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(c.Log+".env", []byte(fmt.Sprintf("PATH=%s\nCWD=%s\n", os.Getenv("PATH"), cwd)), 0o600)
 }
 
 func add(args *skel.CmdArgs) error {

@@ -1,0 +1,130 @@
+package podnet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// NodePath is the PATH a CNI plugin gets when it runs in an exec root: the
+// one containerd has when systemd starts it. The plugin's own PATH names
+// the image's dirs, not the node's.
+const NodePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// rootedExec runs CNI plugins chrooted into root (network.exec_root), the
+// node's root when the plugin runs in a pod ("/proc/1/root" with hostPID).
+// A plugin then finds what it finds when containerd runs it: the node's
+// iptables or nft (portmap's and bridge's DEL), their libraries, the
+// node's xtables lock, and files next to its configuration. The image has
+// none of these. libcni's own exec has no hook for it.
+//
+// libcni finds a plugin in this process's view of the plugin dirs. Right
+// before each run, rootedExec checks that the file at that path in root is
+// the same file: else it would run another binary than the one libcni
+// chose.
+type rootedExec struct {
+	root string
+	version.PluginDecoder
+}
+
+// FindInPath is libcni's: in this process's view.
+func (e *rootedExec) FindInPath(plugin string, paths []string) (string, error) {
+	return invoke.FindInPath(plugin, paths)
+}
+
+// textFileBusyRetries is how often a plugin being written is tried again,
+// a second apart, as libcni's RawExec does.
+const textFileBusyRetries = 5
+
+// ExecPlugin runs pluginPath in root, in root's "/", with environ's PATH
+// replaced by NodePath, and returns its stdout. A failure is the plugin's
+// CNI error when it printed one, as libcni's RawExec returns it.
+func (e *rootedExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []byte, environ []string) ([]byte, error) {
+	if err := sameInRoot(e.root, pluginPath); err != nil {
+		return nil, err
+	}
+	env := make([]string, 0, len(environ)+1)
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, "PATH=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PATH="+NodePath)
+	for try := 0; ; try++ {
+		var stdout, stderr bytes.Buffer
+		c := exec.CommandContext(ctx, pluginPath)
+		c.Env = env
+		c.Dir = "/" // in root: the chroot is done before the chdir
+		c.SysProcAttr = &syscall.SysProcAttr{Chroot: e.root}
+		c.Stdin = bytes.NewReader(stdinData)
+		c.Stdout, c.Stderr = &stdout, &stderr
+		err := c.Run()
+		if err == nil {
+			return stdout.Bytes(), nil
+		}
+		if strings.Contains(err.Error(), "text file busy") && try < textFileBusyRetries {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			// The chroot or the exec failed: the plugin never ran.
+			return nil, fmt.Errorf("running %s in network.exec_root %s: %w", pluginPath, e.root, err)
+		}
+		return nil, pluginError(err, stdout.Bytes(), stderr.Bytes())
+	}
+}
+
+// pluginError is a failed plugin's CNI error, as libcni's RawExec makes it.
+func pluginError(err error, stdout, stderr []byte) error {
+	e := &types.Error{}
+	switch {
+	case len(stdout) == 0 && len(stderr) == 0:
+		e.Msg = fmt.Sprintf("netplugin failed with no error message: %v", err)
+	case len(stdout) == 0:
+		e.Msg = fmt.Sprintf("netplugin failed: %q: %v", string(stderr), err)
+	default:
+		if perr := json.Unmarshal(stdout, e); perr != nil {
+			e.Msg = fmt.Sprintf("netplugin failed but error parsing its diagnostic message %q: %v", string(stdout), perr)
+		}
+	}
+	return e
+}
+
+// sameInRoot checks that path, as this process sees it, is the file (or
+// the namespace) root has at path. A RefusedError when root has another or
+// none: a plugin run in root would act on something this process never
+// looked at.
+func sameInRoot(root, path string) error {
+	here, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("checking %s against network.exec_root %s: %w", path, root, err)
+	}
+	there, err := os.Stat(filepath.Join(root, path))
+	if errors.Is(err, os.ErrNotExist) {
+		return refuse(path, "network.exec_root %s has no such file: mount it into this pod at the node's path", root)
+	}
+	if err != nil {
+		return fmt.Errorf("network.exec_root %s cannot be used (/proc/1/root needs hostPID and CAP_SYS_PTRACE): %w", root, err)
+	}
+	if !os.SameFile(here, there) {
+		return refuse(path, "it is another file in network.exec_root %s than here: mount it into this pod at the node's path", root)
+	}
+	return nil
+}

@@ -1,0 +1,196 @@
+package podnet
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// execRoot makes a root for network.exec_root holding, at the paths this
+// process sees them, the given plugins as the same files (hard links), the
+// directory of n's plugin log, and /proc (a node root has it: skel compares
+// the namespace it is given with its own). What the plugins write there
+// stays in the root.
+func execRoot(t *testing.T, n node, plugins ...string) string {
+	t.Helper()
+	root := t.TempDir()
+	mkdirAll(t, filepath.Join(root, "proc"))
+	bindMount(t, "/proc", filepath.Join(root, "proc"))
+	mkdirAll(t, filepath.Join(root, pluginDir))
+	mkdirAll(t, filepath.Join(root, filepath.Dir(n.log)))
+	for _, p := range plugins {
+		if err := os.Link(filepath.Join(pluginDir, p), filepath.Join(root, pluginDir, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func linesOf(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
+	ctx := context.Background()
+	id := containerID(7)
+
+	t.Run("plugins run chrooted in the exec root, with the node's PATH, on the same namespace", func(t *testing.T) {
+		n := newNode(t)
+		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+		ns := newNetns(t, netnsPath(n.netnsDir, 1), false).Path
+		root := execRoot(t, n, fakeVeth, fakePortmap)
+		bindMount(t, ns, filepath.Join(root, ns)) // the node's view of the same namespace
+		n.add(t, cfg, "pods", id, ns)
+		a := onlyAttachment(t, cfg, n, id)
+		if err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		// The ADDs ran here; the DELs in the root, where their log is.
+		if calls := n.pluginCalls(t); len(calls) != 2 || !strings.HasPrefix(calls[0], "ADD ") || !strings.HasPrefix(calls[1], "ADD ") {
+			t.Fatalf("calls outside the root:\n%s", strings.Join(calls, "\n"))
+		}
+		dels := linesOf(t, filepath.Join(root, n.log))
+		if len(dels) != 2 || !strings.HasPrefix(dels[0], "DEL "+id+" eth0 "+ns+" "+fakePortmap+" ") || !strings.HasPrefix(dels[1], "DEL "+id+" eth0 "+ns+" "+fakeVeth+" ") {
+			t.Fatalf("calls in the root, want the chain's DELs, last plugin first:\n%s", strings.Join(dels, "\n"))
+		}
+		env := linesOf(t, filepath.Join(root, n.log+".env"))
+		if want := []string{"PATH=" + NodePath, "CWD=/"}; strings.Join(env, "\n") != strings.Join(want, "\n") {
+			t.Errorf("the plugin ran with %q, want %q", env, want)
+		}
+		if exists(t, a.CacheFile) {
+			t.Errorf("%s is still there", a.CacheFile)
+		}
+	})
+
+	// Each refusal: the cache entry is kept and no plugin ran, here or in
+	// the root: the whole chain is checked before its first plugin runs.
+	refusals := []struct {
+		name    string
+		plugins []string                                // linked into the root
+		prepare func(t *testing.T, n node, root string) // after the ADD
+		netns   bool                                    // the attachment has a live namespace
+		want    string
+	}{
+		{
+			name:    "a plugin the exec root does not have refuses the DEL",
+			plugins: []string{fakeVeth},
+			want:    "CNI DEL would run with " + filepath.Join(pluginDir, fakePortmap) + ": network.exec_root ",
+		},
+		{
+			name:    "a plugin that is another file in the exec root refuses the DEL",
+			plugins: []string{fakeVeth},
+			prepare: func(t *testing.T, _ node, root string) {
+				b, err := os.ReadFile(filepath.Join(pluginDir, fakePortmap))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, pluginDir, fakePortmap), b, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: "CNI DEL would run with " + filepath.Join(pluginDir, fakePortmap) + ": it is another file in network.exec_root",
+		},
+		{
+			name:    "a namespace the exec root does not have refuses the DEL",
+			plugins: []string{fakeVeth, fakePortmap},
+			netns:   true,
+			want:    "has no such file: mount it into this pod at the node's path",
+		},
+		{
+			name:    "a namespace that is another one in the exec root refuses the DEL",
+			plugins: []string{fakeVeth, fakePortmap},
+			netns:   true,
+			prepare: func(t *testing.T, n node, root string) {
+				newNetns(t, filepath.Join(root, netnsPath(n.netnsDir, 1)), false)
+			},
+			want: "it is another file in network.exec_root",
+		},
+	}
+	for _, tc := range refusals {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+			ns := netnsPath(n.netnsDir, 1)
+			if tc.netns {
+				newNetns(t, ns, false)
+			}
+			root := execRoot(t, n, tc.plugins...)
+			n.add(t, cfg, "pods", id, ns)
+			if tc.prepare != nil {
+				tc.prepare(t, n, root)
+			}
+			a := onlyAttachment(t, cfg, n, id)
+			err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a)
+			wantRefused(t, err, a.CacheFile, tc.want)
+			if !exists(t, a.CacheFile) {
+				t.Error("the cache entry is gone")
+			}
+			if calls := append(n.pluginCalls(t)[2:], linesOf(t, filepath.Join(root, n.log))...); len(calls) != 0 {
+				t.Errorf("plugins ran:\n%s", strings.Join(calls, "\n"))
+			}
+		})
+	}
+
+	t.Run("a plugin's failure in the exec root is its own CNI error, and keeps the entry", func(t *testing.T) {
+		n := newNode(t)
+		cfg := n.config(t, map[string]string{"10-pods.conflist": strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "failDel": true`, 1)})
+		root := execRoot(t, n, fakeVeth, fakePortmap)
+		n.add(t, cfg, "pods", id, netnsPath(n.netnsDir, 1)) // no such namespace: the DEL gets none
+		a := onlyAttachment(t, cfg, n, id)
+		err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a)
+		var cniErr *types.Error
+		var refused *RefusedError
+		if !errors.As(err, &cniErr) || errors.As(err, &refused) || !strings.Contains(err.Error(), "DEL fails, as configured") {
+			t.Fatalf("err = %v, want the plugin's CNI error", err)
+		}
+		if !exists(t, a.CacheFile) {
+			t.Error("the cache entry is gone")
+		}
+	})
+}
+
+func TestRootedExecChecksThePluginRightBeforeItRuns(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t)
+	root := execRoot(t, n, fakeVeth)
+	e := &rootedExec{root: root}
+	plugin := filepath.Join(pluginDir, fakeVeth)
+	stdin := []byte(`{"cniVersion": "1.0.0", "name": "pods", "type": "fake-veth", "log": "` + n.log + `"}`)
+	env := []string{"CNI_COMMAND=DEL", "CNI_CONTAINERID=" + containerID(1), "CNI_IFNAME=eth0", "CNI_PATH=" + pluginDir, "PATH=/image/bin"}
+	if _, err := e.ExecPlugin(ctx, plugin, stdin, env); err != nil {
+		t.Fatal(err)
+	}
+	if got := linesOf(t, filepath.Join(root, n.log)); len(got) != 1 || !strings.HasPrefix(got[0], "DEL ") {
+		t.Fatalf("calls in the root: %q", got)
+	}
+
+	// Replaced in the root since libcni found it here: not run.
+	if err := os.Remove(filepath.Join(root, plugin)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(plugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, plugin), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.ExecPlugin(ctx, plugin, stdin, env)
+	wantRefused(t, err, plugin, "another file in network.exec_root")
+	if got := linesOf(t, filepath.Join(root, n.log)); len(got) != 1 {
+		t.Fatalf("the replaced plugin ran: %q", got)
+	}
+}
