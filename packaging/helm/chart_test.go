@@ -622,6 +622,7 @@ func TestDefaultRender(t *testing.T) {
 		cfg.Network.BinDir:           "/opt/cni/bin",
 		cfg.Network.ConfDir:          "/etc/cni/net.d",
 		cfg.Network.NetnsDir:         "/var/run/netns",
+		cfg.Network.ExecRoot:         "/proc/1/root",
 		cfg.Housekeeping.StateFile:   "/var/lib/nri-housekeeper/state.json",
 		cfg.Metrics.Address:          ":9560",
 		c.LivenessProbe.HTTPGet.Path: "/healthz",
@@ -750,6 +751,13 @@ func TestValues(t *testing.T) {
 			t.Errorf("network config does not follow the values: %+v", n)
 		}
 	})
+	t.Run("plugins run in this image", func(t *testing.T) {
+		o := decode(t, mustRender(t, map[string]any{"network": map[string]any{"execRoot": ""}}))
+		checkDaemonSet(t, o)
+		if n := parseConfig(t, o).Network; !n.Enabled || n.ExecRoot != "" {
+			t.Errorf("network config does not follow the values: %+v", n)
+		}
+	})
 	t.Run("netns under containerd's state dir", func(t *testing.T) {
 		// netns_mounts_under_state_dir: the netns dir is inside the
 		// read-only, HostToContainer containerd dir, and mounted on its
@@ -798,6 +806,7 @@ func TestValues(t *testing.T) {
 		want.NRI.Socket, want.Runtime.Endpoint, want.Pods.KubeletRoot = got.NRI.Socket, got.Runtime.Endpoint, got.Pods.KubeletRoot
 		want.Logs, want.Cgroups.Mountpoint, want.Metrics, want.Log.Target = got.Logs, got.Cgroups.Mountpoint, got.Metrics, got.Log.Target
 		want.Network.CacheDir, want.Network.ConfDir, want.Network.BinDir, want.Network.NetnsDir = got.Network.CacheDir, got.Network.ConfDir, got.Network.BinDir, got.Network.NetnsDir
+		want.Network.ExecRoot = got.Network.ExecRoot
 		want.Housekeeping.StateFile = got.Housekeeping.StateFile
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("the example config changed on its way through the chart:\n got %+v\nwant %+v", got, want)
@@ -855,6 +864,7 @@ func TestValues(t *testing.T) {
 		"network not privileged":          {"securityContext": map[string]any{"privileged": false}},
 		"network without securityContext": {"securityContext": nil},
 		"relative netns dir":              {"network": map[string]any{"netnsDir": "run/netns"}},
+		"relative exec root":              {"network": map[string]any{"execRoot": "proc/1/root"}},
 		"unknown network key":             {"network": map[string]any{"dataDir": "/var/lib/cni/networks"}},
 		"network enabled not a boolean":   {"network": map[string]any{"enabled": "yes"}},
 		"two mounts at one path":          {"network": map[string]any{"binDir": "/etc/cni/net.d"}},

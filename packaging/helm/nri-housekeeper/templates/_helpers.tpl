@@ -92,7 +92,7 @@ DaemonSet's mounts and ports set by the chart.
   "metrics" (dict "address" (printf ":%d" (int $v.metrics.port)))
   "log" (dict "target" "stderr")
   "housekeeping" (dict "state_file" (include "nri-housekeeper.stateFile" .))
-  "network" (dict "enabled" (eq (include "nri-housekeeper.networkEnabled" .) "true") "cache_dir" $v.network.cacheDir "conf_dir" $v.network.confDir "bin_dir" $v.network.binDir "netns_dir" $v.network.netnsDir)
+  "network" (dict "enabled" (eq (include "nri-housekeeper.networkEnabled" .) "true") "cache_dir" $v.network.cacheDir "conf_dir" $v.network.confDir "bin_dir" $v.network.binDir "netns_dir" $v.network.netnsDir "exec_root" $v.network.execRoot)
 -}}
 {{- /* Set key by key: merge would let config fill a chart key whose value is empty ("", false). */ -}}
 {{- range $section, $keys := $set }}
