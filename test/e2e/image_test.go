@@ -18,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/pelletier/go-toml/v2"
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nri-housekeeper/nri-housekeeper/test/e2e/lab"
@@ -108,9 +110,10 @@ func readManifest(t *testing.T) manifest {
 }
 
 // labConfig is the manifest's config.toml with the lab's timings, cgroup
-// root and a free metrics address; every path stays as the manifest has it:
-// the container sees the lab's directories there.
-func labConfig(t *testing.T, text, cgroupRoot, metricsAddr string) []byte {
+// root and a free metrics address, and the lab's CNI dirs as the chart
+// writes network.* values into it; every other path stays as the manifest
+// has it: the container sees the lab's directories there.
+func labConfig(t *testing.T, text, cgroupRoot, metricsAddr string, cni lab.CNIPaths) []byte {
 	t.Helper()
 	var cfg map[string]any
 	if err := toml.Unmarshal([]byte(text), &cfg); err != nil {
@@ -132,6 +135,18 @@ func labConfig(t *testing.T, text, cgroupRoot, metricsAddr string) []byte {
 	// collide with another run.
 	set("metrics", "address", metricsAddr)
 	set("log", "level", "debug")
+	set("network", "cache_dir", cni.CacheDir)
+	set("network", "bin_dir", cni.BinDir)
+	set("network", "conf_dir", cni.ConfDir)
+	set("network", "netns_dir", cni.NetnsDir)
+	// The node's root, through a node process's /proc entry as the
+	// manifest's /proc/1/root: on these machines PID 1 is a sandbox's agent
+	// whose /proc/1/root even the node's root cannot open (EACCES), so the
+	// test's own process, which runs in the node's root, stands in for it.
+	if n, _ := cfg["network"].(map[string]any); n["exec_root"] != "/proc/1/root" {
+		t.Fatalf("the manifest's network.exec_root is %v, want /proc/1/root", n["exec_root"])
+	}
+	set("network", "exec_root", fmt.Sprintf("/proc/%d/root", os.Getpid()))
 	b, err := toml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +265,7 @@ func TestImageRunsAsTheDaemonSetAndReclaimsALeak(t *testing.T) {
 	t.Cleanup(func() { _ = undo() })
 	confDir := t.TempDir()
 	metricsAddr := freePort(t)
-	if err := os.WriteFile(filepath.Join(confDir, "config.toml"), labConfig(t, m.config, l.CgroupRoot, metricsAddr), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(confDir, "config.toml"), labConfig(t, m.config, l.CgroupRoot, metricsAddr, l.CNI()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -271,6 +286,12 @@ func TestImageRunsAsTheDaemonSetAndReclaimsALeak(t *testing.T) {
 		"/etc/cni/net.d": l.CNI().ConfDir,
 		"/var/run/netns": l.CNI().NetnsDir,
 	}
+	// The network side's dirs are mounted at the node's own paths, which
+	// the chart does with network.*Dir set to the lab's (labConfig sets the
+	// config the same way): the plugin dirs and the namespaces containerd
+	// reports are node paths, and the plugins run in the node's root
+	// (network.exec_root) must be the same files there.
+	atNodePath := map[string]bool{"/var/lib/cni": true, "/opt/cni/bin": true, "/etc/cni/net.d": true, "/var/run/netns": true}
 	var mounts []lab.Mount
 	for _, vm := range spec.VolumeMounts {
 		var host string
@@ -292,9 +313,16 @@ func TestImageRunsAsTheDaemonSetAndReclaimsALeak(t *testing.T) {
 		if host == "" || !ok {
 			t.Fatalf("volumeMount %s (%s, propagation %q): no hostPath or ConfigMap volume", vm.Name, vm.MountPath, vm.MountPropagation)
 		}
-		mounts = append(mounts, lab.Mount{HostPath: host, ContainerPath: vm.MountPath, ReadOnly: vm.ReadOnly, Propagation: prop})
-		t.Logf("mount %s -> %s (read-only %v, %s)", host, vm.MountPath, vm.ReadOnly, prop)
+		at := vm.MountPath
+		if atNodePath[vm.MountPath] {
+			at = host
+		}
+		mounts = append(mounts, lab.Mount{HostPath: host, ContainerPath: at, ReadOnly: vm.ReadOnly, Propagation: prop})
+		t.Logf("mount %s -> %s (read-only %v, %s)", host, at, vm.ReadOnly, prop)
 	}
+	// host-local's dataDir is outside the cache dir in the lab: mounted
+	// too, read-write, as the chart README asks of such a node.
+	mounts = append(mounts, lab.Mount{HostPath: l.CNI().DataDir, ContainerPath: l.CNI().DataDir})
 
 	// The plugin's own pod, admitted by the kubelet stand-in like any pod.
 	opts := lab.PodOptions{HostPID: m.pod.HostPID, Privileged: spec.SecurityContext.Privileged}
@@ -341,6 +369,7 @@ func TestImageRunsAsTheDaemonSetAndReclaimsALeak(t *testing.T) {
 
 	reclaimLeak(t, l, k, p, "deleted")
 	killOrphanCgroup(t, l, p)
+	reclaimHostPortAttachment(t, l, p)
 
 	// What the chart's NOTES suggest: kubectl exec <pod> -- /nri-housekeeper
 	// report --config ... (no shell in the image).
@@ -527,4 +556,64 @@ func podCgroups(t *testing.T, l *lab.Lab, p lab.Pod) []string {
 		}
 	}
 	return out
+}
+
+// reclaimHostPortAttachment: a CNI attachment with a host port whose
+// sandbox containerd never recorded (containerd died right after the CNI
+// ADD of a pod), made by running the lab network's ADD with libcni as
+// containerd does, in a namespace made as containerd makes one. Its DEL
+// needs iptables (portmap removes the pod's NAT rules), which the image
+// does not have: the containerized plugin must run the plugins in the
+// node's root (network.exec_root = /proc/1/root), and the rules, the
+// reservation, the cache entry and the namespace must all go.
+func reclaimHostPortAttachment(t *testing.T, l *lab.Lab, plugin *containerizedPlugin) {
+	t.Helper()
+	ctx := context.Background()
+	cni := l.CNI()
+	id := strings.ReplaceAll(lab.NewUID()+lab.NewUID(), "-", "")
+	netns := filepath.Join(cni.NetnsDir, "cni-"+lab.NewUID())
+	if err := os.MkdirAll(cni.NetnsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(netns, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("unshare", "--net="+netns, "true").CombinedOutput(); err != nil {
+		t.Fatalf("unshare --net=%s: %v\n%s", netns, err, out)
+	}
+	list, err := libcni.ConfListFromFile(cni.ConfFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hostPort = 31999
+	cc := libcni.NewCNIConfigWithCacheDir([]string{cni.BinDir}, cni.CacheDir, nil)
+	rt := &libcni.RuntimeConf{
+		ContainerID: id, NetNS: netns, IfName: "eth0",
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", "hostport-" + id[:6]},
+			{"K8S_POD_INFRA_CONTAINER_ID", id}, {"K8S_POD_UID", lab.NewUID()}},
+		CapabilityArgs: map[string]any{"portMappings": []map[string]any{{"hostPort": hostPort, "containerPort": 8080, "protocol": "tcp"}}},
+	}
+	t.Cleanup(func() {
+		// Whatever the plugin left: nothing of it may outlive the test.
+		_ = cc.DelNetworkList(context.Background(), list, rt)
+		_ = unix.Unmount(netns, unix.MNT_DETACH)
+		_ = os.Remove(netns)
+	})
+	if _, err := cc.AddNetworkList(ctx, list, rt); err != nil {
+		t.Fatalf("CNI ADD of %s: %v", id, err)
+	}
+	entry := cni.ResultFile(id, "eth0")
+	if !exists(entry) || len(natRules(t, hostPort)) == 0 || len(reservedBy(t, l, id)) != 1 || !mounted(t, netns) {
+		t.Fatalf("the ADD left no cache entry, NAT rule for port %d, reservation or namespace mount", hostPort)
+	}
+	took := waitFor(t, "the containerized plugin deletes the host-port attachment with the node's iptables, and removes its namespace", testGrace+2*testPeriod+20*time.Second, func() bool {
+		return !exists(entry) && len(natRules(t, hostPort)) == 0 && len(reservedBy(t, l, id)) == 0 && !mounted(t, netns) && !exists(netns)
+	})
+	t.Logf("host-port attachment %s and its namespace reclaimed %v after the ADD", id[:12], took.Round(time.Millisecond))
+	log := plugin.log(t)
+	mustLog(t, log, `msg="deleted CNI attachment"`, "container_id="+id)
+	mustLog(t, log, `msg="removed network namespace"`, "path="+netns)
+	if strings.Contains(log, "iptables is usable") {
+		t.Error("a CNI DEL ran without the node's iptables")
+	}
 }
