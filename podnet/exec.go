@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+	"golang.org/x/sys/unix"
 )
 
 // NodePath is the PATH a CNI plugin gets when it runs in an exec root: the
@@ -112,19 +112,44 @@ func pluginError(err error, stdout, stderr []byte) error {
 // none: a plugin run in root would act on something this process never
 // looked at.
 func sameInRoot(root, path string) error {
-	here, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("checking %s against network.exec_root %s: %w", path, root, err)
+	var here unix.Stat_t
+	if err := unix.Stat(path, &here); err != nil {
+		return fmt.Errorf("checking %s against network.exec_root %s: %w", path, root, &os.PathError{Op: "stat", Path: path, Err: err})
 	}
-	there, err := os.Stat(filepath.Join(root, path))
-	if errors.Is(err, os.ErrNotExist) {
+	there, err := statInRoot(root, path)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 		return refuse(path, "network.exec_root %s has no such file: mount it into this pod at the node's path", root)
+	}
+	if errors.Is(err, unix.ENOSYS) {
+		return refuse(path, "this kernel cannot resolve a path in network.exec_root %s as the chrooted plugin would (openat2 RESOLVE_IN_ROOT, Linux 5.6): set network.exec_root = \"\"", root)
 	}
 	if err != nil {
 		return fmt.Errorf("network.exec_root %s cannot be used (/proc/1/root needs hostPID and CAP_SYS_PTRACE): %w", root, err)
 	}
-	if !os.SameFile(here, there) {
+	if here.Dev != there.Dev || here.Ino != there.Ino {
 		return refuse(path, "it is another file in network.exec_root %s than here: mount it into this pod at the node's path", root)
 	}
 	return nil
+}
+
+// statInRoot stats path resolved as a process chrooted into root resolves
+// it: an absolute symlink on the way (/var/run -> /run on most nodes)
+// points into root, not into this process's root, and ".." stops at root.
+// Joining root and path would follow such a symlink out of root.
+func statInRoot(root, path string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return st, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(dir)
+	fd, err := unix.Openat2(dir, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
+	if err != nil {
+		return st, &os.PathError{Op: "openat2 in " + root, Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return st, &os.PathError{Op: "fstat in " + root, Path: path, Err: err}
+	}
+	return st, nil
 }

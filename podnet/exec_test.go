@@ -104,6 +104,33 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 			want: "CNI DEL would run with " + filepath.Join(pluginDir, fakePortmap) + ": it is another file in network.exec_root",
 		},
 		{
+			// A chrooted plugin resolves an absolute symlink in the
+			// root. Followed out of the root instead, this one leads to
+			// a file that is the plugin here (a hard link of it): the
+			// check would pass, and another binary would run.
+			name:    "an absolute symlink is followed in the exec root, not out of it",
+			plugins: []string{fakeVeth},
+			prepare: func(t *testing.T, _ node, root string) {
+				other := filepath.Join(t.TempDir(), "bin")
+				mkdirAll(t, other)
+				mkdirAll(t, filepath.Join(root, other))
+				if err := os.Link(filepath.Join(pluginDir, fakePortmap), filepath.Join(other, fakePortmap)); err != nil {
+					t.Fatal(err)
+				}
+				b, err := os.ReadFile(filepath.Join(pluginDir, fakePortmap))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, other, fakePortmap), b, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(filepath.Join(other, fakePortmap), filepath.Join(root, pluginDir, fakePortmap)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: "CNI DEL would run with " + filepath.Join(pluginDir, fakePortmap) + ": it is another file in network.exec_root",
+		},
+		{
 			name:    "a namespace the exec root does not have refuses the DEL",
 			plugins: []string{fakeVeth, fakePortmap},
 			netns:   true,
@@ -143,6 +170,42 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("absolute symlinks in the exec root are followed in it, as the chrooted plugin follows them", func(t *testing.T) {
+		// /var/run -> /run on most nodes, a plugin dir linked elsewhere:
+		// resolved from outside the root they would lead out of it.
+		n := newNode(t)
+		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+		ns := newNetns(t, netnsPath(n.netnsDir, 1), false).Path
+		root := execRoot(t, n)
+		real := filepath.Join("/", "real-"+filepath.Base(root))
+		mkdirAll(t, filepath.Join(root, real, "bin"))
+		for _, p := range []string{fakeVeth, fakePortmap} {
+			if err := os.Link(filepath.Join(pluginDir, p), filepath.Join(root, real, "bin", p)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Remove(filepath.Join(root, pluginDir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join(real, "bin"), filepath.Join(root, pluginDir)); err != nil {
+			t.Fatal(err)
+		}
+		mkdirAll(t, filepath.Join(root, real, "netns"))
+		mkdirAll(t, filepath.Join(root, filepath.Dir(n.netnsDir)))
+		if err := os.Symlink(filepath.Join(real, "netns"), filepath.Join(root, n.netnsDir)); err != nil {
+			t.Fatal(err)
+		}
+		bindMount(t, ns, filepath.Join(root, real, "netns", filepath.Base(ns)))
+		n.add(t, cfg, "pods", id, ns)
+		a := onlyAttachment(t, cfg, n, id)
+		if err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if dels := linesOf(t, filepath.Join(root, n.log)); len(dels) != 2 || !strings.HasPrefix(dels[0], "DEL "+id+" eth0 "+ns+" ") {
+			t.Fatalf("calls in the root, want the chain's DELs:\n%s", strings.Join(dels, "\n"))
+		}
+	})
 
 	t.Run("a plugin's failure in the exec root is its own CNI error, and keeps the entry", func(t *testing.T) {
 		n := newNode(t)
