@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -265,5 +266,34 @@ func TestOnceCountsOnlyStepsTriedAndFailedAsFailures(t *testing.T) {
 		if failed := onceSummary(&out, outcomes, false); failed != tc.failed || !strings.Contains(out.String(), tc.want) {
 			t.Errorf("%v: failed %d, printed %q; want %d and %q", tc.results, failed, out.String(), tc.failed, tc.want)
 		}
+	}
+}
+
+func TestExecRootProblemsAreSaidAtStart(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, root string
+		pid        int
+		want       string // "" for no problem
+	}{
+		{"none set", "", 1, ""},
+		{"a readable dir", dir, 4242, ""},
+		// /proc/1/root itself cannot be opened on these machines (PID 1
+		// is a sandbox's agent): a process of the node stands in.
+		{"the node's root through /proc", fmt.Sprintf("/proc/%d/root", os.Getpid()), 4242, ""},
+		{"PID 1: its own root, not the node's", "/proc/1/root/", 1, "this process's own root, not the node's"},
+		{"missing", filepath.Join(dir, "missing"), 4242, "cannot be used"},
+		{"not a directory", file, 4242, "is not a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := execRootProblem(tc.root, tc.pid)
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Fatalf("execRootProblem(%q, %d) = %q, want %q", tc.root, tc.pid, got, tc.want)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"strings"
 	"sync/atomic"
@@ -105,6 +106,11 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 		log.Warn("running as PID 1, so not in the host PID namespace: processes in orphaned pod cgroups cannot be killed " +
 			"(run the DaemonSet with hostPID: true, or set cgroups.enabled = false)")
 	}
+	if cfg.Network.Enabled {
+		if problem := execRootProblem(cfg.Network.ExecRoot, os.Getpid()); problem != "" {
+			log.Warn(problem)
+		}
+	}
 	client, err := cri.Dial(cfg.Runtime.Endpoint, cfg.Runtime.RPCTimeout, cri.WithObserver(m.ObserveCRICall))
 	if err != nil {
 		log.WithError(err).Error("cannot use the CRI endpoint; check runtime.endpoint")
@@ -159,6 +165,25 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	}
 	log.Info("nri-housekeeper stopped")
 	return 0
+}
+
+// execRootProblem says why network.exec_root will not give CNI plugins the
+// node's root ("" when nothing is wrong that can be seen at start).
+func execRootProblem(execRoot string, pid int) string {
+	if execRoot == "" {
+		return ""
+	}
+	if pid == 1 && filepath.Clean(execRoot) == "/proc/1/root" {
+		return "network.exec_root /proc/1/root is this process's own root, not the node's: it runs as PID 1, so not in the host PID " +
+			"namespace, and CNI plugins run in the image, without the node's iptables (run the DaemonSet with hostPID: true)"
+	}
+	if fi, err := os.Stat(execRoot); err != nil {
+		return fmt.Sprintf("network.exec_root %s cannot be used (%v): every CNI DEL fails until it can "+
+			"(/proc/1/root needs hostPID and CAP_SYS_PTRACE), or set network.exec_root = \"\"", execRoot, err)
+	} else if !fi.IsDir() {
+		return fmt.Sprintf("network.exec_root %s is not a directory: every CNI DEL fails until it is, or set network.exec_root = \"\"", execRoot)
+	}
+	return ""
 }
 
 // newExecutor builds the executor over the CRI client, the log roots and
