@@ -52,9 +52,6 @@ const textFileBusyRetries = 5
 // replaced by NodePath, and returns its stdout. A failure is the plugin's
 // CNI error when it printed one, as libcni's RawExec returns it.
 func (e *rootedExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []byte, environ []string) ([]byte, error) {
-	if err := sameInRoot(e.root, pluginPath); err != nil {
-		return nil, err
-	}
 	env := make([]string, 0, len(environ)+1)
 	for _, kv := range environ {
 		if !strings.HasPrefix(kv, "PATH=") {
@@ -63,6 +60,11 @@ func (e *rootedExec) ExecPlugin(ctx context.Context, pluginPath string, stdinDat
 	}
 	env = append(env, "PATH="+NodePath)
 	for try := 0; ; try++ {
+		if err := sameInRoot(e.root, pluginPath); err != nil {
+			// Not a RefusedError: the chain's plugins after this one
+			// (in DEL order) may already have run.
+			return nil, fmt.Errorf("not run: %v", err)
+		}
 		var stdout, stderr bytes.Buffer
 		c := exec.CommandContext(ctx, pluginPath)
 		c.Env = env
@@ -112,11 +114,16 @@ func pluginError(err error, stdout, stderr []byte) error {
 // none: a plugin run in root would act on something this process never
 // looked at.
 func sameInRoot(root, path string) error {
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("network.exec_root %s cannot be used (/proc/1/root needs hostPID and CAP_SYS_PTRACE): %w", root, &os.PathError{Op: "open", Path: root, Err: err})
+	}
+	defer unix.Close(dir)
 	var here unix.Stat_t
 	if err := unix.Stat(path, &here); err != nil {
 		return fmt.Errorf("checking %s against network.exec_root %s: %w", path, root, &os.PathError{Op: "stat", Path: path, Err: err})
 	}
-	there, err := statInRoot(root, path)
+	there, err := statInRoot(dir, root, path)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 		return refuse(path, "network.exec_root %s has no such file: mount it into this pod at the node's path", root)
 	}
@@ -124,7 +131,7 @@ func sameInRoot(root, path string) error {
 		return refuse(path, "this kernel cannot resolve a path in network.exec_root %s as the chrooted plugin would (openat2 RESOLVE_IN_ROOT, Linux 5.6): set network.exec_root = \"\"", root)
 	}
 	if err != nil {
-		return fmt.Errorf("network.exec_root %s cannot be used (/proc/1/root needs hostPID and CAP_SYS_PTRACE): %w", root, err)
+		return fmt.Errorf("checking %s in network.exec_root %s: %w", path, root, err)
 	}
 	if here.Dev != there.Dev || here.Ino != there.Ino {
 		return refuse(path, "it is another file in network.exec_root %s than here: mount it into this pod at the node's path", root)
@@ -132,17 +139,13 @@ func sameInRoot(root, path string) error {
 	return nil
 }
 
-// statInRoot stats path resolved as a process chrooted into root resolves
-// it: an absolute symlink on the way (/var/run -> /run on most nodes)
-// points into root, not into this process's root, and ".." stops at root.
-// Joining root and path would follow such a symlink out of root.
-func statInRoot(root, path string) (unix.Stat_t, error) {
+// statInRoot stats path resolved as a process chrooted into root (open as
+// dir) resolves it: an absolute symlink on the way (/var/run -> /run on
+// most nodes) points into root, not into this process's root, and ".."
+// stops at root. Joining root and path would follow such a symlink out of
+// root.
+func statInRoot(dir int, root, path string) (unix.Stat_t, error) {
 	var st unix.Stat_t
-	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return st, &os.PathError{Op: "open", Path: root, Err: err}
-	}
-	defer unix.Close(dir)
 	fd, err := unix.Openat2(dir, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
 	if err != nil {
 		return st, &os.PathError{Op: "openat2 in " + root, Path: path, Err: err}

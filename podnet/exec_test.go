@@ -80,6 +80,7 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 	refusals := []struct {
 		name    string
 		plugins []string                                // linked into the root
+		list    func(string) string                     // changes the conflist
 		prepare func(t *testing.T, n node, root string) // after the ADD
 		netns   bool                                    // the attachment has a live namespace
 		want    string
@@ -88,6 +89,37 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 			name:    "a plugin the exec root does not have refuses the DEL",
 			plugins: []string{fakeVeth},
 			want:    "CNI DEL would run with " + filepath.Join(pluginDir, fakePortmap) + ": network.exec_root ",
+		},
+		{
+			// fake-veth runs last in the DEL: without the check of the
+			// whole chain, fake-portmap's DEL would have run.
+			name:    "a plugin that runs last in the DEL refuses it before the first one runs",
+			plugins: []string{fakePortmap},
+			want:    "CNI DEL would run with " + filepath.Join(pluginDir, fakeVeth) + ": network.exec_root ",
+		},
+		{
+			// The main plugin runs its IPAM plugin itself, from
+			// CNI_PATH in the root.
+			name:    "an IPAM plugin that is another file in the exec root refuses the DEL",
+			plugins: []string{fakeVeth, fakePortmap},
+			list: func(s string) string {
+				return strings.Replace(s, `"type": "host-local"`, `"type": "fake-ipam"`, 1)
+			},
+			prepare: func(t *testing.T, _ node, root string) {
+				here := filepath.Join(pluginDir, "fake-ipam")
+				if err := os.Link(filepath.Join(pluginDir, fakeVeth), here); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = os.Remove(here) })
+				b, err := os.ReadFile(here)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, here), b, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: "CNI DEL would run with " + filepath.Join(pluginDir, "fake-ipam") + ": it is another file in network.exec_root",
 		},
 		{
 			name:    "a plugin that is another file in the exec root refuses the DEL",
@@ -149,7 +181,11 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 	for _, tc := range refusals {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t)
-			cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+			list := n.netConfList("pods", nil)
+			if tc.list != nil {
+				list = tc.list(list)
+			}
+			cfg := n.config(t, map[string]string{"10-pods.conflist": list})
 			ns := netnsPath(n.netnsDir, 1)
 			if tc.netns {
 				newNetns(t, ns, false)
@@ -251,9 +287,31 @@ func TestRootedExecChecksThePluginRightBeforeItRuns(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, plugin), b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A plain error, not a refusal: the plugins of the chain that ran
+	// before it changed the node.
 	_, err = e.ExecPlugin(ctx, plugin, stdin, env)
-	wantRefused(t, err, plugin, "another file in network.exec_root")
+	var refused *RefusedError
+	if err == nil || errors.As(err, &refused) || !strings.Contains(err.Error(), "not run: ") || !strings.Contains(err.Error(), "another file in network.exec_root") {
+		t.Fatalf("err = %v, want a plain error saying the plugin was not run", err)
+	}
 	if got := linesOf(t, filepath.Join(root, n.log)); len(got) != 1 {
 		t.Fatalf("the replaced plugin ran: %q", got)
+	}
+}
+
+func TestAnExecRootThatCannotBeOpenedIsAnErrorNamingIt(t *testing.T) {
+	n := newNode(t)
+	cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+	id := containerID(9)
+	n.add(t, cfg, "pods", id, netnsPath(n.netnsDir, 1))
+	a := onlyAttachment(t, cfg, n, id)
+	root := filepath.Join(t.TempDir(), "typo")
+	err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(context.Background(), a)
+	var refused *RefusedError
+	if err == nil || errors.As(err, &refused) || !strings.Contains(err.Error(), "network.exec_root "+root+" cannot be used") {
+		t.Fatalf("err = %v, want an error naming network.exec_root %s", err, root)
+	}
+	if calls := n.pluginCalls(t); len(calls) != 2 || !exists(t, a.CacheFile) {
+		t.Fatalf("a DEL ran, or the entry went: %q", calls)
 	}
 }

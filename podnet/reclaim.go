@@ -92,12 +92,25 @@ func (r *Reclaimer) checkExecRoot(list *libcni.NetworkConfigList, netns string) 
 		return nil
 	}
 	for _, p := range list.Plugins {
-		path, err := invoke.FindInPath(p.Network.Type, r.cfg.BinDirs)
-		if err != nil {
-			return err
-		}
-		if err := sameInRoot(r.execRoot, path); err != nil {
-			return err
+		// The IPAM plugin too: the main plugin runs it from CNI_PATH,
+		// in the root. Deeper delegates (a meta plugin's own) are not
+		// known here.
+		for _, typ := range []string{p.Network.Type, p.Network.IPAM.Type} {
+			if typ == "" {
+				continue
+			}
+			path, err := invoke.FindInPath(typ, r.cfg.BinDirs)
+			if err != nil && typ == p.Network.IPAM.Type {
+				// Not here, so not there either (the same dirs): a
+				// plugin that needs it fails its DEL by itself.
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if err := sameInRoot(r.execRoot, path); err != nil {
+				return err
+			}
 		}
 	}
 	if netns != "" {
