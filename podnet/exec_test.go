@@ -31,6 +31,18 @@ func execRoot(t *testing.T, n node, plugins ...string) string {
 	return root
 }
 
+// copyFile copies src to dst as another file: same bytes, another inode.
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func linesOf(t *testing.T, path string) []string {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -111,13 +123,7 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = os.Remove(here) })
-				b, err := os.ReadFile(here)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(root, here), b, 0o755); err != nil {
-					t.Fatal(err)
-				}
+				copyFile(t, here, filepath.Join(root, here))
 			},
 			want: "CNI DEL would run with " + filepath.Join(pluginDir, "fake-ipam") + ": it is another file in network.exec_root",
 		},
@@ -125,13 +131,7 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 			name:    "a plugin that is another file in the exec root refuses the DEL",
 			plugins: []string{fakeVeth},
 			prepare: func(t *testing.T, _ node, root string) {
-				b, err := os.ReadFile(filepath.Join(pluginDir, fakePortmap))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(root, pluginDir, fakePortmap), b, 0o755); err != nil {
-					t.Fatal(err)
-				}
+				copyFile(t, filepath.Join(pluginDir, fakePortmap), filepath.Join(root, pluginDir, fakePortmap))
 			},
 			want: "CNI DEL would run with " + filepath.Join(pluginDir, fakePortmap) + ": it is another file in network.exec_root",
 		},
@@ -149,13 +149,7 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 				if err := os.Link(filepath.Join(pluginDir, fakePortmap), filepath.Join(other, fakePortmap)); err != nil {
 					t.Fatal(err)
 				}
-				b, err := os.ReadFile(filepath.Join(pluginDir, fakePortmap))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(root, other, fakePortmap), b, 0o755); err != nil {
-					t.Fatal(err)
-				}
+				copyFile(t, filepath.Join(pluginDir, fakePortmap), filepath.Join(root, other, fakePortmap))
 				if err := os.Symlink(filepath.Join(other, fakePortmap), filepath.Join(root, pluginDir, fakePortmap)); err != nil {
 					t.Fatal(err)
 				}
@@ -280,16 +274,10 @@ func TestRootedExecChecksThePluginRightBeforeItRuns(t *testing.T) {
 	if err := os.Remove(filepath.Join(root, plugin)); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(plugin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, plugin), b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	copyFile(t, plugin, filepath.Join(root, plugin))
 	// A plain error, not a refusal: the plugins of the chain that ran
 	// before it changed the node.
-	_, err = e.ExecPlugin(ctx, plugin, stdin, env)
+	_, err := e.ExecPlugin(ctx, plugin, stdin, env)
 	var refused *RefusedError
 	if err == nil || errors.As(err, &refused) || !strings.Contains(err.Error(), "not run: ") || !strings.Contains(err.Error(), "another file in network.exec_root") {
 		t.Fatalf("err = %v, want a plain error saying the plugin was not run", err)
