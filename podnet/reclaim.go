@@ -146,8 +146,9 @@ func (r *Reclaimer) network(path, name string) (Network, error) {
 // Right before, it re-checks:
 //   - the network is still one of the Reclaimer's, and does not set
 //     disableGC (else RefusedError);
-//   - with an exec root, that its plugins and the namespace are the same
-//     files there as here (else RefusedError);
+//   - with an exec root, that its plugins (and their IPAM plugins) and the
+//     namespace are the same files there as here (else RefusedError; a root
+//     that cannot be opened is an error);
 //   - a.CacheFile is libcni's cache entry for a (else RefusedError);
 //   - the entry, read again, is gone (nil: a DEL by someone else won the
 //     race) or holds exactly what was listed: namespace path, CNI_ARGS and
