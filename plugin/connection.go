@@ -40,12 +40,13 @@ type ConnectOptions struct {
 // starts with a Synchronize, which triggers a fresh listing.
 func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 	if PreRegistered() {
-		s, err := stub.New(p, stub.WithOnClose(p.connectionLost), stub.WithLogger(stubLogger{p.log}))
+		c := p.newConnection()
+		s, err := stub.New(c, stub.WithOnClose(c.lost), stub.WithLogger(stubLogger{p.log}))
 		if err != nil {
 			return fmt.Errorf("create NRI stub from the connection containerd passed: %w", err)
 		}
 		err = p.runStub(ctx, s, configureWithin, nil)
-		p.connectionLost()
+		c.lost()
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -59,7 +60,6 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 		stub.WithPluginName(opts.PluginName),
 		stub.WithPluginIdx(opts.PluginIndex),
 		stub.WithSocketPath(opts.SocketPath),
-		stub.WithOnClose(p.connectionLost),
 		stub.WithLogger(stubLogger{p.log}),
 	}
 	dial := opts.Dial
@@ -72,15 +72,15 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 	// connection: "ttrpc: closed" forever. The chaos soak found it: a
 	// plugin paused past containerd's NRI timeout, resumed while
 	// containerd restarted, never reconnected.
-	newStub := func() (stub.Stub, *dialedConn, error) {
-		d := &dialedConn{dial: dial}
-		s, err := stub.New(p, append(stubOpts, stub.WithDialer(d.Dial))...)
+	newStub := func() (stub.Stub, *connection, *dialedConn, error) {
+		c, d := p.newConnection(), &dialedConn{dial: dial}
+		s, err := stub.New(c, append(stubOpts, stub.WithOnClose(c.lost), stub.WithDialer(d.Dial))...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("create NRI stub %s-%s: %w", opts.PluginIndex, opts.PluginName, err)
+			return nil, nil, nil, fmt.Errorf("create NRI stub %s-%s: %w", opts.PluginIndex, opts.PluginName, err)
 		}
-		return s, d, nil
+		return s, c, d, nil
 	}
-	if _, _, err := newStub(); err != nil {
+	if _, _, _, err := newStub(); err != nil {
 		return err // a bad name or index: no attempt can succeed
 	}
 	within := opts.ConfigureWithin
@@ -99,12 +99,12 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 	failures := 0
 	for {
 		registrations := p.stats.Registrations.Load()
-		s, conn, err := newStub()
+		s, c, conn, err := newStub()
 		if err != nil {
 			return err
 		}
 		err = p.runStub(ctx, s, within, conn.Close)
-		p.connectionLost()
+		c.lost()
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -10,6 +10,7 @@ package plugin
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,17 +22,18 @@ import (
 )
 
 // Compile-time checks: the stub finds handlers by type assertion, so a
-// handler with a wrong signature would be silently ignored.
+// handler with a wrong signature would be silently ignored. The stub is
+// given a connection: the Plugin's handlers, and its own Configure.
 var (
-	_ stub.ConfigureInterface           = (*Plugin)(nil)
-	_ stub.SynchronizeInterface         = (*Plugin)(nil)
-	_ stub.RunPodInterface              = (*Plugin)(nil)
-	_ stub.StopPodInterface             = (*Plugin)(nil)
-	_ stub.RemovePodInterface           = (*Plugin)(nil)
-	_ stub.PostCreateContainerInterface = (*Plugin)(nil)
-	_ stub.PostStartContainerInterface  = (*Plugin)(nil)
-	_ stub.StopContainerInterface       = (*Plugin)(nil)
-	_ stub.RemoveContainerInterface     = (*Plugin)(nil)
+	_ stub.ConfigureInterface           = (*connection)(nil)
+	_ stub.SynchronizeInterface         = (*connection)(nil)
+	_ stub.RunPodInterface              = (*connection)(nil)
+	_ stub.StopPodInterface             = (*connection)(nil)
+	_ stub.RemovePodInterface           = (*connection)(nil)
+	_ stub.PostCreateContainerInterface = (*connection)(nil)
+	_ stub.PostStartContainerInterface  = (*connection)(nil)
+	_ stub.StopContainerInterface       = (*connection)(nil)
+	_ stub.RemoveContainerInterface     = (*connection)(nil)
 )
 
 // Waker is told when housekeeping should run early. Both methods must return
@@ -68,7 +70,40 @@ type Plugin struct {
 	connected    atomic.Bool
 	synchronized atomic.Bool
 	stats        Stats
+
+	connections atomic.Uint64 // numbers each NRI connection
+	// current is the connection whose Configure came last; only its loss
+	// clears connected and synchronized. The mutex orders a Configure
+	// against an older connection's loss.
+	currentMu sync.Mutex
+	current   uint64
 }
+
+// connection is the handlers of one NRI connection: the Plugin's, with a
+// Configure that makes it the current one. nri's stub calls its close
+// callback from its own goroutine, after its Run has returned; the plugin
+// may have connected and synchronized again by then. Were that late call
+// taken as the loss of the connection it replaced, housekeeping would wait,
+// for as long as that connection lives, for a Synchronize that does not
+// come again, and act on nothing.
+type connection struct {
+	*Plugin
+	n uint64
+}
+
+// newConnection returns the handlers for a new NRI connection.
+func (p *Plugin) newConnection() *connection {
+	return &connection{Plugin: p, n: p.connections.Add(1)}
+}
+
+// Configure is called once per connection, before Synchronize.
+func (c *connection) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
+	return c.configured(c.n, config, runtime, version)
+}
+
+// lost is called when the connection is gone: by the stub's close
+// callback, and when its Run returns. Either may come first.
+func (c *connection) lost() { c.Plugin.lost(c.n) }
 
 // Stats counts what the handlers saw. Read it with Plugin.Stats.
 type Stats struct {
@@ -98,9 +133,9 @@ func (p *Plugin) Synchronized() bool { return p.synchronized.Load() }
 // Stats returns the handler counters.
 func (p *Plugin) Stats() *Stats { return &p.stats }
 
-// Configure is called once per connection, before Synchronize.
-func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
-	p.log.say(logrus.InfoLevel, logrus.Fields{"runtime": runtime, "runtime_version": version}, nil, "registered with the runtime over NRI")
+// configured handles connection n's Configure.
+func (p *Plugin) configured(n uint64, config, runtime, version string) (api.EventMask, error) {
+	p.log.say(logrus.InfoLevel, logrus.Fields{"runtime": runtime, "runtime_version": version, "connection": n}, nil, "registered with the runtime over NRI")
 	if p.configure != nil {
 		if err := p.configure(config); err != nil {
 			p.log.say(logrus.ErrorLevel, nil, err, "rejecting the configuration containerd passed")
@@ -110,10 +145,13 @@ func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (
 	if p.stats.Registrations.Add(1) > 1 && p.observer != nil {
 		p.observer.ObserveNRIReconnect()
 	}
+	p.currentMu.Lock()
+	p.current = n
 	p.connected.Store(true)
 	if p.observer != nil {
 		p.observer.SetNRIConnected(true)
 	}
+	p.currentMu.Unlock()
 	// 0 subscribes to every event this plugin has a handler for.
 	return 0, nil
 }
@@ -239,8 +277,18 @@ func (p *Plugin) record(kind podstate.EventKind, pod *api.PodSandbox, c *api.Con
 	}
 }
 
-// connectionLost is called by the stub when the runtime connection drops.
-func (p *Plugin) connectionLost() {
+// lost marks connection n lost, if it is still the current one: a later
+// connection's state is not n's to clear.
+func (p *Plugin) lost(n uint64) {
+	p.currentMu.Lock()
+	defer p.currentMu.Unlock()
+	if n != p.current {
+		if p.connected.Load() {
+			p.log.say(logrus.DebugLevel, logrus.Fields{"connection": n, "current_connection": p.current}, nil,
+				"an earlier NRI connection's close came after the current one registered; ignored")
+		}
+		return
+	}
 	p.connected.Store(false)
 	p.synchronized.Store(false)
 	if p.observer != nil {

@@ -162,18 +162,73 @@ func TestConfigurePassesTheTextAndRejectsBadOnes(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := p.Configure(context.Background(), "dry_run = true", "containerd", "2.4.2"); err != nil || got != "dry_run = true" {
+	c := p.newConnection()
+	if _, err := c.Configure(context.Background(), "dry_run = true", "containerd", "2.4.2"); err != nil || got != "dry_run = true" {
 		t.Fatalf("Configure = %v, text %q", err, got)
 	}
 	if !p.Connected() {
 		t.Fatal("not connected after Configure")
 	}
-	p.connectionLost()
-	if _, err := p.Configure(context.Background(), "bad", "containerd", "2.4.2"); err == nil {
+	c.lost()
+	if _, err := p.newConnection().Configure(context.Background(), "bad", "containerd", "2.4.2"); err == nil {
 		t.Fatal("a bad configuration was accepted")
 	}
 	if p.Connected() {
 		t.Fatal("connected although the configuration was rejected")
+	}
+}
+
+// connectedObserver keeps the last value of the NRI-connected gauge.
+type connectedObserver struct{ connected atomic.Bool }
+
+func (o *connectedObserver) ObserveNRIEvent(string)  {}
+func (o *connectedObserver) ObserveNRIReconnect()    {}
+func (o *connectedObserver) SetNRIConnected(ok bool) { o.connected.Store(ok) }
+
+// TestOnlyTheCurrentConnectionsLossClearsItsState: nri's stub calls a lost
+// connection's close callback from its own goroutine, after its Run has
+// returned, so on a loaded node it can come after the plugin has connected
+// again (after a backoff of 100 ms) and synchronized. That late call must
+// leave the new connection as it is: marked lost, housekeeping would wait
+// for a Synchronize that does not come again for as long as the connection
+// lives, and the connected gauge would read 0.
+func TestOnlyTheCurrentConnectionsLossClearsItsState(t *testing.T) {
+	ctx := context.Background()
+	p, _, _ := newTestPlugin()
+	obs := &connectedObserver{}
+	p.SetObserver(obs)
+	state := func() string {
+		return fmt.Sprintf("connected %v, synchronized %v, gauge %v", p.Connected(), p.Synchronized(), obs.connected.Load())
+	}
+	connect := func() *connection {
+		t.Helper()
+		c := p.newConnection()
+		if _, err := c.Configure(ctx, "", "containerd", "2.4.2"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Synchronize(ctx, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	old := connect()
+	old.lost() // its Run returned
+	if got := state(); got != "connected false, synchronized false, gauge false" {
+		t.Fatalf("after the connection's loss: %s", got)
+	}
+	current := connect()
+	old.lost() // its stub's close callback, late
+	if got := state(); got != "connected true, synchronized true, gauge true" {
+		t.Fatalf("after an earlier connection's late close: %s; want the current connection untouched", got)
+	}
+	rejected := p.newConnection() // a connection whose Configure failed
+	rejected.lost()
+	if got := state(); got != "connected true, synchronized true, gauge true" {
+		t.Fatalf("after a connection that never registered was lost: %s", got)
+	}
+	current.lost()
+	if got := state(); got != "connected false, synchronized false, gauge false" {
+		t.Fatalf("after the current connection's loss: %s", got)
 	}
 }
 
@@ -442,7 +497,7 @@ func TestHandlersNeverWaitForTheLog(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if _, err := p.Configure(ctx, "", "containerd", "v2.4.2"); err != nil {
+		if _, err := p.newConnection().Configure(ctx, "", "containerd", "v2.4.2"); err != nil {
 			t.Error(err)
 		}
 		if _, err := p.Synchronize(ctx, []*api.PodSandbox{pod}, nil); err != nil {
