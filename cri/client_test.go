@@ -41,14 +41,14 @@ func serve(t *testing.T, rt *fakeRuntime) string {
 }
 
 // serveRuntime serves any runtime service on a unix socket.
-func serveRuntime(t *testing.T, rt runtimeapi.RuntimeServiceServer) string {
+func serveRuntime(t testing.TB, rt runtimeapi.RuntimeServiceServer) string {
 	t.Helper()
 	return serveServices(t, func(srv *grpc.Server) { runtimeapi.RegisterRuntimeServiceServer(srv, rt) })
 }
 
 // serveServices serves what register registers on a unix socket until the
 // test ends.
-func serveServices(t *testing.T, register func(*grpc.Server)) string {
+func serveServices(t testing.TB, register func(*grpc.Server)) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "cri.sock")
 	l, err := net.Listen("unix", sock)

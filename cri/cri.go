@@ -7,7 +7,9 @@ package cri
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -31,6 +33,44 @@ type Client struct {
 	runtime    runtimeapi.RuntimeServiceClient
 	// removeStops caches RemoveStopsSandbox's answer.
 	removeStops removeStops
+	// logPaths keeps ContainerLogPaths' answers.
+	logPaths logPathMemo
+}
+
+// logPathMemo keeps the log paths ContainerLogPaths read, by pod UID and
+// container ID. A container's log path is set once, when it is created
+// (containerd v2.4.2 internal/cri/server/container_create.go; its status
+// reads it from the container's metadata), so asking again cannot give
+// another answer: only containers the pod's listing has not shown before
+// are asked. Without it, removing N dead instances of one pod would ask
+// N² statuses in one pass.
+type logPathMemo struct {
+	mu   sync.Mutex
+	pods map[string]map[string]string
+}
+
+// logPathMemoPods bounds the pods kept: past it the memo starts again. Each
+// pod's entry is replaced by its latest listing, so a pod's entry holds no
+// container the runtime no longer lists; only pods gone since stay, until
+// the bound.
+const logPathMemoPods = 256
+
+func (m *logPathMemo) get(podUID string) map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pods[podUID]
+}
+
+func (m *logPathMemo) put(podUID string, paths map[string]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, kept := m.pods[podUID]; !kept && len(m.pods) >= logPathMemoPods {
+		m.pods = nil
+	}
+	if m.pods == nil {
+		m.pods = make(map[string]map[string]string)
+	}
+	m.pods[podUID] = paths
 }
 
 // Observer is told about every CRI and containerd call: the method's short
@@ -350,6 +390,8 @@ func (c *Client) SandboxExists(ctx context.Context, id string) (bool, error) {
 // kubelet gave none). A container removed between the listing and its
 // status is left out. Taken right before a container's log files are
 // removed: what it returns is what every container of the pod logs to now.
+// The listing is taken every time; a status only for a container not
+// listed by an earlier call (logPathMemo).
 func (c *Client) ContainerLogPaths(ctx context.Context, podUID string) (map[string]string, error) {
 	lctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
 	ctrs, err := c.runtime.ListContainers(lctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
@@ -358,8 +400,13 @@ func (c *Client) ContainerLogPaths(ctx context.Context, podUID string) (map[stri
 	if err != nil {
 		return nil, fmt.Errorf("CRI ListContainers for pod %s on %s: %w", podUID, c.endpoint, err)
 	}
+	known := c.logPaths.get(podUID)
 	paths := make(map[string]string, len(ctrs.GetContainers()))
 	for _, ct := range ctrs.GetContainers() {
+		if p, ok := known[ct.GetId()]; ok {
+			paths[ct.GetId()] = p
+			continue
+		}
 		sctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
 		r, err := c.runtime.ContainerStatus(sctx, &runtimeapi.ContainerStatusRequest{ContainerId: ct.GetId()})
 		cancel()
@@ -373,7 +420,8 @@ func (c *Client) ContainerLogPaths(ctx context.Context, podUID string) (map[stri
 		}
 		paths[ct.GetId()] = r.GetStatus().GetLogPath()
 	}
-	return paths, nil
+	c.logPaths.put(podUID, paths)
+	return maps.Clone(paths), nil
 }
 
 // PodObjects are the sandboxes and containers the runtime lists for one pod
