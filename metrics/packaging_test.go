@@ -232,7 +232,7 @@ func TestAlertRulesAreCompleteAndDocumented(t *testing.T) {
 	}
 	for _, want := range []string{
 		"NriHousekeeperLeaksPersisting", "NriHousekeeperBreakerOpen", "NriHousekeeperSourcesDisagree", "NriHousekeeperStale", "NriHousekeeperNRIDisconnected",
-		"NriHousekeeperDegraded",
+		"NriHousekeeperDegraded", "NriHousekeeperNotActing",
 	} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("alert %s missing from %s", want, filepath.Base(alertsPath))
