@@ -35,8 +35,11 @@ type ContainerLog struct {
 // containers, read from the runtime right before). Every directory is
 // entered without following a symlink and without crossing a mount. A
 // missing file or directory is success. It returns the paths it removed;
-// on a refusal or error it still removes what it safely can and returns the
-// first error.
+// on a refusal or error it still removes what it safely can, and returns
+// every file it left: as a RefusedError only when each was refused (a
+// person should look at them), else as a plain error naming them all (the
+// file system failed, and trying again may do: a container is removed only
+// after its files).
 func (r *Remover) RemoveContainerLogFiles(ctx context.Context, l ContainerLog, keep []string) ([]string, error) {
 	root, rel, err := r.target(l.Path)
 	if err != nil {
@@ -87,13 +90,15 @@ func (r *Remover) RemoveContainerLogFiles(ctx context.Context, l ContainerLog, k
 	slices.Sort(names)
 	kept, err := keptFiles(keep)
 	if err != nil {
-		return nil, refuse(path, "%v", err)
+		// Not a refusal: EIO or ESTALE may pass, and until then no file
+		// can be told from another container's.
+		return nil, fmt.Errorf("removing %s: %w", path, err)
 	}
 	// keep is in the runtime's terms, as l.Path is: compare names there,
 	// and files by identity (another spelling of the same file).
 	dirOfPath := filepath.Dir(path)
 	var removed []string
-	var first error
+	var left leftFiles
 	for _, n := range names {
 		if n != base && !strings.HasPrefix(n, base+".") {
 			continue
@@ -122,14 +127,38 @@ func (r *Remover) RemoveContainerLogFiles(ctx context.Context, l ContainerLog, k
 			err = unlink(dirFd, n, p)
 		}
 		if err != nil {
-			if first == nil {
-				first = err
-			}
+			left.add(err)
 			continue
 		}
 		removed = append(removed, p)
 	}
-	return removed, first
+	return removed, left.err()
+}
+
+// leftFiles gathers why files were left: refused by the rules, or failed.
+type leftFiles struct{ refused, failed []error }
+
+func (l *leftFiles) add(err error) {
+	var r *RefusedError
+	if errors.As(err, &r) {
+		l.refused = append(l.refused, err)
+	} else {
+		l.failed = append(l.failed, err)
+	}
+}
+
+// err is nil, the refusals, or - when any file failed - every reason as
+// plain errors: a refusal must not hide a failure, or the caller would
+// take the failed file for one it may leave.
+func (l *leftFiles) err() error {
+	if len(l.failed) == 0 {
+		return errors.Join(l.refused...)
+	}
+	all := slices.Clone(l.failed)
+	for _, r := range l.refused {
+		all = append(all, errors.New(r.Error()))
+	}
+	return errors.Join(all...)
 }
 
 // fileID is a file's identity: its device and inode numbers.

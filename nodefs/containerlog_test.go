@@ -2,8 +2,11 @@ package nodefs
 
 import (
 	"context"
+	"errors"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -89,6 +92,46 @@ func TestRemoveContainerLogFiles(t *testing.T) {
 		if len(removed) != 4 {
 			t.Errorf("removed %v, want the log file and its three rotations", removed)
 		}
+	})
+
+	// A refused file sorts before one whose unlink fails (EPERM from an
+	// immutable file stands in for EIO): the failure must come back as
+	// one, not hidden behind the refusal, and both files are named.
+	t.Run("a file that fails is an error even after a refusal, and every file left is named", func(t *testing.T) {
+		tr, dir, l := setup(t)
+		odd := filepath.Join(dir, "1.log.20261124-000000")
+		symlink(t, filepath.Join(tr.outside, "target"), odd)
+		failing := filepath.Join(dir, "1.log.20261124-090909.gz")
+		immutable(t, failing)
+		removed, err := tr.r.RemoveContainerLogFiles(ctx, l, nil)
+		var refused *RefusedError
+		if err == nil || errors.As(err, &refused) {
+			t.Fatalf("err = %v; want a plain error (the container stays, and the removal is tried again)", err)
+		}
+		for _, p := range []string{odd, failing} {
+			if !strings.Contains(err.Error(), p) {
+				t.Errorf("the error does not name %s: %v", p, err)
+			}
+		}
+		mustExist(t, odd, failing)
+		if len(removed) != 3 {
+			t.Errorf("removed %v, want the log file and the two other rotations", removed)
+		}
+	})
+
+	t.Run("another container's log path that cannot be examined is an error, not a refusal", func(t *testing.T) {
+		tr, dir, l := setup(t)
+		loop := filepath.Join(tr.podLogs, podDirName, "sidecar", "2.log")
+		symlink(t, loop, loop) // ELOOP stands in for EIO or ESTALE
+		removed, err := tr.r.RemoveContainerLogFiles(ctx, l, []string{loop})
+		var refused *RefusedError
+		if err == nil || errors.As(err, &refused) || !strings.Contains(err.Error(), loop) {
+			t.Fatalf("err = %v; want a plain error naming %s", err, loop)
+		}
+		if len(removed) > 0 {
+			t.Errorf("removed %v while another container's files could not be told apart", removed)
+		}
+		mustExist(t, filepath.Join(dir, "1.log"))
 	})
 
 	for _, tt := range []struct {
@@ -202,4 +245,14 @@ func TestIsRestartLogName(t *testing.T) {
 			t.Errorf("isRestartLogName(%q) = %v, want %v", name, got, want)
 		}
 	}
+}
+
+// immutable makes path immutable (chattr +i) until the test ends: its
+// unlink then fails with EPERM, even for root.
+func immutable(t *testing.T, path string) {
+	t.Helper()
+	if out, err := exec.Command("chattr", "+i", path).CombinedOutput(); err != nil {
+		t.Fatalf("chattr +i %s: %v: %s", path, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("chattr", "-i", path).Run() })
 }
