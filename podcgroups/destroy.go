@@ -174,9 +174,12 @@ func (h host) destroy(ctx context.Context, pod PodCgroup) error {
 		// unit (e.g. after a systemd restart).
 		systemdErr = h.stopUnit(ctx, filepath.Base(targets[0].path))
 	}
-	err = h.kill(ctx, targets)
+	err = h.kill(ctx, pod, targets)
 	if err == nil {
-		err = remove(ctx, targets)
+		// Removed by path: each must still be the cgroup inspected.
+		if targets, err = h.targets(pod); err == nil {
+			err = remove(ctx, targets)
+		}
 	}
 	if err != nil && systemdErr != nil {
 		return errors.Join(err, fmt.Errorf("before that, systemd could not stop the unit: %w", systemdErr))
@@ -191,10 +194,19 @@ type cgroupProcs struct {
 }
 
 // kill kills every process in targets and their descendants, and returns
-// nil once none is left.
-func (h host) kill(ctx context.Context, targets []target) error {
+// nil once none is left. Processes are found by path, so each pass first
+// checks again that every path is the cgroup inspected, or gone: systemd's
+// stop job can take seconds, and each pass waits for the last one's
+// processes to exit; kubelet may have made a pod of that UID again since.
+func (h host) kill(ctx context.Context, pod PodCgroup, targets []target) error {
 	var killErrs []error
 	for pass := 0; ; pass++ {
+		if pass > 0 || pod.Driver == DriverSystemd {
+			var err error
+			if targets, err = h.targets(pod); err != nil {
+				return err
+			}
+		}
 		left, err := listProcs(ctx, targets)
 		if err != nil {
 			return err

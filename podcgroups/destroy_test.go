@@ -404,6 +404,45 @@ func TestDestroyRefusesACgroupMadeAgainSinceItWasInspected(t *testing.T) {
 	}
 }
 
+// TestDestroyChecksAgainAfterSystemdsStop: systemd's stop job can take
+// seconds (up to systemdStopTimeout), and kubelet may make a pod of that UID
+// again meanwhile (a static pod put back): its new cgroup at the same path
+// is not the one inspected, and nothing is killed or removed by path in it.
+func TestDestroyChecksAgainAfterSystemdsStop(t *testing.T) {
+	mp := t.TempDir()
+	rel, err := podRel(DriverSystemd, "kubepods", QOSBurstable, uidA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(mp, "memory", rel)
+	dirs(t, p)
+	pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverSystemd, Root: "kubepods", Paths: []string{p}})
+	h := (&fakeHost{}).host()
+	h.stopUnit = func(context.Context, string) error {
+		// systemd removes the slice; kubelet makes the pod's cgroup again
+		// (made before the removal, so that its inode differs).
+		again := p + ".new"
+		dirs(t, again)
+		if err := os.Remove(p); err != nil {
+			return err
+		}
+		return os.Rename(again, p)
+	}
+	err = h.destroy(context.Background(), pod)
+	var refused *RefusedError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "made again since it was inspected") {
+		t.Fatalf("destroy = %v; want a refusal: the cgroup at %s is not the one inspected", err, p)
+	}
+	if !exists(p) {
+		t.Fatalf("the pod cgroup made again during systemd's stop was removed")
+	}
+	// systemd removed every path: done.
+	h.stopUnit = func(context.Context, string) error { return os.Remove(p) }
+	if err := h.destroy(context.Background(), inspected(t, pod)); err != nil || exists(p) {
+		t.Fatalf("destroy = %v, %s there: %v; want nil and gone", err, p, exists(p))
+	}
+}
+
 // TestDestroyRefusesAPodCgroupNotAsInspected: without an inode number for
 // every path nothing could tell a cgroup made again from the one inspected.
 func TestDestroyRefusesAPodCgroupNotAsInspected(t *testing.T) {
