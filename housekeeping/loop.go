@@ -172,6 +172,12 @@ type Loop struct {
 	// remembers them for as long as the dir lasts and does not change,
 	// since only they may have an orphaned pod dir (gc.Input.TornDown).
 	tornDown map[string]*tornDownMark
+	// dismissed are the pods whose mark was dropped while podstate still
+	// has them torn down: kubelet set up a pod of that UID again, or its
+	// dir was gone. Each maps to the mark's last life event; that
+	// teardown never marks the pod again, only a newer one can (see
+	// noteTeardown).
+	dismissed map[string]time.Time
 	// confirmedSyncs is the NRI session (podstate.Syncs) a listing of which
 	// shared a sandbox with NRI: runtime.endpoint answers for the
 	// containerd NRI talks to. 0: none yet.
@@ -229,7 +235,8 @@ func New(state *podstate.State, runtime Runtime, opts Options, log logrus.FieldL
 		state: state, runtime: runtime, opts: opts, log: log, now: time.Now, started: time.Now(),
 		resync: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		phases: make(map[string]podstate.Phase), reported: make(map[string]bool), tornDown: make(map[string]*tornDownMark),
-		said: make(map[string]string),
+		dismissed: make(map[string]time.Time),
+		said:      make(map[string]string),
 	}
 	if opts.Cgroups != nil {
 		l.cgroups = podcgroups.NewScanner(*opts.Cgroups, podcgroups.FullScanEvery)
@@ -490,7 +497,9 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 	in.BudgetAdmitted = l.budgetSpent(snap.TakenAt)
 	in.BudgetHeld = l.budgetHeld(snap.TakenAt)
 	listed := listedUIDs(snap)
+	inView := make(map[string]bool, len(view.Pods))
 	for _, p := range view.Pods {
+		inView[p.UID] = true
 		if !p.LastLifeEvent.IsZero() {
 			in.LastLifeEvent[p.UID] = p.LastLifeEvent
 		}
@@ -502,6 +511,11 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		// Without an oracle no pod dir is ever orphaned: no mark to keep.
 		if !l.opts.OracleDisabled {
 			l.noteTeardown(p, snap.TakenAt)
+		}
+	}
+	for uid := range l.dismissed {
+		if !inView[uid] {
+			delete(l.dismissed, uid) // podstate forgot the teardown: it cannot mark the pod again
 		}
 	}
 	if !l.opts.OracleDisabled {
@@ -542,11 +556,12 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		in.PodCgroups = &cgs
 	}
 	in.PodDirs = l.inspectPodDirs(ctx, in.Oracle.PodDirs, listed)
-	// A torn-down pod whose dir is gone needs remembering no longer.
+	// A torn-down pod whose dir is gone needs remembering no longer; a dir
+	// made later is kubelet setting up a pod of that UID again.
 	if in.Oracle.PodDirs.Ready {
 		for uid := range l.tornDown {
 			if !in.Oracle.PodDirs.Present(uid) {
-				delete(l.tornDown, uid)
+				l.dismissTeardown(uid)
 			}
 		}
 	}

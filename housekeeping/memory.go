@@ -82,7 +82,7 @@ func (l *Loop) restore(ctx context.Context) {
 		if l.tornDown[t.UID] != nil {
 			continue // seen torn down by this run too: its own mark stands
 		}
-		mark := &tornDownMark{at: t.At, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}}
+		mark := &tornDownMark{at: t.At, event: t.At, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}}
 		if t.Inspected {
 			mark.seen = make(map[string]bool, len(t.Seen))
 			for _, p := range t.Seen {

@@ -82,6 +82,9 @@ func (l *Loop) confirmGone(ctx context.Context, missing []podstate.NRISandbox) [
 // tornDownMark is a pod this plugin saw torn down.
 type tornDownMark struct {
 	at time.Time // when it was first seen torn down (a listing's time)
+	// event is the pod's last life event in podstate when it was marked:
+	// the teardown itself (or at, for a mark restored from the state file).
+	event time.Time
 	// pod names the pod in logs after podstate has forgotten it.
 	pod gc.PodRef
 	// seen are its pod dir's volume dirs, mount points and leftovers at the
@@ -101,14 +104,32 @@ type tornDownMark struct {
 // noteTeardown keeps the torn-down mark of one pod in step with podstate: a
 // pod removed with evidence of a teardown is marked; a pod that is not (it
 // lives, or a removal was only an absence) is not; a life event after the
-// mark starts it over.
+// mark starts it over. A teardown whose mark was dismissed does not mark
+// the pod again: podstate keeps a removed pod for minutes, and a mark made
+// afresh would take what kubelet has set up since for its baseline.
 func (l *Loop) noteTeardown(p podstate.PodView, now time.Time) {
 	mark := l.tornDown[p.UID]
 	switch {
 	case !p.TornDown:
 		delete(l.tornDown, p.UID)
-	case mark == nil || p.LastLifeEvent.After(mark.at):
-		l.tornDown[p.UID] = &tornDownMark{at: now, pod: gc.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}}
+		delete(l.dismissed, p.UID)
+	case mark == nil:
+		if at, ok := l.dismissed[p.UID]; ok && !p.LastLifeEvent.After(at) {
+			return
+		}
+		delete(l.dismissed, p.UID)
+		l.tornDown[p.UID] = &tornDownMark{at: now, event: p.LastLifeEvent, pod: gc.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}}
+	case p.LastLifeEvent.After(mark.at):
+		l.tornDown[p.UID] = &tornDownMark{at: now, event: p.LastLifeEvent, pod: gc.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}}
+	}
+}
+
+// dismissTeardown drops a pod's torn-down mark for good: only a newer
+// teardown marks it again.
+func (l *Loop) dismissTeardown(uid string) {
+	if mark := l.tornDown[uid]; mark != nil {
+		l.dismissed[uid] = mark.event
+		delete(l.tornDown, uid)
 	}
 }
 
@@ -127,7 +148,7 @@ func (l *Loop) compareWithTeardown(d nodefs.PodDir) {
 		return
 	}
 	if grown := newEntries(mark.seen, now); len(grown) > 0 {
-		delete(l.tornDown, d.UID)
+		l.dismissTeardown(d.UID)
 		l.log.WithFields(logrus.Fields{logging.FieldPodUID: d.UID, "path": d.Path, "new": strings.Join(grown, ", ")}).
 			Info("the pod dir of a pod seen torn down has grown since: kubelet may be adding a pod of that UID again; its dir and cgroup are no longer treated as orphaned")
 	}
@@ -153,7 +174,7 @@ func (l *Loop) compareCgroupsWithTeardown(cgs podcgroups.Listing) {
 			continue
 		}
 		if made := cgroupsMadeSince(mark.cgroups, now); len(made) > 0 {
-			delete(l.tornDown, uid)
+			l.dismissTeardown(uid)
 			l.log.WithFields(logrus.Fields{logging.FieldPodUID: uid, "made": strings.Join(made, ", ")}).
 				Info("the pod cgroup of a pod seen torn down was made again since: kubelet may be adding a pod of that UID again; its dir and cgroup are no longer treated as orphaned")
 		}

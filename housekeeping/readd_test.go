@@ -1,0 +1,190 @@
+package housekeeping
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// recentlyTornDown is podstate after NRI reported pod uid run, stopped and
+// removed two to one minutes before now: podstate still holds it (its
+// retention is 10 minutes) for the whole test.
+func recentlyTornDown(t *testing.T, uid string) *podstate.State {
+	t.Helper()
+	state := podstate.New(0)
+	for _, ev := range []podstate.Event{
+		{Kind: podstate.RunPodSandbox, At: now.Add(-2 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+		{Kind: podstate.StopPodSandbox, At: now.Add(-time.Minute), Pod: ident(uid), SandboxID: "first"},
+		{Kind: podstate.RemovePodSandbox, At: now.Add(-time.Minute), Pod: ident(uid), SandboxID: "first"},
+	} {
+		if err := state.Apply(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return state
+}
+
+// makePodCgroup makes (or makes again, with another inode) the besteffort
+// pod cgroup of uid in a fakeCgroups tree.
+func makePodCgroup(t *testing.T, mp, uid string) {
+	t.Helper()
+	dir := filepath.Join(mp, "memory", "kubepods", "besteffort", "pod"+uid)
+	made := dir + ".new"
+	if err := os.MkdirAll(made, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(made, "cgroup.procs"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(made, dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEvidenceOfAReAddOutlivesThePassThatSawIt: a static pod is moved out
+// of its manifest dir and back in (it keeps its UID) within podstate's
+// retention (10 min) of its teardown. kubelet
+// sets it up again: its pod cgroup is made again, or its pod dir grows, or
+// its pod dir (removed with the teardown) is made again; its sandbox does
+// not start yet (RunPodSandbox fails before containerd reports it: CNI not
+// ready, the pause image cannot be pulled; kubelet retries every 10 s).
+//
+// The pass that sees the evidence drops the torn-down mark, and no later
+// pass may make it again for the same teardown: podstate still has the pod
+// torn down, and a mark made afresh would take what kubelet just made for
+// its baseline; one leak_grace later the pod being set up would be
+// "orphaned": its pod dir removed and its pod cgroup destroyed (or its CPU
+// reduced to cpu.shares 2, which kubelet never sets back).
+func TestEvidenceOfAReAddOutlivesThePassThatSawIt(t *testing.T) {
+	uid := testUID(501)
+	for _, tc := range []struct {
+		name       string
+		dirBefore  bool // the pod dir lingered after the teardown
+		cgBefore   bool // the pod cgroup lingered after the teardown
+		kubeletAdd func(t *testing.T, root, mp string)
+	}{
+		{"kubelet makes the pod cgroup of a pod that had none left", true, false, func(t *testing.T, _, mp string) {
+			makePodCgroup(t, mp, uid)
+		}},
+		{"kubelet makes the pod cgroup again in place of the one left", true, true, func(t *testing.T, _, mp string) {
+			makePodCgroup(t, mp, uid)
+		}},
+		{"kubelet adds a volume dir to the lingering pod dir", true, true, func(t *testing.T, root, _ string) {
+			if err := os.MkdirAll(filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~empty-dir", "data"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"kubelet makes the pod dir and the pod cgroup again after both were removed", false, false, func(t *testing.T, root, mp string) {
+			if err := os.MkdirAll(filepath.Join(root, "pods", uid, "volumes"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			makePodCgroup(t, mp, uid)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var root string
+			if tc.dirBefore {
+				root = podDirs(t, uid)
+			} else {
+				root = podDirs(t)
+			}
+			cg := fakeCgroups(t)
+			if tc.cgBefore {
+				makePodCgroup(t, cg.Mountpoint, uid)
+			}
+			policy := reviewPolicy(t.TempDir())
+			policy.LeakGrace, policy.RemoveOrphanedPodDirs = 5*time.Minute, true
+			files := &podDirRemover{root: root}
+			rt := &fakeRuntime{}
+			log, _ := testLogger()
+			state := recentlyTornDown(t, uid)
+			loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, Cgroups: cg,
+				Executor:     executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+				Synchronized: func() bool { return true }, Policy: policy}, log)
+			loop.started = now.Add(-time.Hour)
+			pass := func(at time.Duration) PassResult {
+				rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil) // kubelet's sandbox never starts
+				return loop.Pass(context.Background())
+			}
+			pass(0) // the first look after the teardown
+			tc.kubeletAdd(t, root, cg.Mountpoint)
+			pass(time.Minute)
+			if tc.dirBefore && loop.tornDown[uid] != nil {
+				t.Fatal("the pass that sees kubelet set the pod up again kept its torn-down mark: the test proves nothing")
+			}
+			for _, at := range []time.Duration{2, 3, 5, 7, 8} {
+				r := pass(at * time.Minute)
+				if len(files.done) > 0 {
+					t.Fatalf("at +%dm (%d min after kubelet began setting the pod up again, its sandbox not started yet): node steps %v "+
+						"on the pod; torn-down mark re-made: %v (outcomes %+v)", at, at-1, files.done, loop.tornDown[uid] != nil, r.Outcomes)
+				}
+			}
+			// The pod runs and is torn down again: that teardown is a new
+			// one, and what it leaves is orphaned after leak_grace.
+			for _, ev := range []podstate.Event{
+				{Kind: podstate.RunPodSandbox, At: now.Add(9 * time.Minute), Pod: ident(uid), SandboxID: "second"},
+				{Kind: podstate.StopPodSandbox, At: now.Add(10 * time.Minute), Pod: ident(uid), SandboxID: "second"},
+				{Kind: podstate.RemovePodSandbox, At: now.Add(10 * time.Minute), Pod: ident(uid), SandboxID: "second"},
+			} {
+				if err := state.Apply(ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for at := 11 * time.Minute; at <= 18*time.Minute && len(files.done) == 0; at += time.Minute {
+				pass(at)
+			}
+			if len(files.done) == 0 {
+				t.Fatalf("8 minutes after a new teardown (leak_grace 5 min), nothing of the pod was reclaimed; torn-down mark: %v", loop.tornDown[uid] != nil)
+			}
+			t.Logf("after the new teardown: %v", files.done)
+		})
+	}
+}
+
+// TestWithTheDefaultsAReAddedPodKeepsItsCPU (pod_dirs.remove_orphaned =
+// false, cgroups on): a
+// static pod with an emptyDir volume, moved out of its manifest dir and
+// back in within 10 minutes of its teardown, whose sandbox does not start
+// for 5 minutes, must not get its pod cgroup's CPU cut to the minimum
+// (ReducePodCgroupCPU): kubelet does not set cpu.shares back on a cgroup
+// that exists, so the pod would run with cpu.shares = 2.
+func TestWithTheDefaultsAReAddedPodKeepsItsCPU(t *testing.T) {
+	uid := testUID(502)
+	root := podDirs(t, uid)
+	if err := os.MkdirAll(filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~empty-dir", "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cg := fakeCgroups(t)
+	policy := reviewPolicy(t.TempDir())
+	policy.LeakGrace = 5 * time.Minute // the default; remove_orphaned stays false
+	files := &podDirRemover{root: root}
+	rt := &fakeRuntime{}
+	log, _ := testLogger()
+	loop := New(recentlyTornDown(t, uid), rt, Options{Period: 30 * time.Second, KubeletRoot: root, Cgroups: cg,
+		Executor:     executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+		Synchronized: func() bool { return true }, Policy: policy}, log)
+	loop.started = now.Add(-time.Hour)
+	pass := func(at time.Duration) {
+		rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
+		loop.Pass(context.Background())
+	}
+	pass(0)                              // torn down, its dir (with an empty volume dir) left: no cgroup
+	makePodCgroup(t, cg.Mountpoint, uid) // the static pod is back: kubelet makes its pod cgroup first
+	pass(30 * time.Second)               // the mark goes...
+	for at := time.Minute; at <= 8*time.Minute; at += 30 * time.Second {
+		pass(at) // ...and must not come back with the new cgroup as its baseline
+		if len(files.done) > 0 {
+			t.Fatalf("at +%s, %s after kubelet made the pod cgroup of the re-added pod (sandbox not started yet): %v",
+				at, at-30*time.Second, files.done)
+		}
+	}
+}
