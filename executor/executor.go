@@ -767,3 +767,6 @@ func (e *Executor) entry(a gc.Action) *logrus.Entry {
 	}
 	return e.log.WithFields(f)
 }
+
+// DryRun reports whether the executor only shows what it would do.
+func (e *Executor) DryRun() bool { return e.opts.DryRun }

@@ -473,8 +473,17 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 	r.Blocked = l.gate(in.Now, r.Plan, synced)
 	if l.opts.Executor != nil {
 		if r.Blocked == "" {
+			// The budgeted units are written before their steps run: a
+			// plugin killed during the pass (containerd kills a
+			// pre-registered plugin when it stops it; the OOM killer)
+			// must not start the hour's budget afresh. Those that did not
+			// run are given back after.
+			ahead := l.spendAhead(in.Now, r.Plan.Actions)
+			if len(ahead) > 0 {
+				l.persist(ctx, in.Now)
+			}
 			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now, l.recheck(snap.TakenAt))
-			l.spend(in.Now, r.Outcomes)
+			l.settleSpent(in.Now, ahead, r.Outcomes)
 		}
 		l.opts.Executor.Forget(r.Plan.EligibleSince)
 	}

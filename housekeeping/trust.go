@@ -349,22 +349,46 @@ type spent struct {
 	class, unit string
 }
 
-// spend records the budgeted steps the executor tried (succeeded or failed:
-// a failed step may have hurt too). A unit counts once an hour: retrying
-// the same object is no more blast radius.
-func (l *Loop) spend(now time.Time, outcomes []executor.Outcome) {
+// spendAhead counts the budgeted units of actions not already counted in
+// the last hour as spent at now, before any of them runs, and returns them
+// as "class/unit". A unit counts once an hour: retrying the same object is
+// no more blast radius. A dry run spends nothing.
+func (l *Loop) spendAhead(now time.Time, actions []gc.Action) map[string]bool {
+	if d, ok := l.opts.Executor.(interface{ DryRun() bool }); ok && d.DryRun() {
+		return nil
+	}
 	admitted := l.budgetSpent(now)
-	for _, o := range outcomes {
-		if o.Result != executor.Success && o.Result != executor.Error {
-			continue
-		}
-		class, unit := gc.BudgetClass(o.Action)
+	ahead := make(map[string]bool)
+	for _, a := range actions {
+		class, unit := gc.BudgetClass(a)
 		if class == "" || admitted[class+"/"+unit] {
 			continue
 		}
 		admitted[class+"/"+unit] = true
+		ahead[class+"/"+unit] = true
 		l.spent = append(l.spent, spent{at: now, class: class, unit: unit})
 	}
+	return ahead
+}
+
+// settleSpent gives back the units counted ahead none of whose steps ran:
+// a unit is spent once one of its steps succeeded or failed (a failed step
+// may have done part of its work), not when each was skipped, aborted by
+// its check right before it, backing off, or only shown (dry run).
+func (l *Loop) settleSpent(now time.Time, ahead map[string]bool, outcomes []executor.Outcome) {
+	ran := make(map[string]bool)
+	for _, o := range outcomes {
+		if o.Result != executor.Success && o.Result != executor.Error {
+			continue
+		}
+		if class, unit := gc.BudgetClass(o.Action); class != "" {
+			ran[class+"/"+unit] = true
+		}
+	}
+	l.spent = slices.DeleteFunc(l.spent, func(s spent) bool {
+		key := s.class + "/" + s.unit
+		return s.at.Equal(now) && ahead[key] && !ran[key]
+	})
 }
 
 // budgetSpent returns the budgeted units taken in the hour before now, as
