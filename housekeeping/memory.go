@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -82,6 +83,9 @@ func (l *Loop) restore(ctx context.Context) {
 		if l.tornDown[t.UID] != nil {
 			continue // seen torn down by this run too: its own mark stands
 		}
+		if _, ok := l.dismissed[t.UID]; ok {
+			continue // this run dropped it: kubelet set up a pod of that UID again
+		}
 		mark := &tornDownMark{at: t.At, event: t.At, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}}
 		if t.Inspected {
 			mark.seen = make(map[string]bool, len(t.Seen))
@@ -92,13 +96,26 @@ func (l *Loop) restore(ctx context.Context) {
 		l.tornDown[t.UID] = mark
 	}
 	for _, sp := range s.Spent {
-		if !slices.ContainsFunc(l.spent, func(o spent) bool { return o.at.Equal(sp.At) && o.class == sp.Class && o.unit == sp.Unit }) {
-			l.spent = append(l.spent, spent{at: sp.At, class: sp.Class, unit: sp.Unit})
+		// A step dated after now was written under a clock since set back:
+		// it counts as taken now, for an hour, not until an hour after a
+		// date that may be years ahead.
+		at := sp.At
+		if at.After(now) {
+			at = now
+		}
+		if !slices.ContainsFunc(l.spent, func(o spent) bool { return o.at.Equal(at) && o.class == sp.Class && o.unit == sp.Unit }) {
+			l.spent = append(l.spent, spent{at: at, class: sp.Class, unit: sp.Unit})
 		}
 	}
 	hour := len(l.budgetSpent(now))
-	if now.Before(s.BudgetHeldUntil) && s.BudgetHeldUntil.After(l.budgetHeldUntil) {
-		l.budgetHeldUntil, l.budgetHeldWhy = s.BudgetHeldUntil, s.BudgetHeldWhy
+	held := s.BudgetHeldUntil
+	if limit := now.Add(budgetHold); held.After(limit) {
+		// A hold is for an hour (budgetHold): one reaching further was
+		// written under a clock since set back.
+		held = limit
+	}
+	if now.Before(held) && held.After(l.budgetHeldUntil) {
+		l.budgetHeldUntil, l.budgetHeldWhy = held, s.BudgetHeldWhy
 	}
 	if data, err := statefile.Encode(l.keep()); err == nil {
 		l.persisted = data
@@ -111,9 +128,11 @@ func (l *Loop) restore(ctx context.Context) {
 }
 
 // lockStateFile takes the state file's lock if this loop does not hold it
-// yet, and says whether it holds it now. When another plugin holds it,
-// stateHeldBy says so until the lock is taken; any other failure to lock
-// is left to the write, which fails the same way and is said.
+// yet, and says whether it holds it now. When another plugin holds it, or
+// the lock cannot be taken at all (its name is a directory or a symlink,
+// a file system without flock), stateHeldBy says so until the lock is
+// taken: a plugin that cannot lock cannot tell that it is alone, and two
+// plugins on one file would each take a whole budget.
 func (l *Loop) lockStateFile(ctx context.Context) bool {
 	if l.stateLock != nil {
 		return true
@@ -131,11 +150,19 @@ func (l *Loop) lockStateFile(ctx context.Context) bool {
 			"the state file is written again")
 		return false
 	case err != nil:
-		// Says nothing of another plugin: a hold it said stands.
+		l.stateHeldBy = fmt.Sprintf("cannot lock the state file %s: %v", l.opts.StateFile, err)
+		l.setDegraded(PartStateFile, true)
+		l.sayWhileItLasts("state-file", l.stateHeldBy, "cannot lock the state file, so another nri-housekeeper could take the same budget: "+
+			"this one holds every budgeted step and writes nothing until it can (it tries after every pass); check housekeeping.state_file and its directory",
+			"the state file is written again")
 		return false
 	}
 	if l.stateHeldBy != "" {
-		l.log.WithField("path", l.opts.StateFile).Info("took the state file over: the other nri-housekeeper let it go")
+		if strings.HasPrefix(l.stateHeldBy, "cannot lock") {
+			l.log.WithField("path", l.opts.StateFile).Info("locked the state file: budgeted steps are counted here again")
+		} else {
+			l.log.WithField("path", l.opts.StateFile).Info("took the state file over: the other nri-housekeeper let it go")
+		}
 	}
 	l.stateLock, l.stateHeldBy = lock, ""
 	return true
@@ -159,7 +186,7 @@ func (l *Loop) Close() error {
 // budgetHeld says why every budgeted step is held at now ("" when none is).
 func (l *Loop) budgetHeld(now time.Time) string {
 	if l.stateHeldBy != "" {
-		return l.stateHeldBy + "; the budgeted steps it takes are not counted here, so every budgeted step is held until this one can take the file"
+		return l.stateHeldBy + "; budgeted steps taken through another plugin would not be counted here, so every budgeted step is held until this one can take the file"
 	}
 	if now.Before(l.budgetHeldUntil) {
 		return l.budgetHeldWhy

@@ -1,0 +1,192 @@
+package housekeeping
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/statefile"
+)
+
+// TestTakingTheStateFileOverKeepsADismissedMarkDismissed: a torn-down mark
+// the running plugin dismissed on evidence of a re-add (kubelet made the pod
+// cgroup again) must not come back for the same teardown. When the plugin
+// is the second on a state file and takes the file over from the first,
+// the first plugin's mark for that UID must not be restored: without its
+// cgroup baseline, the re-made cgroup would become the baseline, and one
+// leak_grace later the pod kubelet is setting up would be reclaimed as
+// orphaned.
+func TestTakingTheStateFileOverKeepsADismissedMarkDismissed(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		removeOrphaned bool
+		emptyDir       bool
+	}{
+		{"remove_orphaned = true", true, false},
+		{"the defaults (remove_orphaned = false), a pod with an emptyDir", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { takeOverAfterAReAdd(t, tc.removeOrphaned, tc.emptyDir) })
+	}
+}
+
+func takeOverAfterAReAdd(t *testing.T, removeOrphaned, emptyDir bool) {
+	uid := testUID(901)
+	root := podDirs(t, uid) // the pod dir lingered after the teardown
+	if emptyDir {
+		if err := os.MkdirAll(filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~empty-dir", "data"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cg := fakeCgroups(t) // no pod cgroup left after the teardown
+	stateFile := filepath.Join(t.TempDir(), "state.json")
+	rt := &fakeRuntime{}
+	newLoop := func() (*Loop, *podDirRemover) {
+		policy := reviewPolicy(t.TempDir())
+		policy.LeakGrace, policy.RemoveOrphanedPodDirs = 5*time.Minute, removeOrphaned
+		files := &podDirRemover{root: root}
+		log, _ := testLogger()
+		l := New(recentlyTornDown(t, uid), rt, Options{Period: time.Minute, KubeletRoot: root, Cgroups: cg, StateFile: stateFile,
+			Executor:     executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+			Synchronized: func() bool { return true }, Policy: policy}, log)
+		l.started = now.Add(-time.Hour)
+		l.Restore(context.Background())
+		return l, files
+	}
+	first, _ := newLoop()
+	second, files := newLoop()
+	t.Cleanup(func() { _ = first.Close(); _ = second.Close() })
+	pass := func(l *Loop, at time.Duration) {
+		rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil) // kubelet's sandbox never starts
+		l.now = func() time.Time { return now.Add(at) }
+		l.Pass(context.Background())
+	}
+	pass(first, 0)                       // marks the pod, writes the file
+	pass(second, 0)                      // marks the pod too; held: writes nothing
+	makePodCgroup(t, cg.Mountpoint, uid) // the static pod is back: kubelet makes its pod cgroup first
+	pass(second, time.Minute)
+	if second.tornDown[uid] != nil {
+		t.Fatal("the second plugin kept the mark after the re-add: the test proves nothing")
+	}
+	if err := first.Close(); err != nil { // the first plugin goes (systemd unit stopped)
+		t.Fatal(err)
+	}
+	for at := 2 * time.Minute; at <= 10*time.Minute; at += time.Minute {
+		pass(second, at)
+		if len(files.done) > 0 {
+			t.Fatalf("at +%s, after taking the state file over, the plugin took node steps %v on a pod being set up again "+
+				"(mark dismissed at +1m, restored from the file: %v)", at, files.done, second.tornDown[uid] != nil)
+		}
+	}
+	if second.tornDown[uid] != nil {
+		t.Fatalf("the dismissed mark came back from the other plugin's state file")
+	}
+}
+
+// TestAStateFileThatCannotBeLockedHoldsTheBudget: "one plugin per state
+// file" rests on <file>.lock. When the lock cannot be taken for any reason
+// other than another holder (the lock's name is a directory or a symlink,
+// refused by O_NOFOLLOW; a file system without flock), a plugin cannot tell
+// it is alone: two plugins on the same file would each take a whole
+// max_per_hour. Each holds every budgeted step and says why.
+func TestAStateFileThatCannotBeLockedHoldsTheBudget(t *testing.T) {
+	const limit = 3
+	var live []string
+	for i := range 20 {
+		live = append(live, testUID(100+i))
+	}
+	root := podDirs(t, live...)
+	stateFile := filepath.Join(t.TempDir(), "state.json")
+	// Something other than a lock file at the lock's name.
+	if err := os.Mkdir(statefile.LockPath(stateFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := orphanStopConfig(t, root, stateFile)
+	cfg.Budget.MaxPerPass, cfg.Budget.MinPerPass, cfg.Budget.MaxFraction, cfg.Budget.MaxPerHour = 100, 100, 1, limit
+	rt := &fakeRuntime{}
+	plugin := func() (*Loop, *fakeExecutor, func() string) {
+		opts := OptionsFromConfig(cfg)
+		exec := &fakeExecutor{}
+		opts.Executor = exec
+		loop, logs := restartedLoop(nil, opts, rt, now)
+		return loop, exec, logs
+	}
+	first, firstExec, _ := plugin()
+	second, secondExec, secondLogs := plugin()
+	t.Cleanup(func() { _ = first.Close(); _ = second.Close() })
+	stoppedFirst, stoppedSecond := map[string]bool{}, map[string]bool{}
+	for pass := range 4 {
+		at := now.Add(time.Duration(pass) * 30 * time.Second)
+		stopped := map[string]bool{}
+		for id := range stoppedFirst {
+			stopped[id] = true
+		}
+		for id := range stoppedSecond {
+			stopped[id] = true
+		}
+		rt.set(orphanEveryPass(live, pass, at, stopped), nil)
+		for _, l := range []*Loop{first, second} {
+			l.now = func() time.Time { return at }
+		}
+		passNotingStops(first, firstExec, stoppedFirst)
+		passNotingStops(second, secondExec, stoppedSecond)
+	}
+	if _, err := os.Stat(stateFile); err != nil {
+		t.Logf("state file not written: %v", err)
+	}
+	if !strings.Contains(secondLogs(), "cannot lock the state file, so another") {
+		t.Errorf("the plugin does not say it cannot lock the state file: %q", stateLines(secondLogs()))
+	}
+	if total := len(stoppedFirst) + len(stoppedSecond); total > limit {
+		t.Fatalf("two plugins on one state file, whose lock neither could take, stopped %d live orphans (%d + %d) in two minutes; "+
+			"budget.max_per_hour is %d; first holds lock: %v, second holds lock: %v; said about the lock or state file: %q",
+			total, len(stoppedFirst), len(stoppedSecond), limit, first.stateLock != nil, second.stateLock != nil, stateLines(secondLogs()))
+	}
+}
+
+func stateLines(logs string) []string {
+	var out []string
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, "state file") || strings.Contains(l, "lock") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func writeStateFile(t *testing.T, s statefile.State) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "state.json")
+	data, err := statefile.Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := statefile.Write(context.Background(), path, data); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestRestoredTimesAheadOfTheClockLastAnHourAtMost: a hold restored from
+// the file lasts an hour at most, as the README promises ("every budgeted
+// step is held for an hour"), however far ahead the time written in it (a
+// clock since set back, a hand-edited budget_held_until); a budgeted step
+// dated in the future counts as taken at the restart, for an hour.
+func TestRestoredTimesAheadOfTheClockLastAnHourAtMost(t *testing.T) {
+	path := writeStateFile(t, statefile.State{
+		BudgetHeldUntil: now.Add(48 * time.Hour), BudgetHeldWhy: "the state file could not be read",
+		Spent: []statefile.Spent{{At: now.Add(6 * time.Hour), Class: "pod-dir", Unit: "pod-dir/x"}},
+	})
+	loop, _ := restartedLoop(nil, Options{StateFile: path}, &fakeRuntime{}, now)
+	t.Cleanup(func() { _ = loop.Close() })
+	later := now.Add(3 * time.Hour)
+	held := loop.budgetHeld(later)
+	spent := loop.budgetSpent(later)
+	if held != "" || spent["pod-dir/pod-dir/x"] {
+		t.Fatalf("3 hours after the restart: every budgeted step still held (%q), a step dated 6h ahead still counted (%v)", held, spent)
+	}
+}
