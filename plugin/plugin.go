@@ -73,8 +73,9 @@ type Plugin struct {
 
 	connections atomic.Uint64 // numbers each NRI connection
 	// current is the connection whose Configure came last; only its loss
-	// clears connected and synchronized. The mutex orders a Configure
-	// against an older connection's loss.
+	// clears connected and synchronized, and only its Synchronize sets
+	// synchronized. The mutex orders a Configure against an older
+	// connection's loss or Synchronize.
 	currentMu sync.Mutex
 	current   uint64
 }
@@ -99,6 +100,21 @@ func (p *Plugin) newConnection() *connection {
 // Configure is called once per connection, before Synchronize.
 func (c *connection) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
 	return c.configured(c.n, config, runtime, version)
+}
+
+// Synchronize records the runtime's state if the connection is still the
+// current one. One whose handler was still running when the connection
+// went (the stub does not wait for it) must not open the gate for the
+// next connection before that one's own Synchronize.
+func (c *connection) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	c.currentMu.Lock()
+	defer c.currentMu.Unlock()
+	if c.n != c.current {
+		c.log.say(logrus.DebugLevel, logrus.Fields{"connection": c.n, "current_connection": c.current}, nil,
+			"a Synchronize of an earlier NRI connection ended after the current one registered; ignored")
+		return nil, nil
+	}
+	return c.Plugin.Synchronize(ctx, pods, ctrs)
 }
 
 // lost is called when the connection is gone: by the stub's close

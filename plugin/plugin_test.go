@@ -601,3 +601,34 @@ func TestAConnectionClosedBeforeConfigureIsLeftBehind(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 }
+
+// TestALateSynchronizeOfALostConnectionLeavesTheGateClosed: a Synchronize
+// handler of connection 1 still running when containerd goes away (the
+// stub does not wait for it before the close callback) finishes after
+// connection 2 registered: it must not mark connection 2 synchronized
+// before its own Synchronize, with the NRI events of the gap missing.
+func TestALateSynchronizeOfALostConnectionLeavesTheGateClosed(t *testing.T) {
+	p, _, w := newTestPlugin()
+	c1 := p.newConnection()
+	if _, err := c1.Configure(context.Background(), "", "containerd", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	c1.lost() // containerd restarts while c1's Synchronize handler runs
+	c2 := p.newConnection()
+	if _, err := c2.Configure(context.Background(), "", "containerd", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c1.Synchronize(context.Background(), nil, nil); err != nil { // c1's handler returns now
+		t.Fatal(err)
+	}
+	if p.Synchronized() || w.resyncs.Load() != 0 {
+		t.Fatalf("synchronized %v, resyncs %d after connection 1's late Synchronize; want false, 0: connection 2 has not synchronized",
+			p.Synchronized(), w.resyncs.Load())
+	}
+	if _, err := c2.Synchronize(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Synchronized() {
+		t.Fatal("not synchronized after the current connection's Synchronize")
+	}
+}
