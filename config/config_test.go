@@ -137,6 +137,8 @@ var badConfigs = []struct {
 	{"relative_path_network_exec_root", "[network]\nexec_root = \"proc/1/root\"\n", "network.exec_root", 2, "must be an absolute path"},
 	{"cgroups_root_absolute", "[cgroups]\nroot = \"/kubepods\"\n", "cgroups.root", 2, "relative to cgroups.mountpoint"},
 	{"cgroups_root_empty", "[cgroups]\nroot = \"\"\n", "cgroups.root", 2, "invalid cgroup root"},
+	{"cgroups_root_slice_with_systemd", "[cgroups]\ndriver = \"systemd\"\nroot = \"kubepods.slice\"\n", "cgroups.root", 3, `without ".slice"`},
+	{"cgroups_root_underscore_with_systemd", "[cgroups]\ndriver = \"systemd\"\nroot = \"my_pods\"\n", "cgroups.root", 3, "contains '_'"},
 
 	// Metrics address.
 	{"metrics_address_no_port", "[metrics]\naddress = \"127.0.0.1\"\n", "metrics.address", 2, `invalid address "127.0.0.1" (expected host:port`},

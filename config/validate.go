@@ -91,6 +91,18 @@ func validate(p *problems, c Config) {
 	absPath(p, "cgroups.mountpoint", c.Cgroups.Mountpoint)
 	if root := c.Cgroups.Root; !cgroupRoot(root) {
 		p.add("cgroups.root", "invalid cgroup root %s (expected a path relative to cgroups.mountpoint, such as \"kubepods\", without . or .. elements)", quote(root))
+	} else if c.Cgroups.Driver == DriverSystemd {
+		// The systemd driver names the root's slices as kubelet's does
+		// (podcgroups.systemdComponents): said here, not at the first pass.
+		for _, part := range strings.Split(root, "/") {
+			switch {
+			case strings.HasSuffix(part, ".slice"):
+				p.add("cgroups.root", "with cgroups.driver = \"systemd\", give the root's names without \".slice\" (\"kubepods\", not \"kubepods.slice\"): "+
+					"the systemd driver adds it, as kubelet's does; got %s", quote(root))
+			case strings.Contains(part, "_"):
+				p.add("cgroups.root", "with cgroups.driver = \"systemd\", %s cannot be named: %q contains '_' (kubelet's systemd driver refuses it too)", quote(root), part)
+			}
+		}
 	}
 
 	absPath(p, "network.cache_dir", c.Network.CacheDir)

@@ -65,7 +65,11 @@ func (l *Loop) restore(ctx context.Context) {
 		l.budgetHeldWhy = fmt.Sprintf("the state file could not be read at %s, so the budgeted steps of the hour before are unknown: "+
 			"every budgeted step is held until %s", now.Format(time.RFC3339), l.budgetHeldUntil.Format(time.RFC3339))
 		fields := logrus.Fields{"path": path, "held_until": l.budgetHeldUntil.Format(time.RFC3339)}
-		if !l.opts.StateReadOnly {
+		if fi, lerr := os.Lstat(path); lerr == nil && !fi.Mode().IsRegular() {
+			// Not a file the plugin wrote (a directory such as the chart's
+			// stateDir, a symlink): it is not moved.
+			fields["left_in_place"] = fmt.Sprintf("it is not a regular file (mode %s): check housekeeping.state_file, which names the file, not its directory", fi.Mode().Type())
+		} else if !l.opts.StateReadOnly {
 			aside := path + ".unreadable"
 			if rerr := os.Rename(path, aside); rerr != nil {
 				// Written over by the next write: say so now.

@@ -190,3 +190,33 @@ func TestRestoredTimesAheadOfTheClockLastAnHourAtMost(t *testing.T) {
 		t.Fatalf("3 hours after the restart: every budgeted step still held (%q), a step dated 6h ahead still counted (%v)", held, spent)
 	}
 }
+
+// TestAStateFileThatIsADirectoryIsLeftInPlace: housekeeping.state_file set
+// to a directory (the chart's stateDir instead of the file in it) cannot be
+// read; it is not the plugin's to move aside as it moves an unreadable
+// file: it stays where it is, with what is in it, the log says to check
+// the key, and every budgeted step is held as for any unreadable file.
+func TestAStateFileThatIsADirectoryIsLeftInPlace(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nri-housekeeper")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	inside := filepath.Join(dir, "state.json")
+	if err := os.WriteFile(inside, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	loop, logs := restartedLoop(nil, Options{StateFile: dir}, &fakeRuntime{}, now)
+	t.Cleanup(func() { _ = loop.Close() })
+	if _, err := os.Stat(inside); err != nil {
+		t.Fatalf("the directory named by housekeeping.state_file was moved: %v", err)
+	}
+	if _, err := os.Lstat(dir + ".unreadable"); err == nil {
+		t.Fatalf("%s.unreadable exists: the directory was moved aside", dir)
+	}
+	if !strings.Contains(logs(), "check housekeeping.state_file") {
+		t.Fatalf("the log does not say to check housekeeping.state_file:\n%s", logs())
+	}
+	if loop.budgetHeld(now) == "" {
+		t.Fatal("budgeted steps are not held although the state file could not be read")
+	}
+}
