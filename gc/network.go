@@ -2,6 +2,7 @@ package gc
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/podnet"
@@ -86,6 +87,12 @@ func (p *planner) networkRules() {
 	netnsDeps := make(map[string][]string) // netns path → DEL keys of its unowned attachments
 	netnsOwner := make(map[string]string)  // netns path → the owner of an unowned attachment that ran in it
 	validNetns := make(map[string]bool)
+	netnsInUse := make(map[string]bool)
+	for _, ns := range n.Listing.Netns {
+		if ns.InUse {
+			netnsInUse[ns.Path] = true
+		}
+	}
 	for i := range n.Listing.Attachments {
 		a := &n.Listing.Attachments[i]
 		cacheOwners[cacheOwner{a.Network, a.ContainerID}] = true
@@ -100,8 +107,12 @@ func (p *planner) networkRules() {
 		case hold != "":
 			p.keep(object, PodRef{}, "%s", hold)
 			continue
-		case !directlyIn(a.NetNS, n.NetnsDir):
-			p.keep(object, PodRef{}, "it ran in netns %q, not one of containerd's (in %s): another runtime's attachment", a.NetNS, n.NetnsDir)
+		case !directlyIn(a.NetNS, n.NetnsDir) || !podnet.IsNetnsName(filepath.Base(a.NetNS)):
+			// CRI-O's default is the same dir, with names of its own.
+			p.keep(object, PodRef{}, "it ran in netns %q, not one containerd makes (cni-<uuid> in %s): another runtime's attachment", a.NetNS, n.NetnsDir)
+			continue
+		case netnsInUse[a.NetNS]:
+			p.keep(object, PodRef{}, "a thread is in its netns %s: something still runs there", a.NetNS)
 			continue
 		}
 		key := fmt.Sprintf("cni-attachment/%s/%s/%s", a.Network, a.ContainerID, a.IfName)
@@ -138,7 +149,7 @@ func (p *planner) networkRules() {
 			continue
 		}
 		p.leaks[LeakIPReservation]++
-		p.propose(Action{Kind: ReleaseIPReservation, Rule: RuleNetworkReservation, Key: "ip-reservation/" + r.Network + "/" + r.IP,
+		p.propose(Action{Kind: ReleaseIPReservation, Rule: RuleNetworkReservation, Key: "ip-reservation/" + r.Network + "/" + r.IP + "/" + r.Owner,
 			ContainerID: r.Owner, Path: r.Path, Reservation: r,
 			Reason: fmt.Sprintf("host-local reservation of %s on network %s for %s, which no sandbox or container knows and no CNI cache entry names",
 				r.IP, r.Network, short(r.Owner))})
@@ -175,7 +186,8 @@ func (p *planner) networkRules() {
 // sources in hand (in.Network.Records as read, possibly none): owners is
 // true when some attachment or reservation names an owner no source knows,
 // and netns lists the NetnsPaths that neither a sandbox record nor an
-// attachment of a known owner names, in Listing order. Only those are worth
+// attachment of a known owner names, and those an attachment of an unknown
+// owner ran in, in Listing order. Only those are worth
 // reading more about: containerd's records (the sandbox store's full
 // records), and for a namespace whether it is mounted and whether a thread
 // is in it (the mount table and every thread on the node). The rules then
@@ -190,10 +202,16 @@ func NetworkSuspects(in Input) (owners bool, netns []string) {
 	p := &planner{in: in}
 	valid := p.validOwners()
 	explained := make(map[string]bool, len(n.Listing.Attachments)+len(n.Records.Sandboxes))
+	// The namespace of an attachment no source knows: a thread in it
+	// keeps the attachment, whoever else names the namespace.
+	unowned := make(map[string]bool)
 	for _, a := range n.Listing.Attachments {
 		switch {
 		case !valid[a.ContainerID]:
 			owners = true
+			if a.NetNS != "" {
+				unowned[a.NetNS] = true
+			}
 		case a.NetNS != "":
 			explained[a.NetNS] = true
 		}
@@ -209,7 +227,7 @@ func NetworkSuspects(in Input) (owners bool, netns []string) {
 		}
 	}
 	for _, path := range n.Listing.NetnsPaths {
-		if !explained[path] {
+		if !explained[path] || unowned[path] {
 			netns = append(netns, path)
 		}
 	}

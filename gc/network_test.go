@@ -1,6 +1,8 @@
 package gc
 
 import (
+	"fmt"
+	"hash/fnv"
 	"reflect"
 	"slices"
 	"sort"
@@ -23,6 +25,13 @@ func reservation(owner, ip string) podnet.Reservation {
 	return podnet.Reservation{Network: "pods", IP: ip, Path: "/var/lib/cni/networks/pods/" + ip, Owner: owner, IfName: "eth0"}
 }
 
+// cniName is a name as containerd gives a netns (cni-<uuid>), made from s.
+func cniName(s string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return fmt.Sprintf("cni-%08x-0000-4000-8000-%012x", h.Sum32(), len(s))
+}
+
 func netns(name string, inUse bool) podnet.Netns {
 	return podnet.Netns{Path: netnsDir + "/" + name, Inode: 4026532000, InUse: inUse}
 }
@@ -36,11 +45,11 @@ func records() cri.Records {
 func networkInput() Input {
 	in := Input{Now: now, Policy: policy(), Oracle: present("a"), Sandboxes: []cri.Sandbox{sb("s1", "a", true, time.Hour)}}
 	recs := records()
-	recs.Sandboxes["s1"] = cri.SandboxRecord{Namespace: "k8s.io", NetNSPath: netnsDir + "/cni-live"}
+	recs.Sandboxes["s1"] = cri.SandboxRecord{Namespace: "k8s.io", NetNSPath: netnsDir + "/" + cniName("live")}
 	in.Network = &NetworkInput{Records: recs, NetnsDir: netnsDir, Listing: podnet.Listing{
-		Attachments:  []podnet.Attachment{attachment("s1", netnsDir+"/cni-live")},
+		Attachments:  []podnet.Attachment{attachment("s1", netnsDir+"/"+cniName("live"))},
 		Reservations: []podnet.Reservation{reservation("s1", "10.0.0.2")},
-		Netns:        []podnet.Netns{netns("cni-live", true)},
+		Netns:        []podnet.Netns{netns(cniName("live"), true)},
 	}}
 	return in
 }
@@ -59,7 +68,7 @@ func networkSteps(r Result) []string {
 }
 
 func TestNetworkRules(t *testing.T) {
-	gone := attachment("gone1", netnsDir+"/cni-leak")
+	gone := attachment("gone1", netnsDir+"/"+cniName("leak"))
 	for _, tc := range []struct {
 		name string
 		edit func(in *Input)
@@ -104,14 +113,14 @@ func TestNetworkRules(t *testing.T) {
 			in.Unreadable = []cri.Malformed{{Kind: "sandbox", Reason: "no ID"}}
 			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, gone)
 			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("gone2", "10.0.0.3"))
-			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns("cni-leak", false))
+			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns(cniName("leak"), false))
 		}},
 		{name: "a reservation whose owner has a cache entry goes with its DEL, not by hand", edit: func(in *Input) {
 			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, gone)
 			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("gone1", "10.0.0.3"))
 		}, want: []string{"remove-cni-attachment " + gone.CacheFile}},
 		{name: "a cache entry on another network does not release a reservation", edit: func(in *Input) {
-			lo := attachment("gone2", netnsDir+"/cni-leak")
+			lo := attachment("gone2", netnsDir+"/"+cniName("leak"))
 			lo.Network, lo.IfName, lo.CacheFile = "cni-loopback", "lo", "/var/lib/cni/results/cni-loopback-gone2-lo"
 			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, lo)
 			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("gone2", "10.0.0.3"))
@@ -129,10 +138,10 @@ func TestNetworkRules(t *testing.T) {
 		}},
 		{name: "a netns nothing names and no process is in is removed after its attachment's DEL", edit: func(in *Input) {
 			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, gone)
-			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns("cni-leak", false))
-		}, want: []string{"remove-cni-attachment " + gone.CacheFile, "remove-netns cni-leak"}},
+			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns(cniName("leak"), false))
+		}, want: []string{"remove-cni-attachment " + gone.CacheFile, "remove-netns " + cniName("leak")}},
 		{name: "a netns a process is in stays", edit: func(in *Input) {
-			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns("cni-busy", true))
+			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns(cniName("busy"), true))
 		}},
 		{name: "a netns a sandbox record names stays, process or not", edit: func(in *Input) {
 			in.Network.Listing.Netns[0].InUse = false
@@ -143,7 +152,7 @@ func TestNetworkRules(t *testing.T) {
 		}},
 		{name: "no netns is removed while a sandbox record cannot be read", edit: func(in *Input) {
 			in.Network.Records.Unreadable = []string{"sandbox s9: bad metadata"}
-			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns("cni-leak", false))
+			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns(cniName("leak"), false))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,7 +172,7 @@ func TestNetworkStepsWaitForLeakGraceAndTheBudget(t *testing.T) {
 	in := networkInput()
 	in.Policy.LeakGrace = 5 * time.Minute
 	for _, id := range []string{"g1", "g2", "g3", "g4", "g5"} {
-		in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment(id, netnsDir+"/cni-"+id))
+		in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment(id, netnsDir+"/"+cniName(id)))
 	}
 	r := Plan(in)
 	if len(r.Actions) != 0 || len(r.Deferred) != 5 || r.Leaks[LeakCNIAttachment] != 5 {
@@ -186,15 +195,15 @@ func TestNetworkStepsWaitForLeakGraceAndTheBudget(t *testing.T) {
 func TestALeakedSandboxIsOneUnitOfTheNetworkBudget(t *testing.T) {
 	in := networkInput()
 	for _, id := range []string{"g1", "g2"} {
-		ns := netnsDir + "/cni-" + id
+		ns := netnsDir + "/" + cniName(id)
 		lo := attachment(id, ns)
 		lo.Network, lo.IfName, lo.CacheFile = "cni-loopback", "lo", "/var/lib/cni/results/cni-loopback-"+id+"-lo"
 		in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment(id, ns), lo)
-		in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns("cni-"+id, false))
+		in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns(cniName(id), false))
 	}
 	r := Plan(in) // grace 0, budget one unit a pass (1 Ready sandbox)
 	same(t, "due", networkSteps(Result{Actions: r.Actions}), []string{
-		"remove-cni-attachment /var/lib/cni/results/cni-loopback-g1-lo", "remove-cni-attachment /var/lib/cni/results/pods-g1-eth0", "remove-netns cni-g1"})
+		"remove-cni-attachment /var/lib/cni/results/cni-loopback-g1-lo", "remove-cni-attachment /var/lib/cni/results/pods-g1-eth0", "remove-netns " + cniName("g1")})
 	for _, d := range r.Deferred {
 		if d.ContainerID != "g2" || !d.Throttled {
 			t.Fatalf("deferred %s (%s), want only g2's steps, throttled", d.Key, d.Why())
@@ -294,27 +303,27 @@ func TestAHealthyNodesNetworkNeedsNoRecordsAndNoNamespaceDetails(t *testing.T) {
 	}{
 		{name: "a listed sandbox's attachment, reservation and netns explain themselves", edit: func(*Input) {}},
 		{name: "an attachment no listing knows makes its owner a suspect", edit: func(in *Input) {
-			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", netnsDir+"/cni-leak"))
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", netnsDir+"/"+cniName("leak")))
 		}, owners: true},
 		{name: "a reservation no listing knows makes its owner a suspect", edit: func(in *Input) {
 			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("gone2", "10.0.0.3"))
 		}, owners: true},
 		{name: "a netns no attachment of a known owner names is a suspect", edit: func(in *Input) {
-			in.Network.Listing.NetnsPaths = append(in.Network.Listing.NetnsPaths, netnsDir+"/cni-leak")
-		}, netns: []string{netnsDir + "/cni-leak"}},
+			in.Network.Listing.NetnsPaths = append(in.Network.Listing.NetnsPaths, netnsDir+"/"+cniName("leak"))
+		}, netns: []string{netnsDir + "/" + cniName("leak")}},
 		{name: "a netns only a sandbox record names is explained once records are read", edit: func(in *Input) {
 			in.Network.Listing.Attachments = nil
 			in.Network.Listing.Reservations = nil
-		}, netns: []string{netnsDir + "/cni-live"}, recordsRead: true},
+		}, netns: []string{netnsDir + "/" + cniName("live")}, recordsRead: true},
 		{name: "an attachment of an unreadable listed entry is no suspect", edit: func(in *Input) {
 			in.Unreadable = []cri.Malformed{{Kind: "sandbox", ID: "s5", Reason: "no metadata"}}
-			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("s5", netnsDir+"/cni-s5"))
-			in.Network.Listing.NetnsPaths = append(in.Network.Listing.NetnsPaths, netnsDir+"/cni-s5")
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("s5", netnsDir+"/"+cniName("s5")))
+			in.Network.Listing.NetnsPaths = append(in.Network.Listing.NetnsPaths, netnsDir+"/"+cniName("s5"))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := networkInput()
-			in.Network.Listing.NetnsPaths = []string{netnsDir + "/cni-live"}
+			in.Network.Listing.NetnsPaths = []string{netnsDir + "/" + cniName("live")}
 			tc.edit(&in)
 			records := in.Network.Records
 			in.Network.Records = cri.Records{}

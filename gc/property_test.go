@@ -206,7 +206,7 @@ func randomNetwork(rng *rand.Rand, in Input) *NetworkInput {
 	}
 	for i := range rng.Intn(3) {
 		id := fmt.Sprintf("record%d", i)
-		n.Records.Sandboxes[id] = cri.SandboxRecord{Namespace: "k8s.io", NetNSPath: fmt.Sprintf("/run/netns/cni-r%d", i)}
+		n.Records.Sandboxes[id] = cri.SandboxRecord{Namespace: "k8s.io", NetNSPath: fmt.Sprintf("/run/netns/cni-%08d-0000-4000-8000-000000000001", i)}
 		owners = append(owners, id)
 	}
 	for i := range rng.Intn(3) {
@@ -224,7 +224,7 @@ func randomNetwork(rng *rand.Rand, in Input) *NetworkInput {
 		case 1:
 			return "/proc/42/ns/net" // another runtime's
 		}
-		return fmt.Sprintf("/run/netns/cni-%d", rng.Intn(6))
+		return fmt.Sprintf("/run/netns/cni-%08d-0000-4000-8000-000000000000", rng.Intn(6))
 	}
 	ip := 0
 	for _, owner := range owners {
@@ -249,10 +249,10 @@ func randomNetwork(rng *rand.Rand, in Input) *NetworkInput {
 		n.Listing.Unreadable = append(n.Listing.Unreadable, podnet.Unreadable{Kind: "cni-attachment", Path: "/var/lib/cni/results/garbled"})
 	}
 	for i := range 6 {
-		n.Listing.Netns = append(n.Listing.Netns, podnet.Netns{Path: fmt.Sprintf("/run/netns/cni-%d", i), Inode: uint64(4026530000 + i), InUse: rng.Intn(3) == 0})
+		n.Listing.Netns = append(n.Listing.Netns, podnet.Netns{Path: fmt.Sprintf("/run/netns/cni-%08d-0000-4000-8000-000000000000", i), Inode: uint64(4026530000 + i), InUse: rng.Intn(3) == 0})
 	}
 	for i := range 3 {
-		n.Listing.Netns = append(n.Listing.Netns, podnet.Netns{Path: fmt.Sprintf("/run/netns/cni-r%d", i), Inode: uint64(4026531000 + i)})
+		n.Listing.Netns = append(n.Listing.Netns, podnet.Netns{Path: fmt.Sprintf("/run/netns/cni-%08d-0000-4000-8000-000000000001", i), Inode: uint64(4026531000 + i)})
 	}
 	return n
 }
