@@ -23,7 +23,14 @@ import (
 // the image's dirs, not the node's.
 const NodePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// rootedExec runs CNI plugins chrooted into root (network.exec_root), the
+// rootedExec runs CNI plugins, each in a process group of its own that is
+// killed whole when the DEL's time runs out: a plugin that waits in a child
+// holding its stdout (a shell-script plugin running iptables -w, curl)
+// would otherwise hold the DEL, and the pass, for as long as that child
+// lives. libcni's RawExec kills the plugin alone and waits for its pipes.
+//
+// With root "" a plugin runs in this process's root, as libcni runs it.
+// Otherwise it runs chrooted into root (network.exec_root), the
 // node's root when the plugin runs in a pod ("/proc/1/root" with hostPID).
 // A plugin then finds what it finds when containerd runs it: the node's
 // iptables or nft (portmap's and bridge's DEL), their libraries, the
@@ -48,28 +55,43 @@ func (e *rootedExec) FindInPath(plugin string, paths []string) (string, error) {
 // a second apart, as libcni's RawExec does.
 const textFileBusyRetries = 5
 
-// ExecPlugin runs pluginPath in root, in root's "/", with environ's PATH
-// replaced by NodePath, and returns its stdout. A failure is the plugin's
-// CNI error when it printed one, as libcni's RawExec returns it.
+// pluginWaitDelay bounds the wait for a killed plugin's pipes: a child that
+// left its process group could hold them open.
+const pluginWaitDelay = 2 * time.Second
+
+// ExecPlugin runs pluginPath and returns its stdout: in root, in root's
+// "/", with environ's PATH replaced by NodePath, when root is set. A
+// failure is the plugin's CNI error when it printed one, as libcni's
+// RawExec returns it.
 func (e *rootedExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []byte, environ []string) ([]byte, error) {
-	env := make([]string, 0, len(environ)+1)
-	for _, kv := range environ {
-		if !strings.HasPrefix(kv, "PATH=") {
-			env = append(env, kv)
+	env := environ
+	if e.root != "" {
+		env = make([]string, 0, len(environ)+1)
+		for _, kv := range environ {
+			if !strings.HasPrefix(kv, "PATH=") {
+				env = append(env, kv)
+			}
 		}
+		env = append(env, "PATH="+NodePath)
 	}
-	env = append(env, "PATH="+NodePath)
 	for try := 0; ; try++ {
-		if err := sameInRoot(e.root, pluginPath); err != nil {
-			// Not a RefusedError: the chain's plugins after this one
-			// (in DEL order) may already have run.
-			return nil, fmt.Errorf("not run: %v", err)
+		if e.root != "" {
+			if err := sameInRoot(e.root, pluginPath); err != nil {
+				// Not a RefusedError: the chain's plugins after this one
+				// (in DEL order) may already have run.
+				return nil, fmt.Errorf("not run: %v", err)
+			}
 		}
 		var stdout, stderr bytes.Buffer
 		c := exec.CommandContext(ctx, pluginPath)
 		c.Env = env
-		c.Dir = "/" // in root: the chroot is done before the chdir
-		c.SysProcAttr = &syscall.SysProcAttr{Chroot: e.root}
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if e.root != "" {
+			c.Dir = "/" // in root: the chroot is done before the chdir
+			c.SysProcAttr.Chroot = e.root
+		}
+		c.Cancel = func() error { return unix.Kill(-c.Process.Pid, unix.SIGKILL) }
+		c.WaitDelay = pluginWaitDelay
 		c.Stdin = bytes.NewReader(stdinData)
 		c.Stdout, c.Stderr = &stdout, &stderr
 		err := c.Run()
@@ -85,7 +107,7 @@ func (e *rootedExec) ExecPlugin(ctx context.Context, pluginPath string, stdinDat
 			continue
 		}
 		var exit *exec.ExitError
-		if !errors.As(err, &exit) {
+		if !errors.As(err, &exit) && e.root != "" {
 			// The chroot or the exec failed: the plugin never ran.
 			return nil, fmt.Errorf("running %s in network.exec_root %s: %w", pluginPath, e.root, err)
 		}

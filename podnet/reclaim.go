@@ -15,7 +15,6 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
-	"github.com/containernetworking/cni/pkg/version"
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
@@ -73,12 +72,10 @@ const StepTimeout = time.Minute
 // (network.exec_root; see rootedExec); the plugins, and the namespace
 // they are given, must be the same files there as here.
 func NewReclaimer(cfg Config, cacheDir, execRoot string) *Reclaimer {
-	// An explicit exec, the same as libcni's default: libcni sets its
-	// default lazily on first use, which races between goroutines.
-	var exec invoke.Exec = &invoke.DefaultExec{RawExec: &invoke.RawExec{}, PluginDecoder: version.PluginDecoder{}}
-	if execRoot != "" {
-		exec = &rootedExec{root: execRoot}
-	}
+	// An explicit exec: libcni sets its default lazily on first use,
+	// which races between goroutines, and its RawExec does not kill a
+	// plugin's children (see rootedExec).
+	exec := &rootedExec{root: execRoot}
 	return &Reclaimer{cfg: cfg, cacheDir: cacheDir, cni: libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cacheDir, exec),
 		execRoot: execRoot, stepTimeout: StepTimeout}
 }
