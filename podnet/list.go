@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -41,6 +42,10 @@ type Attachment struct {
 	CapabilityArgs map[string]interface{}
 	// ModTime is the cache file's modification time: when the ADD finished.
 	ModTime time.Time
+	// IPs are the addresses in the cached ADD result (CNI 0.3 and later:
+	// "ips"), without their prefix length, as host-local names its
+	// reservation files. A DEL passes that result on as prevResult.
+	IPs []string
 }
 
 // Arg returns the value of the CNI_ARGS key in a.CniArgs, "" when absent.
@@ -289,7 +294,28 @@ func parseCacheEntry(path, name string, data []byte, info fs.FileInfo) (a Attach
 		CniArgs:        e.CniArgs,
 		CapabilityArgs: e.CapabilityArgs,
 		ModTime:        info.ModTime(),
+		IPs:            resultIPs(e.RawResult),
 	}, ""
+}
+
+// resultIPs are the addresses of a cached CNI result's "ips" (0.3 and
+// later), as net.IP writes them; what does not parse is left out.
+func resultIPs(raw json.RawMessage) []string {
+	var r struct {
+		IPs []struct {
+			Address string `json:"address"`
+		} `json:"ips"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &r) != nil {
+		return nil
+	}
+	var ips []string
+	for _, ip := range r.IPs {
+		if addr, _, err := net.ParseCIDR(ip.Address); err == nil {
+			ips = append(ips, addr.String())
+		}
+	}
+	return ips
 }
 
 // listAttachments reads the cache entries of cfg's networks, each through c

@@ -149,7 +149,9 @@ func (r *Reclaimer) network(path, name string) (Network, error) {
 //   - a.CacheFile is libcni's cache entry for a (else RefusedError);
 //   - the entry, read again, is gone (nil: a DEL by someone else won the
 //     race) or holds exactly what was listed: namespace path, CNI_ARGS and
-//     capability args (else RefusedError).
+//     capability args (else RefusedError);
+//   - no address of its cached result is reserved by another container on
+//     the network's host-local dir (else RefusedError; see ipsStillItsOwn).
 //
 // It never sends the CNI GC verb: the spec forbids GC while ADD or DEL may
 // run on the network, and containerd's ADDs cannot be stopped; a DEL of one
@@ -178,6 +180,9 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 	}
 	if d := attachmentChange(a, cur); d != "" {
 		return refuse(path, "the cache entry changed since it was listed: %s", d)
+	}
+	if err := ipsStillItsOwn(n, cur); err != nil {
+		return refuse(path, "%v", err)
 	}
 	netns, err := netnsForDel(cur.NetNS)
 	if err != nil {
@@ -208,6 +213,34 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 	// libcni ignores a failure to remove the entry.
 	if _, err := os.Lstat(path); err == nil {
 		return fmt.Errorf("CNI DEL of %s succeeded, but libcni left the cache entry", path)
+	}
+	return nil
+}
+
+// ipsStillItsOwn checks that no address of a's cached result is reserved
+// by another container on the network's host-local dir now. The DEL passes
+// that result on as prevResult, and some plugins act by its addresses (the
+// reference firewall plugin removes the rules of every IP in it): a
+// teardown that got past IPAM and then failed frees the IP while libcni
+// keeps the entry, and host-local may have given it to a new pod since.
+// Read without host-local's lock (its own DEL takes it): a reservation
+// made in the moment after is not seen.
+func ipsStillItsOwn(n Network, a Attachment) error {
+	if n.HostLocalDir == "" {
+		return nil
+	}
+	for _, ip := range a.IPs {
+		res, reason, err := readReservation(n.Name, filepath.Join(n.HostLocalDir, ip))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return fmt.Errorf("cannot tell who holds %s, an address of its cached result, now: %w", ip, err)
+		case reason != "" && res.Owner == "":
+			return fmt.Errorf("cannot tell who holds %s, an address of its cached result, now: %s: %s", ip, res.Path, reason)
+		case res.Owner != a.ContainerID:
+			return fmt.Errorf("%s, an address of its cached result, is reserved by %s now: the DEL would act on another pod's address", ip, res.Owner)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,44 @@
+package podnet
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestNoDELActsOnAnAddressAnotherContainerHoldsNow: a leaked attachment of
+// A whose IP (10.22.0.5, in its cached result) host-local has since
+// reserved for another container B (a teardown that got past IPAM and then
+// died frees the IP while libcni keeps the cache entry). The DEL would pass
+// A's cached result on as prevResult, and plugins that act by its IPs (the
+// reference firewall plugin removes the CNI-FORWARD rules of every IP in
+// it) would act on B's address: it is refused, and no plugin runs.
+func TestNoDELActsOnAnAddressAnotherContainerHoldsNow(t *testing.T) {
+	ctx := context.Background()
+	a, b := containerID(51), containerID(52)
+	n := newNode(t)
+	cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+	n.add(t, cfg, "pods", a, "/var/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a3b")
+	att := onlyAttachment(t, cfg, n, a)
+	net, _ := cfg.Network("pods")
+	// The fake plugin's ADD result is 10.22.0.5; host-local now has it for B.
+	writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.5"), b+"\r\neth0")
+	before := len(n.pluginCalls(t))
+	err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att)
+	calls := n.pluginCalls(t)[before:]
+	t.Logf("DeleteAttachment: %v; plugin calls:\n%s", err, strings.Join(calls, "\n"))
+	if len(calls) > 0 {
+		t.Fatalf("CNI DEL of %s ran with prevResult IP 10.22.0.5, which host-local reserves for %s now", a[56:], b[56:])
+	}
+	var refused *RefusedError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "10.22.0.5") || !strings.Contains(err.Error(), b) {
+		t.Fatalf("DeleteAttachment = %v; want a refusal naming 10.22.0.5 and %s", err, b)
+	}
+	// Its own again: the DEL runs.
+	writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.5"), a+"\r\neth0")
+	if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att); err != nil {
+		t.Fatalf("DeleteAttachment with the address still its own: %v", err)
+	}
+}
