@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -162,6 +163,9 @@ func (n *Network) use(st cri.NetworkStatus, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("containerd's CNI configuration: %w", err)
 	}
+	if err := sameNetnsDir(n.opts.NetnsDir, st.NetnsDir); err != nil {
+		return err
+	}
 	// A network that sets disableGC asks runtimes not to garbage-collect
 	// it (CNI spec 1.1: its configuration may be shared with another
 	// runtime): its attachments and reservations are not even looked at.
@@ -180,6 +184,27 @@ func (n *Network) use(st cri.NetworkStatus, now time.Time) error {
 	n.mu.Lock()
 	n.reclaimer = r
 	n.mu.Unlock()
+	return nil
+}
+
+// sameNetnsDir checks that network.netns_dir, when set, is the netns dir
+// containerd reports, however spelt (/var/run/netns and /run/netns are one
+// dir where /var/run links to /run). Another dir would make containerd's
+// records name no namespace listed, and the namespace of a sandbox whose
+// ADD is still running would look unused.
+func sameNetnsDir(configured, reported string) error {
+	if configured == "" || reported == "" {
+		return nil
+	}
+	resolve := func(p string) string {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r
+		}
+		return filepath.Clean(p)
+	}
+	if resolve(configured) != resolve(reported) {
+		return fmt.Errorf("network.netns_dir %s is not the netns dir containerd reports, %s: set it to that dir as mounted here, or to \"\" to use containerd's", configured, reported)
+	}
 	return nil
 }
 

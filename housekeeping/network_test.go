@@ -390,3 +390,27 @@ func TestContainerdsCNIConfigIsReadAgainWhenDueOrSomethingIsSuspect(t *testing.T
 	pass("a conf-dir configuration", StatusEvery, 1)
 	pass("a conf-dir configuration is not used again", time.Minute, 1)
 }
+
+// TestANetnsDirThatIsNotContainerdsLeavesTheNetworkOut: network.netns_dir
+// set to another dir than the one containerd reports would make
+// containerd's records name no namespace listed: the network side is left
+// out of the plan, and the reason names the key. The same dir by another
+// path (a symlink, as /var/run to /run) is containerd's.
+func TestANetnsDirThatIsNotContainerdsLeavesTheNetworkOut(t *testing.T) {
+	reported := t.TempDir()
+	alias := filepath.Join(t.TempDir(), "alias")
+	if err := os.Symlink(reported, alias); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		configured string
+		wantErr    bool
+	}{{"", false}, {reported, false}, {alias, false}, {t.TempDir(), true}} {
+		n := NewNetwork(&fakeContainerd{netnsDir: reported}, NetworkOptions{CacheDir: t.TempDir(), ConfDir: newNetNode(t).confDir,
+			BinDir: "/nonexistent", NetnsDir: tc.configured})
+		_, err := n.list(context.Background(), now)
+		if (err != nil) != tc.wantErr || (err != nil && !strings.Contains(err.Error(), "network.netns_dir")) {
+			t.Errorf("network.netns_dir %q, containerd's %s: %v; want an error naming the key: %v", tc.configured, reported, err, tc.wantErr)
+		}
+	}
+}
