@@ -39,10 +39,7 @@ func (k killingExecutor) Forget(p map[string]time.Time) { k.inner.Forget(p) }
 // starts a fresh hour of budget").
 func TestAKillDuringAPassKeepsItsBudgetedSteps(t *testing.T) {
 	const limit = 20
-	var live []string
-	for i := range 12 {
-		live = append(live, testUID(600+i))
-	}
+	live := testUIDs(600, 12)
 	root := podDirs(t, live...)
 	cfg := orphanStopConfig(t, root, filepath.Join(t.TempDir(), "state.json"))
 	cfg.Budget.MaxPerPass, cfg.Budget.MinPerPass, cfg.Budget.MaxFraction, cfg.Budget.MaxPerHour = 100, 100, 1, limit

@@ -307,12 +307,9 @@ func TestAStateFileThatCannotBeWrittenIsSaidWhileItLasts(t *testing.T) {
 // hour they were taken in still counts.
 func TestASecondPluginOnTheSameStateFileTakesNoBudgetedStep(t *testing.T) {
 	const limit = 3
-	var live []string
 	// Enough live pods that the orphans (one more a pass) stay few enough
 	// for the pod oracle to be trusted.
-	for i := range 20 {
-		live = append(live, testUID(100+i))
-	}
+	live := testUIDs(100, 20)
 	root := podDirs(t, live...)
 	stateFile := filepath.Join(t.TempDir(), "state.json")
 	cfg := orphanStopConfig(t, root, stateFile)

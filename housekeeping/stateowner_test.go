@@ -95,10 +95,7 @@ func takeOverAfterAReAdd(t *testing.T, removeOrphaned, emptyDir bool) {
 // max_per_hour. Each holds every budgeted step and says why.
 func TestAStateFileThatCannotBeLockedHoldsTheBudget(t *testing.T) {
 	const limit = 3
-	var live []string
-	for i := range 20 {
-		live = append(live, testUID(100+i))
-	}
+	live := testUIDs(100, 20)
 	root := podDirs(t, live...)
 	stateFile := filepath.Join(t.TempDir(), "state.json")
 	// Something other than a lock file at the lock's name.

@@ -28,6 +28,15 @@ import (
 // testUID makes a pod UID in kubelet's format (nodefs only looks at those).
 func testUID(n int) string { return fmt.Sprintf("%08d-0000-4000-8000-000000000000", n) }
 
+// testUIDs are n test UIDs from testUID(from) on.
+func testUIDs(from, n int) []string {
+	uids := make([]string, n)
+	for i := range uids {
+		uids[i] = testUID(from + i)
+	}
+	return uids
+}
+
 func ident(uid string) podstate.PodIdentity {
 	return podstate.PodIdentity{UID: uid, Namespace: "ns", Name: "p-" + uid}
 }
