@@ -127,3 +127,25 @@ func TestAPodDirIsExpectedBackOnceAnyRunSawItTornDown(t *testing.T) {
 		}
 	}
 }
+
+// TestAnObjectGoneWithNoActionLoggedIsTimedByTheListings: a plugin run
+// killed right after a step, before it logged it, leaves an object gone
+// with no action logged. Its time is the first complete listing after the
+// last one that showed it, not the settle's first look; an object listed
+// to the end, or never listed, is left to the settle.
+func TestAnObjectGoneWithNoActionLoggedIsTimedByTheListings(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 17, 8, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	lt := &listedTimes{last: map[string]time.Time{"gone": at(2), "back": at(4), "still": at(5)},
+		polls: []time.Time{at(1), at(2), at(3), at(4), at(5)}}
+	gone, back, still, never, path := &leakObj{id: "gone"}, &leakObj{id: "back"}, &leakObj{id: "still"}, &leakObj{id: "never"}, &leakObj{}
+	lt.markGone([]*leakObj{gone, back, still, never, path})
+	if !gone.goneAt.Equal(at(3)) || !back.goneAt.Equal(at(5)) {
+		t.Fatalf("gone at %v and %v; want the first listings without them, %v and %v", gone.goneAt, back.goneAt, at(3), at(5))
+	}
+	for _, o := range []*leakObj{still, never, path} {
+		if !o.goneAt.IsZero() {
+			t.Fatalf("%q: gone at %v; want it left to the settle", o.id, o.goneAt)
+		}
+	}
+}

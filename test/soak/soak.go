@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -282,6 +283,12 @@ func Run(ctx context.Context, cfg Config) (s Summary, err error) {
 			}
 		}
 	})
+	// When each sandbox and container was last listed, from a CRI listing
+	// every second: a step of a plugin run killed before it logged the
+	// step leaves an object gone with no action logged, and only this
+	// says when it went (the settle's own look comes later).
+	listed := &listedTimes{last: map[string]time.Time{}}
+	samplerWG.Go(func() { listed.poll(samplerCtx, l) })
 	var wg sync.WaitGroup
 	wg.Go(func() { driver.Run(ctx, start) })
 	wg.Go(func() { inj.Run(ctx, start, plan.Faults) })
@@ -312,6 +319,7 @@ func Run(ctx context.Context, cfg Config) (s Summary, err error) {
 		settleFrom = lastLeak
 	}
 	leaks := leakObjects(truth)
+	listed.markGone(leaks)
 	logf("chaos done at %s; settling: %d leaked objects to be reclaimed (last fault ended %s, last leak made %s)",
 		time.Since(start).Round(time.Second), len(leaks), stamp(lastFault), stamp(lastLeak))
 	hard := settleFrom.Add(3*(Grace+Period) + Period + reclaimSlack + 10*time.Second)
@@ -469,6 +477,61 @@ func leakObjects(tr *Truth) []*leakObj {
 		}
 	}
 	return out
+}
+
+// listedTimes is when each sandbox and container was last seen in a
+// complete CRI listing, and when the complete listings were taken.
+type listedTimes struct {
+	mu    sync.Mutex
+	last  map[string]time.Time
+	polls []time.Time
+}
+
+// poll lists every second until ctx ends; a listing that fails (containerd
+// paused or restarting) says nothing.
+func (t *listedTimes) poll(ctx context.Context, l *lab.Lab) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		at := time.Now()
+		sbs, err1 := l.Runtime().ListPodSandbox(lctx, &runtimeapi.ListPodSandboxRequest{})
+		ctrs, err2 := l.Runtime().ListContainers(lctx, &runtimeapi.ListContainersRequest{})
+		cancel()
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		t.mu.Lock()
+		for _, sb := range sbs.Items {
+			t.last[sb.Id] = at
+		}
+		for _, c := range ctrs.Containers {
+			t.last[c.Id] = at
+		}
+		t.polls = append(t.polls, at)
+		t.mu.Unlock()
+	}
+}
+
+// markGone sets the time a listed object was first missing from a
+// listing after it was last seen: an upper bound on when it went.
+func (t *listedTimes) markGone(leaks []*leakObj) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, o := range leaks {
+		last, seen := t.last[o.id]
+		if o.id == "" || !seen {
+			continue
+		}
+		if i, _ := slices.BinarySearchFunc(t.polls, last, func(p, at time.Time) int { return p.Compare(at) }); i+1 < len(t.polls) {
+			o.goneAt = t.polls[i+1]
+		}
+	}
 }
 
 // observeGone marks the objects found gone now; it reports whether all are.
