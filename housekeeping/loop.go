@@ -191,12 +191,14 @@ type Loop struct {
 	// persisted is what the state file holds, as last written or read.
 	persisted []byte
 	// stateLock is this plugin's hold on the state file (nil: not held).
-	// stateHeldBy says, while another plugin holds it, who: until this one
-	// takes it, every budgeted step is held and nothing is written.
+	// stateHeldBy says, while another plugin holds it (stateHeldByOther)
+	// or it cannot be locked at all, why: until this one takes it, every
+	// budgeted step is held and nothing is written.
 	// restorePending: the file is read when the lock is taken.
-	stateLock      *statefile.Lock
-	stateHeldBy    string
-	restorePending bool
+	stateLock        *statefile.Lock
+	stateHeldBy      string
+	stateHeldByOther bool
+	restorePending   bool
 	// said holds what the last pass said once while it lasts: the listing
 	// or oracle distrusted, each budget class tripped.
 	said map[string]string

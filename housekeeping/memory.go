@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -145,7 +144,7 @@ func (l *Loop) lockStateFile(ctx context.Context) bool {
 	var held *statefile.HeldError
 	switch {
 	case errors.As(err, &held):
-		l.stateHeldBy = err.Error()
+		l.stateHeldBy, l.stateHeldByOther = err.Error(), true
 		l.setDegraded(PartStateFile, true)
 		l.sayWhileItLasts("state-file", l.stateHeldBy, "another nri-housekeeper holds the state file: "+
 			"this one holds every budgeted step and writes nothing until it can take the file (a plugin tries after every pass, once at its end); "+
@@ -154,7 +153,7 @@ func (l *Loop) lockStateFile(ctx context.Context) bool {
 			"the state file is written again")
 		return false
 	case err != nil:
-		l.stateHeldBy = fmt.Sprintf("cannot lock the state file %s: %v", l.opts.StateFile, err)
+		l.stateHeldBy, l.stateHeldByOther = fmt.Sprintf("cannot lock the state file %s: %v", l.opts.StateFile, err), false
 		l.setDegraded(PartStateFile, true)
 		l.sayWhileItLasts("state-file", l.stateHeldBy, "cannot lock the state file, so another nri-housekeeper could take the same budget: "+
 			"this one holds every budgeted step and writes nothing until it can (it tries after every pass); check housekeeping.state_file and its directory",
@@ -162,13 +161,13 @@ func (l *Loop) lockStateFile(ctx context.Context) bool {
 		return false
 	}
 	if l.stateHeldBy != "" {
-		if strings.HasPrefix(l.stateHeldBy, "cannot lock") {
-			l.log.WithField("path", l.opts.StateFile).Info("locked the state file: budgeted steps are counted here again")
-		} else {
+		if l.stateHeldByOther {
 			l.log.WithField("path", l.opts.StateFile).Info("took the state file over: the other nri-housekeeper let it go")
+		} else {
+			l.log.WithField("path", l.opts.StateFile).Info("locked the state file: budgeted steps are counted here again")
 		}
 	}
-	l.stateLock, l.stateHeldBy = lock, ""
+	l.stateLock, l.stateHeldBy, l.stateHeldByOther = lock, "", false
 	return true
 }
 
