@@ -16,6 +16,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-housekeeper/nri-housekeeper/bootclock"
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
@@ -83,6 +84,10 @@ type Options struct {
 	// it (the report and once commands, beside a running plugin).
 	StateFile     string
 	StateReadOnly bool
+	// BootClock dates the state file's entries in a way no wall clock step
+	// moves (package bootclock); nil dates them on the wall clock only, as
+	// after a reboot.
+	BootClock func() (bootclock.Reading, error)
 }
 
 // Observer is told about every pass (package metrics implements it).
@@ -199,6 +204,9 @@ type Loop struct {
 	stateHeldBy      string
 	stateHeldByOther bool
 	restorePending   bool
+	// boot ties the loop's clock to the boot clock, once read (see
+	// Options.BootClock).
+	boot *bootAnchor
 	// said holds what the last pass said once while it lasts: the listing
 	// or oracle distrusted, each budget class tripped.
 	said map[string]string

@@ -82,6 +82,11 @@ func (l *Loop) restore(ctx context.Context) {
 			"stop the plugin, remove the file and start it again")
 		return
 	}
+	// Each time is aged by the boot clock when the file was written in
+	// this boot: a wall clock hours ahead (an RTC before NTP corrected it)
+	// would otherwise age the last hour's steps out at once, and one set
+	// back would keep them for hours.
+	clock := l.restoreClock(s, now)
 	for _, t := range s.TornDown {
 		if l.tornDown[t.UID] != nil {
 			continue // seen torn down by this run too: its own mark stands
@@ -89,7 +94,8 @@ func (l *Loop) restore(ctx context.Context) {
 		if _, ok := l.dismissed[t.UID]; ok {
 			continue // this run dropped it: kubelet set up a pod of that UID again
 		}
-		mark := &tornDownMark{at: t.At, event: t.At, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}}
+		at := clock.at(t.At, t.AtBoot)
+		mark := &tornDownMark{at: at, event: at, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}}
 		if t.Inspected {
 			mark.seen = make(map[string]bool, len(t.Seen))
 			for _, p := range t.Seen {
@@ -99,19 +105,16 @@ func (l *Loop) restore(ctx context.Context) {
 		l.tornDown[t.UID] = mark
 	}
 	for _, sp := range s.Spent {
-		// A step dated after now was written under a clock since set back:
-		// it counts as taken now, for an hour, not until an hour after a
-		// date that may be years ahead.
-		at := sp.At
-		if at.After(now) {
-			at = now
-		}
+		// A step dated after now (on the wall clock: written under a clock
+		// since set back) counts as taken now, for an hour, not until an
+		// hour after a date that may be years ahead.
+		at := clock.at(sp.At, sp.AtBoot)
 		if !slices.ContainsFunc(l.spent, func(o spent) bool { return o.at.Equal(at) && o.class == sp.Class && o.unit == sp.Unit }) {
 			l.spent = append(l.spent, spent{at: at, class: sp.Class, unit: sp.Unit})
 		}
 	}
 	hour := len(l.budgetSpent(now))
-	held := s.BudgetHeldUntil
+	held := clock.until(s.BudgetHeldUntil, s.BudgetHeldUntilSinceBoot)
 	if limit := now.Add(budgetHold); held.After(limit) {
 		// A hold is for an hour (budgetHold): one reaching further was
 		// written under a clock since set back.
@@ -123,11 +126,85 @@ func (l *Loop) restore(ctx context.Context) {
 	if data, err := statefile.Encode(l.keep()); err == nil {
 		l.persisted = data
 	}
-	f := l.log.WithFields(logrus.Fields{"path": path, "torn_down": len(l.tornDown), "budgeted_last_hour": hour})
+	f := l.log.WithFields(logrus.Fields{"path": path, "torn_down": len(l.tornDown), "budgeted_last_hour": hour, "aged_by": clock.why})
 	if !l.budgetHeldUntil.IsZero() {
 		f = f.WithField("held_until", l.budgetHeldUntil.Format(time.RFC3339))
 	}
 	f.Info("restored the pods seen torn down and the budgeted steps of the last hour from the state file")
+}
+
+// bootAnchor ties the loop's clock to the boot clock: a time t of this run
+// is bootAnchor.since + t.Sub(wall) after boot. Go's times carry the
+// monotonic clock, which no wall clock step moves either, so the mapping
+// holds for every time this run took.
+type bootAnchor struct {
+	wall  time.Time
+	id    string
+	since time.Duration
+}
+
+// bootClock returns the anchor, reading the boot clock on the first call;
+// nil when there is none (Options.BootClock nil, or it failed: said once).
+func (l *Loop) bootClock() *bootAnchor {
+	if l.boot != nil || l.opts.BootClock == nil {
+		return l.boot
+	}
+	wall := l.now()
+	r, err := l.opts.BootClock()
+	if err != nil {
+		l.log.WithError(err).Warn("cannot read the boot clock: the state file's times are on the wall clock only, " +
+			"so a restart under a clock set forward ages the budgeted steps of the last hour out at once")
+		l.opts.BootClock = nil
+		return nil
+	}
+	l.boot = &bootAnchor{wall: wall, id: r.BootID, since: r.Since}
+	return l.boot
+}
+
+// sinceBoot is t as the time since boot; at least 1 ns: a time before this
+// boot (a step restored on the wall clock after a reboot) is written as at
+// the boot, which makes it no older than it is: a step counts longer, a
+// pod's leak_grace starts later.
+func (b *bootAnchor) sinceBoot(t time.Time) statefile.SinceBoot {
+	return statefile.SinceBoot(max(b.since+t.Sub(b.wall), 1))
+}
+
+// restoredClock turns the state file's times into this run's.
+type restoredClock struct {
+	now  time.Time
+	boot *bootAnchor // nil: the wall clock only
+	why  string      // which clock, and why
+}
+
+// restoreClock says how the times of s are aged at now.
+func (l *Loop) restoreClock(s statefile.State, now time.Time) restoredClock {
+	b := l.bootClock()
+	switch {
+	case b == nil:
+		return restoredClock{now: now, why: "the wall clock: the boot clock cannot be read"}
+	case s.BootID == "":
+		return restoredClock{now: now, why: "the wall clock: the file has no boot clock times (written by an older nri-housekeeper, or one that could not read the clock)"}
+	case s.BootID != b.id:
+		return restoredClock{now: now, why: "the wall clock: the node booted again since the file was written"}
+	}
+	return restoredClock{now: now, boot: b, why: "the boot clock: the file was written in this boot"}
+}
+
+// at is a past time of the file in this run; never after now.
+func (c restoredClock) at(wall time.Time, since statefile.SinceBoot) time.Time {
+	t := c.until(wall, since)
+	if t.After(c.now) {
+		return c.now
+	}
+	return t
+}
+
+// until is a time of the file, past or future, in this run.
+func (c restoredClock) until(wall time.Time, since statefile.SinceBoot) time.Time {
+	if c.boot == nil || wall.IsZero() {
+		return wall
+	}
+	return c.now.Add(time.Duration(since - c.boot.sinceBoot(c.now)))
 }
 
 // lockStateFile takes the state file's lock if this loop does not hold it
@@ -200,8 +277,18 @@ func (l *Loop) budgetHeld(now time.Time) string {
 // keep is what the state file holds now.
 func (l *Loop) keep() statefile.State {
 	var s statefile.State
+	b := l.bootClock()
+	since := func(t time.Time) statefile.SinceBoot {
+		if b == nil {
+			return 0
+		}
+		return b.sinceBoot(t)
+	}
+	if b != nil {
+		s.BootID = b.id
+	}
 	for uid, mark := range l.tornDown {
-		t := statefile.TornDown{UID: uid, Namespace: mark.pod.Namespace, Name: mark.pod.Name, At: mark.at, Inspected: mark.seen != nil}
+		t := statefile.TornDown{UID: uid, Namespace: mark.pod.Namespace, Name: mark.pod.Name, At: mark.at, AtBoot: since(mark.at), Inspected: mark.seen != nil}
 		for p := range mark.seen {
 			t.Seen = append(t.Seen, p)
 		}
@@ -209,10 +296,10 @@ func (l *Loop) keep() statefile.State {
 		s.TornDown = append(s.TornDown, t)
 	}
 	for _, sp := range l.spent {
-		s.Spent = append(s.Spent, statefile.Spent{At: sp.at, Class: sp.class, Unit: sp.unit})
+		s.Spent = append(s.Spent, statefile.Spent{At: sp.at, AtBoot: since(sp.at), Class: sp.class, Unit: sp.unit})
 	}
 	if !l.budgetHeldUntil.IsZero() {
-		s.BudgetHeldUntil, s.BudgetHeldWhy = l.budgetHeldUntil, l.budgetHeldWhy
+		s.BudgetHeldUntil, s.BudgetHeldUntilSinceBoot, s.BudgetHeldWhy = l.budgetHeldUntil, since(l.budgetHeldUntil), l.budgetHeldWhy
 	}
 	return s
 }

@@ -3,6 +3,7 @@ package housekeeping
 import (
 	"time"
 
+	"github.com/nri-housekeeper/nri-housekeeper/bootclock"
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
@@ -23,6 +24,7 @@ func OptionsFromConfig(cfg config.Config) Options {
 		OracleDisabled:  cfg.Pods.Source == config.PodsSourceNone,
 		KubeletRoot:     cfg.Pods.KubeletRoot,
 		StateFile:       cfg.Housekeeping.StateFile,
+		BootClock:       bootclock.Read,
 		Policy: gc.Policy{
 			LeakGrace:          cfg.Housekeeping.LeakGrace,
 			MinAge:             cfg.Containers.MinAge,

@@ -12,6 +12,12 @@
 // fsync, rename), so a crash leaves the old file or the new one. A file
 // that cannot be read whole is an error for the caller to act on; nothing
 // in it is guessed at. One plugin owns a file at a time (Lock).
+//
+// Every time in the file is written twice: on the wall clock (at) and, when
+// the writer could read it, as the time since boot of the boot the file
+// names (boot_id). A reader in the same boot ages each entry by the boot
+// clock, which no wall clock step moves; after a reboot only the wall clock
+// is left.
 package statefile
 
 import (
@@ -32,8 +38,9 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/poduid"
 )
 
-// Version is the format this package writes and reads.
-const Version = 1
+// Version is the format this package writes. It reads versions 1 (no boot
+// clock) and 2.
+const Version = 2
 
 // MaxSize bounds the file read: a node has at most a few thousand pods
 // seen torn down and budgeted steps in an hour; anything far larger is not
@@ -42,15 +49,24 @@ const MaxSize = 16 << 20
 
 // State is the file's content.
 type State struct {
-	Version  int        `json:"version"`
+	Version int `json:"version"`
+	// BootID is the boot whose clock the since-boot times count on; ""
+	// when the writer could not read the boot clock (then no entry has
+	// one).
+	BootID   string     `json:"boot_id,omitempty"`
 	TornDown []TornDown `json:"torn_down"`
 	Spent    []Spent    `json:"budget_spent"`
 	// BudgetHeldUntil, when set, is the end of the hour after a state file
 	// could not be read: until then every budgeted step is held, since what
 	// was taken before is unknown. BudgetHeldWhy says so.
-	BudgetHeldUntil time.Time `json:"budget_held_until,omitzero"`
-	BudgetHeldWhy   string    `json:"budget_held_why,omitempty"`
+	BudgetHeldUntil          time.Time `json:"budget_held_until,omitzero"`
+	BudgetHeldUntilSinceBoot SinceBoot `json:"budget_held_until_since_boot_ns,omitempty"`
+	BudgetHeldWhy            string    `json:"budget_held_why,omitempty"`
 }
+
+// SinceBoot is a time as the time since boot of State.BootID, in
+// nanoseconds; 0 when not known.
+type SinceBoot int64
 
 // TornDown is a pod the plugin saw torn down.
 type TornDown struct {
@@ -58,6 +74,7 @@ type TornDown struct {
 	Namespace string    `json:"namespace,omitempty"`
 	Name      string    `json:"name,omitempty"`
 	At        time.Time `json:"at"` // when it was first seen torn down
+	AtBoot    SinceBoot `json:"at_since_boot_ns,omitempty"`
 	// Inspected: its pod dir was inspected after the mark; Seen are the
 	// volume dirs, mount points and leftovers found then (more of them
 	// later means kubelet is setting up a pod of that UID again).
@@ -67,9 +84,10 @@ type TornDown struct {
 
 // Spent is one budgeted step taken: a unit of a budget class.
 type Spent struct {
-	At    time.Time `json:"at"`
-	Class string    `json:"class"`
-	Unit  string    `json:"unit"`
+	At     time.Time `json:"at"`
+	AtBoot SinceBoot `json:"at_since_boot_ns,omitempty"`
+	Class  string    `json:"class"`
+	Unit   string    `json:"unit"`
 }
 
 // Encode returns the file's bytes for s, in a stable order (pods by UID,
@@ -160,10 +178,27 @@ func Decode(data []byte) (State, error) {
 	if dec.More() {
 		return State{}, errors.New("more than one JSON value")
 	}
-	if s.Version != Version {
-		return State{}, fmt.Errorf("version %d, this nri-housekeeper reads version %d", s.Version, Version)
+	if s.Version != 1 && s.Version != Version {
+		return State{}, fmt.Errorf("version %d, this nri-housekeeper reads versions 1 and %d", s.Version, Version)
+	}
+	if s.Version == 1 && s.BootID != "" {
+		return State{}, errors.New("boot_id in a version 1 file")
+	}
+	// Since-boot times count on boot_id's clock: all are there with it, or
+	// none is.
+	boot := func(what string, b SinceBoot) error {
+		switch {
+		case s.BootID != "" && b <= 0:
+			return fmt.Errorf("%s: no since-boot time, and the file names boot %s", what, s.BootID)
+		case s.BootID == "" && b != 0:
+			return fmt.Errorf("%s: a since-boot time, and the file names no boot_id", what)
+		}
+		return nil
 	}
 	for i, t := range s.TornDown {
+		if err := boot(fmt.Sprintf("torn_down[%d] (pod %s)", i, t.UID), t.AtBoot); err != nil {
+			return State{}, err
+		}
 		switch {
 		case !poduid.Valid(t.UID):
 			return State{}, fmt.Errorf("torn_down[%d]: uid %q is not a pod UID", i, t.UID)
@@ -176,7 +211,17 @@ func Decode(data []byte) (State, error) {
 	if s.BudgetHeldUntil.IsZero() != (s.BudgetHeldWhy == "") {
 		return State{}, errors.New("budget_held_until and budget_held_why must be set together")
 	}
+	if !s.BudgetHeldUntil.IsZero() {
+		if err := boot("budget_held_until", s.BudgetHeldUntilSinceBoot); err != nil {
+			return State{}, err
+		}
+	} else if s.BudgetHeldUntilSinceBoot != 0 {
+		return State{}, errors.New("budget_held_until_since_boot_ns without budget_held_until")
+	}
 	for i, sp := range s.Spent {
+		if err := boot(fmt.Sprintf("budget_spent[%d]", i), sp.AtBoot); err != nil {
+			return State{}, err
+		}
 		switch {
 		case sp.At.IsZero():
 			return State{}, fmt.Errorf("budget_spent[%d]: no time", i)

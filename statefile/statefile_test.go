@@ -13,22 +13,25 @@ import (
 )
 
 const (
-	uidA = "0b8e6b4a-1111-2222-3333-444455556666"
-	uidB = "9f8e6b4a1111222233334444555566ff"
+	uidA   = "0b8e6b4a-1111-2222-3333-444455556666"
+	uidB   = "9f8e6b4a1111222233334444555566ff"
+	bootID = "c0381419-68cf-440b-93f2-0bfbd3b3eed4"
 )
 
 func sample() State {
 	at := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+	boot := SinceBoot(time.Hour)
 	return State{
+		BootID: bootID,
 		TornDown: []TornDown{
-			{UID: uidB, At: at},
-			{UID: uidA, Namespace: "ns", Name: "web", At: at.Add(time.Second), Inspected: true, Seen: []string{"volumes/kubernetes.io~empty-dir/cache"}},
+			{UID: uidB, At: at, AtBoot: boot},
+			{UID: uidA, Namespace: "ns", Name: "web", At: at.Add(time.Second), AtBoot: boot + SinceBoot(time.Second), Inspected: true, Seen: []string{"volumes/kubernetes.io~empty-dir/cache"}},
 		},
 		Spent: []Spent{
-			{At: at.Add(2 * time.Second), Class: "pod-dirs", Unit: "pod-dir/" + uidA},
-			{At: at, Class: "log-dirs", Unit: "pod-log-dir/ns_web_" + uidA},
+			{At: at.Add(2 * time.Second), AtBoot: boot + SinceBoot(2*time.Second), Class: "pod-dirs", Unit: "pod-dir/" + uidA},
+			{At: at, AtBoot: boot, Class: "log-dirs", Unit: "pod-log-dir/ns_web_" + uidA},
 		},
-		BudgetHeldUntil: at.Add(time.Hour), BudgetHeldWhy: "a file could not be read",
+		BudgetHeldUntil: at.Add(time.Hour), BudgetHeldUntilSinceBoot: boot + SinceBoot(time.Hour), BudgetHeldWhy: "a file could not be read",
 	}
 }
 
@@ -72,6 +75,36 @@ func TestWhatIsWrittenIsReadBack(t *testing.T) {
 	}
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v, want 0600: the file names pods", fi.Mode().Perm())
+	}
+}
+
+// TestAVersion1FileIsRead: a file written before the boot clock (version
+// 1) is read as it is, its times on the wall clock only; an upgrade keeps
+// the pods seen torn down and the hour's budgeted steps.
+func TestAVersion1FileIsRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	v1 := `{
+  "version": 1,
+  "torn_down": [{"uid": "` + uidA + `", "at": "2026-11-23T08:00:00Z", "inspected": false}],
+  "budget_spent": [{"at": "2026-11-23T08:00:01Z", "class": "pod-dirs", "unit": "pod-dir/` + uidA + `"}]
+}
+`
+	if err := os.WriteFile(path, []byte(v1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.BootID != "" || len(got.TornDown) != 1 || len(got.Spent) != 1 || got.Spent[0].AtBoot != 0 {
+		t.Fatalf("read %+v", got)
+	}
+	data, err := Encode(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"version": 2`) {
+		t.Fatalf("written again as:\n%s\nwant version 2", data)
 	}
 }
 
@@ -131,7 +164,13 @@ func TestABadFileIsAnErrorNamingWhere(t *testing.T) {
 		{"syntax error on line 3", "{\n\"version\": 1,\n\"torn_down\": [,]\n}", "line 3"},
 		{"wrong type", "{\n\"version\": \"one\"\n}", "line 2"},
 		{"unknown key", `{"version": 1, "torn_down": [], "budget_spent": [], "extra": 1}`, `unknown field "extra"`},
-		{"newer version", `{"version": 2, "torn_down": [], "budget_spent": []}`, "version 2, this nri-housekeeper reads version 1"},
+		{"newer version", `{"version": 3, "torn_down": [], "budget_spent": []}`, "version 3, this nri-housekeeper reads versions 1 and 2"},
+		{"boot ID in version 1", `{"version": 1, "boot_id": "` + bootID + `"}`, "boot_id in a version 1 file"},
+		{"pod without since-boot time", `{"version": 2, "boot_id": "` + bootID + `", "torn_down": [{"uid": "` + uidA + `", "at": "2026-11-23T08:00:00Z"}]}`, "torn_down[0] (pod " + uidA + "): no since-boot time"},
+		{"step without since-boot time", `{"version": 2, "boot_id": "` + bootID + `", "budget_spent": [{"at": "2026-11-23T08:00:00Z", "class": "pod-dirs", "unit": "x"}]}`, "budget_spent[0]: no since-boot time"},
+		{"since-boot time without a boot", `{"version": 2, "budget_spent": [{"at": "2026-11-23T08:00:00Z", "at_since_boot_ns": 5, "class": "pod-dirs", "unit": "x"}]}`, "budget_spent[0]: a since-boot time, and the file names no boot_id"},
+		{"hold without since-boot time", `{"version": 2, "boot_id": "` + bootID + `", "budget_held_until": "2026-11-23T09:00:00Z", "budget_held_why": "x"}`, "budget_held_until: no since-boot time"},
+		{"since-boot hold without a hold", `{"version": 2, "boot_id": "` + bootID + `", "budget_held_until_since_boot_ns": 5}`, "budget_held_until_since_boot_ns without budget_held_until"},
 		{"no version", `{"torn_down": [], "budget_spent": []}`, "version 0"},
 		{"not a pod UID", `{"version": 1, "torn_down": [{"uid": "../../etc", "at": "2026-11-23T08:00:00Z"}]}`, `torn_down[0]: uid "../../etc" is not a pod UID`},
 		{"pod without time", `{"version": 1, "torn_down": [{"uid": "` + uidA + `"}]}`, "torn_down[0] (pod " + uidA + "): no time"},
