@@ -1,10 +1,17 @@
-// Package bootclock reads the kernel's boot ID and the time since boot
-// (CLOCK_BOOTTIME). Together they date an event in a way a wall clock set
-// forward or back cannot change: two readings with the same boot ID are
-// apart by exactly the difference of their times since boot. The state
-// file dates the budgeted steps of the last hour with them, so that a
-// restart under a wall clock hours ahead (an RTC not yet corrected by NTP)
-// does not forget the steps taken in the real hour.
+// Package bootclock reads the kernel's boot ID and its monotonic clock
+// (CLOCK_MONOTONIC: the time since boot, a suspend not counted). Together
+// they date an event in a way a wall clock set forward or back cannot
+// change: two readings with the same boot ID are apart by exactly the
+// difference of their clock readings. The state file dates the budgeted
+// steps of the last hour with them, so that a restart under a wall clock
+// hours ahead (an RTC not yet corrected by NTP) does not forget the steps
+// taken in the real hour.
+//
+// CLOCK_MONOTONIC, not CLOCK_BOOTTIME: it is the clock Go's times carry
+// (their monotonic reading), so a time a run took maps onto it exactly.
+// CLOCK_BOOTTIME runs on through a suspend while Go's monotonic reading
+// stops, and a step taken after a suspend would be dated as long before as
+// the suspend lasted. A suspend not counted only makes a step count longer.
 package bootclock
 
 import (
@@ -23,7 +30,7 @@ const BootIDPath = "/proc/sys/kernel/random/boot_id"
 // Reading is one look at the boot clock.
 type Reading struct {
 	BootID string
-	// Since is the time since boot, suspend included.
+	// Since is the time since boot, a suspend not counted.
 	Since time.Duration
 }
 
@@ -38,8 +45,8 @@ func Read() (Reading, error) {
 		return Reading{}, fmt.Errorf("read the boot ID: %s is empty", BootIDPath)
 	}
 	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
-		return Reading{}, fmt.Errorf("read CLOCK_BOOTTIME: %w", err)
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return Reading{}, fmt.Errorf("read CLOCK_MONOTONIC: %w", err)
 	}
 	return Reading{BootID: id, Since: time.Duration(ts.Nano())}, nil
 }

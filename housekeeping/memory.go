@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/poduid"
 	"github.com/nri-housekeeper/nri-housekeeper/statefile"
 )
 
@@ -123,8 +124,13 @@ func (l *Loop) restore(ctx context.Context) {
 	if now.Before(held) && held.After(l.budgetHeldUntil) {
 		l.budgetHeldUntil, l.budgetHeldWhy = held, s.BudgetHeldWhy
 	}
-	if data, err := statefile.Encode(l.keep()); err == nil {
-		l.persisted = data
+	// A file this boot's clock could not age (an older version's, one of
+	// the boot before) is written again by the next persist, on this boot's
+	// clock: a later restart in this boot must not age it by the wall clock.
+	if clock.boot != nil || l.bootClock() == nil {
+		if data, err := statefile.Encode(l.keep()); err == nil {
+			l.persisted = data
+		}
 	}
 	f := l.log.WithFields(logrus.Fields{"path": path, "torn_down": len(l.tornDown), "budgeted_last_hour": hour, "aged_by": clock.why})
 	if !l.budgetHeldUntil.IsZero() {
@@ -288,6 +294,12 @@ func (l *Loop) keep() statefile.State {
 		s.BootID = b.id
 	}
 	for uid, mark := range l.tornDown {
+		if !poduid.Valid(uid) {
+			// A UID outside kubelet's grammar (a static pod's own
+			// metadata.uid): Decode refuses it, and its dir is never
+			// removed (nodefs refuses the name), so there is nothing to keep.
+			continue
+		}
 		t := statefile.TornDown{UID: uid, Namespace: mark.pod.Namespace, Name: mark.pod.Name, At: mark.at, AtBoot: since(mark.at), Inspected: mark.seen != nil}
 		for p := range mark.seen {
 			t.Seen = append(t.Seen, p)

@@ -17,7 +17,7 @@ import (
 // restarts the plugin (a containerd restart, a crash loop) with a clock
 // on which the steps it took minutes ago look hours old: aged by the wall
 // clock they were forgotten, and the plugin took a whole new hour's
-// budget. In the same boot the boot clock (CLOCK_BOOTTIME) ages them; after
+// budget. In the same boot the boot clock (CLOCK_MONOTONIC) ages them; after
 // a reboot only the wall clock is left, and it is used.
 func TestARestartAgesTheHoursStepsByTheBootClock(t *testing.T) {
 	const limit = 3
@@ -159,5 +159,54 @@ func TestATornDownMarkIsAgedByTheBootClock(t *testing.T) {
 		if age := restart.Sub(mark.at); age != 6*time.Minute {
 			t.Fatalf("wall clock moved %v: the mark restored %v old, want the 6 minutes the boot clock says", skew, age)
 		}
+	}
+}
+
+// TestAFileRestoredOnTheWallClockIsDatedOnTheBootClockBeforeTheNextRestart:
+// a file the boot clock cannot age (version 1 after an upgrade, or one
+// written before a reboot) is read on the wall clock, which is right at
+// that start. The run must write it again on this boot's clock, or a
+// second restart in the same boot under a wall clock since set forward (the
+// case version 2 is for) ages the hour's steps by that clock and forgets
+// them. The run wrote nothing when nothing changed: the file kept the old
+// boot (or no boot) until the first budgeted step or teardown.
+func TestAFileRestoredOnTheWallClockIsDatedOnTheBootClockBeforeTheNextRestart(t *testing.T) {
+	bootA := "0b1f2e3d-aaaa-4bbb-8ccc-000000000001"
+	bootB := "0b1f2e3d-aaaa-4bbb-8ccc-000000000002"
+	stepAt := now.Add(-10 * time.Minute)
+	for _, tc := range []struct {
+		name string
+		file string
+	}{
+		{"version 1 (an upgrade)", `{"version": 1, "torn_down": [], "budget_spent": [{"at": "` + stepAt.Format(time.RFC3339Nano) + `", "class": "pod-dir", "unit": "pod-dir/x"}]}`},
+		{"version 2 of the boot before", `{"version": 2, "boot_id": "` + bootA + `", "torn_down": [], "budget_spent": [{"at": "` + stepAt.Format(time.RFC3339Nano) + `", "at_since_boot_ns": 36000000000000, "class": "pod-dir", "unit": "pod-dir/x"}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state.json")
+			if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// The node runs boot B, an hour since boot; the wall clock is right.
+			clock := bootclock.Reading{BootID: bootB, Since: time.Hour}
+			opts := Options{StateFile: path, BootClock: func() (bootclock.Reading, error) { return clock, nil }}
+			first, _ := restartedLoop(nil, opts, &fakeRuntime{}, now)
+			if !first.budgetSpent(now)["pod-dir/pod-dir/x"] {
+				t.Fatal("the step, 10 minutes old, is not restored: the test proves nothing")
+			}
+			first.now = func() time.Time { return now.Add(time.Minute) }
+			first.persist(t.Context(), now.Add(time.Minute)) // a pass that changed nothing
+
+			// Two minutes later, same boot, the wall clock set 3 hours ahead
+			// meanwhile: the plugin restarts.
+			clock = bootclock.Reading{BootID: bootB, Since: time.Hour + 2*time.Minute}
+			restart := now.Add(2*time.Minute + 3*time.Hour)
+			second, logs := restartedLoop(first, opts, &fakeRuntime{}, restart)
+			t.Cleanup(func() { _ = second.Close() })
+			if !second.budgetSpent(restart)["pod-dir/pod-dir/x"] {
+				s, _ := statefile.Load(t.Context(), path)
+				t.Fatalf("a step taken 12 minutes before is forgotten by a restart in the same boot under a wall clock 3 hours ahead: "+
+					"the file still names boot %q (version %d), not this boot; restore said %q", s.BootID, s.Version, stateLines(logs()))
+			}
+		})
 	}
 }

@@ -113,7 +113,7 @@ func Encode(s State) ([]byte, error) {
 
 // Write replaces the file at path with data: the directory is made if
 // missing (0700), the file is written 0600 (it names pods) and synced
-// before it replaces the old one.
+// before it replaces the old one, and the directory is synced after.
 func Write(ctx context.Context, path string, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -126,6 +126,17 @@ func Write(ctx context.Context, path string, data []byte) error {
 	// (a private /tmp) would fail.
 	if err := renameio.WriteFile(path, data, 0o600, renameio.WithTempDir(dir)); err != nil {
 		return fmt.Errorf("write the state file %s: %w", path, err)
+	}
+	// renameio syncs the file, not the directory: until the directory is
+	// synced, a power cut can bring the old file back, and with it an hour
+	// that lacks the steps just taken.
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync the state file's directory %s: %w", dir, err)
+	}
+	defer func() { _ = d.Close() }()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync the state file's directory %s: %w", dir, err)
 	}
 	return nil
 }
