@@ -58,6 +58,15 @@ func TestAPluginRestartKeepsThePodsItSawTornDown(t *testing.T) {
 	first, _ := start("first")
 	seen := tearDown("seen")
 	waitFor(t, "the first run keeps the pod it saw torn down in its state file", 10*time.Second, func() bool { return kept(seen.UID) })
+	// Its times are dated on this boot's clock too (the production wiring
+	// of the boot clock), so a restart ages them past any wall clock step.
+	bootID, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := statefile.Load(context.Background(), statePath); err != nil || s.BootID != strings.TrimSpace(string(bootID)) {
+		t.Fatalf("the state file names boot %q (err %v), want this boot %s", s.BootID, err, bootID)
+	}
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +91,12 @@ func TestAPluginRestartKeepsThePodsItSawTornDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := string(b)
-	if line := logLine(log, "restored the pods seen torn down", "path="+statePath); line == "" {
+	line := logLine(log, "restored the pods seen torn down", "path="+statePath)
+	if line == "" {
 		t.Fatalf("the second run does not say what it restored from %s:\n%s", statePath, log)
+	}
+	if !strings.Contains(line, `aged_by="the boot clock`) {
+		t.Errorf("the second run, in the same boot, did not age the file by the boot clock: %q", line)
 	}
 	removal := logLine(log, "action=remove-pod-dir", "pod_uid="+seen.UID)
 	if !strings.Contains(removal, "pod_name="+seen.Name) {
