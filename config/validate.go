@@ -84,13 +84,18 @@ func validate(p *problems, c Config) {
 	}
 	atLeast(p, "budget.max_per_hour", b.MaxPerHour, 0)
 
-	absPath(p, "logs.pod_logs_dir", c.Logs.PodLogsDir)
-	absPath(p, "logs.container_logs_dir", c.Logs.ContainerLogsDir)
+	removalRoot(p, "logs.pod_logs_dir", c.Logs.PodLogsDir)
+	removalRoot(p, "logs.container_logs_dir", c.Logs.ContainerLogsDir)
 
 	oneOf(p, "cgroups.driver", c.Cgroups.Driver, DriverCgroupfs, DriverSystemd, DriverAuto)
-	absPath(p, "cgroups.mountpoint", c.Cgroups.Mountpoint)
+	if absPath(p, "cgroups.mountpoint", c.Cgroups.Mountpoint); filepath.IsAbs(c.Cgroups.Mountpoint) && filepath.Clean(c.Cgroups.Mountpoint) != c.Cgroups.Mountpoint {
+		p.add("cgroups.mountpoint", "must be a clean path (no trailing /, no . or .. elements), such as %s; got %s", quote(filepath.Clean(c.Cgroups.Mountpoint)), quote(c.Cgroups.Mountpoint))
+	}
 	if root := c.Cgroups.Root; !cgroupRoot(root) {
 		p.add("cgroups.root", "invalid cgroup root %s (expected a path relative to cgroups.mountpoint, such as \"kubepods\", without . or .. elements)", quote(root))
+	} else if c.Cgroups.Driver == DriverAuto && slices.ContainsFunc(strings.Split(root, "/"), func(s string) bool { return strings.HasSuffix(s, ".slice") }) {
+		p.add("cgroups.root", "give the root's names without \".slice\" (\"kubepods\", not \"kubepods.slice\"): with cgroups.driver = \"auto\" the systemd driver is detected from <root>.slice, "+
+			"and a root named with .slice is only ever looked for with cgroupfs names (if kubelet's cgroupfs root really lies in a dir named .slice, set cgroups.driver = \"cgroupfs\"); got %s", quote(root))
 	} else if c.Cgroups.Driver == DriverSystemd {
 		// The systemd driver names the root's slices as kubelet's does
 		// (podcgroups.systemdComponents): said here, not at the first pass.
@@ -177,6 +182,20 @@ func oneOf(p *problems, key, v string, allowed ...string) {
 func absPath(p *problems, key, path string) {
 	if !filepath.IsAbs(path) || strings.ContainsRune(path, 0) {
 		p.add(key, "must be an absolute path, got %s", quote(path))
+	}
+}
+
+// removalRoot: files are removed below path, so it must be an absolute
+// path other than / without ".." elements (nodefs.NewRemover refuses
+// anything else when the plugin starts).
+func removalRoot(p *problems, key, path string) {
+	switch {
+	case !filepath.IsAbs(path) || strings.ContainsRune(path, 0):
+		p.add(key, "must be an absolute path, got %s", quote(path))
+	case filepath.Clean(path) == "/":
+		p.add(key, "must not be / (files are removed below it), got %s", quote(path))
+	case slices.Contains(strings.Split(path, "/"), ".."):
+		p.add(key, "must not contain \"..\" elements, got %s", quote(path))
 	}
 }
 

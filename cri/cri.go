@@ -323,7 +323,7 @@ func (c *Client) StopContainer(ctx context.Context, id string, timeout time.Dura
 	// The call lasts as long as the container takes to stop: allow for that.
 	ctx, cancel := context.WithTimeout(ctx, c.rpcTimeout+timeout)
 	defer cancel()
-	_, err := c.runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(timeout.Round(time.Second) / time.Second)})
+	_, err := c.runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64((timeout + time.Second - 1) / time.Second)})
 	if err = ignoreNotFound(err); err != nil {
 		return fmt.Errorf("CRI StopContainer %s: %w", id, err)
 	}

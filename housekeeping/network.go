@@ -171,9 +171,11 @@ func (n *Network) use(st cri.NetworkStatus, now time.Time) error {
 	// runtime): its attachments and reservations are not even looked at.
 	cfg.Networks = slices.DeleteFunc(cfg.Networks, func(n podnet.Network) bool { return n.List != nil && n.List.DisableGC })
 	n.cfg, n.status, n.statusAt = cfg, st, now
-	n.netnsDir = n.opts.NetnsDir
+	// containerd's spelling once sameNetnsDir found the configured one the
+	// same dir: records and cache entries name namespaces as containerd does.
+	n.netnsDir = st.NetnsDir
 	if n.netnsDir == "" {
-		n.netnsDir = st.NetnsDir
+		n.netnsDir = n.opts.NetnsDir
 	}
 	if st.CNIConfig == "" {
 		// The conf dir, not containerd, said what the networks are: it

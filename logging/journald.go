@@ -144,10 +144,13 @@ func (h *journalHook) writeFallback(e *logrus.Entry) {
 
 // send delivers one entry: a datagram, or a sealed memfd when it is too large for one.
 func (h *journalHook) send(payload []byte) error {
-	if err := h.conn.SetWriteDeadline(time.Now().Add(sendTimeout)); err != nil {
-		return err
+	write := h.write
+	if h.outage {
+		// journald is known to be down or stalled: one try without waiting,
+		// so that each entry of the outage does not wait sendTimeout.
+		write = h.tryWrite
 	}
-	_, _, err := h.conn.WriteMsgUnix(payload, nil, h.addr)
+	err := write(payload, nil)
 	if err == nil || !(errors.Is(err, unix.EMSGSIZE) || errors.Is(err, unix.ENOBUFS)) {
 		return err
 	}
@@ -156,8 +159,32 @@ func (h *journalHook) send(payload []byte) error {
 		return err
 	}
 	defer f.Close()
-	_, _, err = h.conn.WriteMsgUnix(nil, unix.UnixRights(int(f.Fd())), h.addr)
+	return write(nil, unix.UnixRights(int(f.Fd())))
+}
+
+// write sends one datagram, waiting at most sendTimeout.
+func (h *journalHook) write(b, oob []byte) error {
+	if err := h.conn.SetWriteDeadline(time.Now().Add(sendTimeout)); err != nil {
+		return err
+	}
+	_, _, err := h.conn.WriteMsgUnix(b, oob, h.addr)
 	return err
+}
+
+// tryWrite sends one datagram if the socket takes it at once.
+func (h *journalHook) tryWrite(b, oob []byte) error {
+	rc, err := h.conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), b, oob, &unix.SockaddrUnix{Name: h.addr.Name}, unix.MSG_DONTWAIT)
+		return true
+	}); err != nil {
+		return err
+	}
+	return serr
 }
 
 // sealedMemfd returns a memfd holding payload, sealed against any change, which is

@@ -166,11 +166,25 @@ func New(opts Options) (*logrus.Logger, func() error, error) {
 			return nil, nil, fmt.Errorf("log.target = %q: journald socket %s %s (%v); use log.target = %q or %q",
 				TargetJournald, socket, what, err, TargetStderr, TargetFile)
 		}
-		closeFn, err := useJournal(logger, socket, stderr, "stderr")
+		// As with auto: entries journald does not take go where someone
+		// reads them, not to a discarded stderr.
+		fallback, fallbackName, closeFile := io.Writer(stderr), "stderr", func() error { return nil }
+		discarded := opts.discarded
+		if discarded == nil {
+			discarded = stderrDiscarded
+		}
+		if _, ok := discarded(stderr); ok {
+			path := cmp.Or(opts.File, opts.fallbackFile, DefaultFallbackFile)
+			if f, err := openLogFile(path); err == nil {
+				fallback, fallbackName, closeFile = f, path, f.Close
+			}
+		}
+		closeFn, err := useJournal(logger, socket, fallback, fallbackName)
 		if err != nil {
+			_ = closeFile()
 			return nil, nil, err
 		}
-		return logger, closeFn, nil
+		return logger, func() error { return errors.Join(closeFn(), closeFile()) }, nil
 
 	case TargetStderr:
 		useText(logger, stderr)

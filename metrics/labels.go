@@ -77,7 +77,7 @@ func known() knownValues {
 		},
 		actionResults: []string{"success", "error", "would", "backoff", "skipped", "aborted"},
 		passResults:   []string{PassOK, PassSkippedNotReady, PassListingFailed, PassListingUntrusted},
-		criMethods: []string{"ListPodSandbox", "ListContainers", "PodSandboxStatus", "StopContainer", "RemoveContainer", "StopPodSandbox",
+		criMethods: []string{"ListPodSandbox", "ListContainers", "PodSandboxStatus", "ContainerStatus", "StopContainer", "RemoveContainer", "StopPodSandbox",
 			"RemovePodSandbox", "Version", "Status", "List", "Get"},
 		nriEvents: []string{"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "CreateContainer", "StartContainer", "StopContainer", "RemoveContainer", "Synchronize"},
 		classes:   []string{"orphan-stop", "unknown-stop", "cgroup-kill", "cgroup-cpu", "pod-dir", "pod-log-dir", "network"},

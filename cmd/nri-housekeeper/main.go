@@ -93,8 +93,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, usage)
 			return 0
 		case len(args) == 1 && commandHelp[args[0]] != "":
-			fmt.Fprint(stdout, commandHelp[args[0]])
-			return 0
+			return run([]string{args[0], "--help"}, stdout, stderr) // the same text, with the command's flags
 		}
 		fmt.Fprintf(stderr, "nri-housekeeper help: no help for %q; commands: run, report, once, config, version\n", strings.Join(args, " "))
 		return 2
@@ -148,8 +147,9 @@ a moment before its pod dir, and looks gone meanwhile): use it on a node whose
 kubelet is stopped or stuck, after a 'report'.
 
 Exit status: 0 every step taken succeeded (or none was due); 1 the listing
-failed, or a step failed; 2 a bad flag, argument or configuration, or an
-unusable runtime.endpoint.
+failed, a step failed, or the pass could not act at all (the reason on
+stderr, such as kubelet's pods dir not found); 2 a bad flag, argument or
+configuration, or an unusable runtime.endpoint.
 
 Flags:
 `

@@ -113,6 +113,10 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	if cmd == "once" && onceSummary(stdout, r.Outcomes, cfg.DryRun) > 0 {
 		return 1
 	}
+	if cmd == "once" && r.Blocked != "" {
+		fmt.Fprintf(stderr, "nri-housekeeper once: nothing was done: %s\n", r.Blocked)
+		return 1
+	}
 	_ = os.Stdout.Sync()
 	return 0
 }
