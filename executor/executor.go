@@ -83,6 +83,9 @@ const (
 	fieldLogFiles = "log_files"
 	// fieldLogFilesLeft: why a container's log files were not removed.
 	fieldLogFilesLeft = "log_files_left"
+	// fieldSandboxRemoval: a container removed with its sandbox, whose
+	// removal then failed.
+	fieldSandboxRemoval = "sandbox_removal"
 	// fieldWithSandbox: a container removed by its sandbox's removal.
 	fieldWithSandbox = "with_sandbox"
 )
@@ -136,6 +139,9 @@ type Outcome struct {
 	// detail is what the step adds to its outcome's log line (the log
 	// files a RemoveContainer removed first, or why it left them).
 	detail logrus.Fields
+	// carriedGone are the carried containers the runtime no longer lists
+	// after a failed sandbox removal.
+	carriedGone map[string]bool
 }
 
 // backoff is the retry state of one action key.
@@ -392,7 +398,13 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 				}
 			}
 			detail, err := e.do(ctx, a)
-			out[i] = Outcome{Action: a, Err: err, Took: time.Since(start), detail: detail}
+			o := Outcome{Action: a, Err: err, Took: time.Since(start), detail: detail}
+			if err != nil && len(w.carried[i]) > 0 {
+				// containerd's RemovePodSandbox removes the containers one by
+				// one before it fails late: ask which of them are gone.
+				o.carriedGone = e.carriedGone(ctx, w, i)
+			}
+			out[i] = o
 		})
 	}
 	wg.Wait()
@@ -472,12 +484,17 @@ func (e *Executor) settleCarried(w wave, i int, sandbox Outcome) {
 	for _, c := range w.carried[i] {
 		a := w.actions[c]
 		o := Outcome{Action: a, Took: sandbox.Took}
-		if sandbox.Result == Success {
+		if sandbox.Result == Success || sandbox.carriedGone[a.ContainerID] {
 			o.Result = Success
 			delete(e.backoffs, a.Key)
 			delete(e.aborted, a.Key)
-			e.entry(a).WithFields(logrus.Fields{fieldTook: sandbox.Took, fieldWithSandbox: a.SandboxID}).
-				Info(verbsOf(a).done + " with its sandbox")
+			fields := logrus.Fields{fieldTook: sandbox.Took, fieldWithSandbox: a.SandboxID}
+			if sandbox.Result != Success {
+				// The runtime lists it no more, though its sandbox's removal
+				// failed after removing it.
+				fields[fieldSandboxRemoval] = "failed after it"
+			}
+			e.entry(a).WithFields(fields).Info(verbsOf(a).done + " with its sandbox")
 		} else {
 			o.Result = Skipped
 			o.Err = fmt.Errorf("%s: to be removed with sandbox %s, which was not (%s)", a.Key, a.SandboxID, sandbox.Result)
@@ -485,6 +502,23 @@ func (e *Executor) settleCarried(w wave, i int, sandbox Outcome) {
 		}
 		w.settle(c, o)
 	}
+}
+
+// carriedGone asks the runtime which containers sandbox action i carried
+// it no longer lists (nil when it cannot tell).
+func (e *Executor) carriedGone(ctx context.Context, w wave, i int) map[string]bool {
+	listed, err := e.rt.ContainerLogPaths(ctx, w.actions[i].Pod.UID)
+	if err != nil {
+		return nil
+	}
+	gone := map[string]bool{}
+	for _, c := range w.carried[i] {
+		id := w.actions[c].ContainerID
+		if _, ok := listed[id]; !ok {
+			gone[id] = true
+		}
+	}
+	return gone
 }
 
 // fail records a failure of key and returns its backoff: the delay doubles

@@ -916,9 +916,9 @@ func TestAWholeSandboxReclaimIsOneStopAndOneRemove(t *testing.T) {
 		{"dead containers go with their sandbox", []gc.Action{rmCtr("c1"), rmCtr("c2"), rmSb("sb", "container/c1", "container/c2"), rmLink("/l/c1", "container/c1")}, nil, "", false,
 			[]string{"StopPodSandbox sb", "RemovePodSandbox sb", "RemoveContainerLogLink /l/c1"},
 			map[string]Result{"container/c1": Success, "container/c2": Success, "sandbox/sb": Success, "log-link//l/c1": Success}},
-		{"a failed sandbox removal leaves its containers for the next plan", []gc.Action{rmCtr("c1"), rmSb("sb", "container/c1"), rmLink("/l/c1", "container/c1")},
+		{"a failed sandbox removal leaves the containers still listed for the next plan", []gc.Action{rmCtr("c1"), rmSb("sb", "container/c1"), rmLink("/l/c1", "container/c1")},
 			[]string{"RemovePodSandbox sb"}, "", false,
-			[]string{"StopPodSandbox sb", "RemovePodSandbox sb"},
+			[]string{"StopPodSandbox sb", "RemovePodSandbox sb", "ContainerLogPaths uid-1"},
 			map[string]Result{"container/c1": Skipped, "sandbox/sb": Error, "log-link//l/c1": Skipped}},
 		{"an UNKNOWN container is stopped and removed on its own", []gc.Action{unknown, rmSb("sb", "container/c-unknown")}, nil, "", false,
 			[]string{"StopContainer c-unknown", "RemoveContainer c-unknown", "StopPodSandbox sb", "RemovePodSandbox sb"},
@@ -934,6 +934,7 @@ func TestAWholeSandboxReclaimIsOneStopAndOneRemove(t *testing.T) {
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			f := newFake(tc.fail...)
+			f.logPaths = map[string]string{"c1": "", "c2": ""} // still listed after a failed removal
 			log, hook := logtest.NewNullLogger()
 			log.SetLevel(logrus.DebugLevel)
 			e := New(f, f, Options{MaxParallel: 4, DryRun: tc.dryRun, BackoffMin: time.Minute, BackoffMax: time.Hour}, log)

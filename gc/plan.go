@@ -398,6 +398,15 @@ func (p *planner) orphanRules() {
 			continue
 		}
 		stops := make(map[string][]string) // sandbox ID -> its container stop keys
+		// StopPodSandbox SIGKILLs every container of the sandbox: one the
+		// plan does not stop gracefully first holds the sandbox's stop. An
+		// UNKNOWN container (it may run) is stopped first, as kubelet's GC
+		// stops it; an entry that cannot be read is never acted on.
+		for _, c := range p.containers {
+			if c.State == cri.ContainerUnknown && c.gone && slices.ContainsFunc(o.sandboxes, func(s *sandboxInfo) bool { return s.ID == c.SandboxID }) {
+				o.containers = append(o.containers, c)
+			}
+		}
 		for _, c := range o.containers {
 			key := "stop-container/" + c.ID
 			stops[c.SandboxID] = append(stops[c.SandboxID], key)
@@ -406,6 +415,14 @@ func (p *planner) orphanRules() {
 				Reason: "running container of a pod that is gone from the node (orphans.action = \"stop\")"})
 		}
 		for _, s := range o.sandboxes {
+			if what, ok := p.unreadableBySandbox[s.ID]; ok {
+				p.keep(sandboxObject(*s.Sandbox), o.pod, "orphaned live sandbox not stopped: StopPodSandbox would kill %s", what)
+				continue
+			}
+			if what, ok := p.unreadablePodSandboxes[o.pod.UID]; ok {
+				p.keep(sandboxObject(*s.Sandbox), o.pod, "orphaned live sandbox not stopped: StopPodSandbox may kill %s", what)
+				continue
+			}
 			p.propose(Action{Kind: StopSandbox, Rule: RuleOrphanStop, Pod: o.pod, Key: "stop-sandbox/" + s.ID,
 				SandboxID: s.ID, DependsOn: stops[s.ID],
 				Reason: "Ready sandbox of a pod that is gone from the node (orphans.action = \"stop\")"})

@@ -1,0 +1,85 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+)
+
+// partialRemover is a runtime whose RemovePodSandbox does what containerd's
+// does when it fails late (v2.4.2 internal/cri/server/sandbox_remove.go):
+// it stops the sandbox, removes the sandbox's containers one by one, and
+// then fails (ShutdownSandbox, the sandbox store, or the client's deadline).
+// ContainerLogPaths lists what is left of the pod.
+type partialRemover struct {
+	*fake
+	containers map[string]bool // the pod's containers the runtime still has
+	failAfter  int             // containers removed before RemovePodSandbox fails
+}
+
+func (p *partialRemover) RemovePodSandbox(ctx context.Context, id string) error {
+	_ = p.fake.RemovePodSandbox(ctx, id)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range []string{"c1", "c2"} {
+		if n == p.failAfter {
+			break
+		}
+		delete(p.containers, c)
+		n++
+	}
+	return errors.New("failed to delete sandbox: shim ttrpc: closed")
+}
+
+func (p *partialRemover) ContainerLogPaths(_ context.Context, _ string) (map[string]string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]string{}
+	for c := range p.containers {
+		out[c] = ""
+	}
+	return out, nil
+}
+
+// A combined reclaim (one RemovePodSandbox carrying the sandbox's dead
+// containers) that fails after containerd removed some of the containers
+// must not report those containers as "skipped: its sandbox was not
+// removed": the README promises each container its own log line, metric
+// and outcome, and a removal the plugin caused must be logged as done.
+func TestACarriedContainerTheRuntimeRemovedIsNotReportedAsSkipped(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		failAfter int
+		want      map[string]Result
+	}{
+		{"both containers removed, then the sandbox removal failed", 2,
+			map[string]Result{"container/c1": Success, "container/c2": Success, "sandbox/sb": Error}},
+		{"one container removed, then the removal failed", 1,
+			map[string]Result{"container/c1": Success, "container/c2": Skipped, "sandbox/sb": Error}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := &partialRemover{fake: newFake(), containers: map[string]bool{"c1": true, "c2": true}, failAfter: tc.failAfter}
+			log, hook := logtest.NewNullLogger()
+			log.SetLevel(logrus.DebugLevel)
+			e := New(rt, rt.fake, Options{MaxParallel: 4, BackoffMin: time.Minute, BackoffMax: time.Hour}, log)
+			e.jitter, e.since = noJitter, frozen
+			out := e.Execute(context.Background(), []gc.Action{rmCtr("c1"), rmCtr("c2"), rmSb("sb", "container/c1", "container/c2")}, t0, nil)
+			got := results(out)
+			for key, want := range tc.want {
+				if got[key] != want {
+					t.Errorf("%s: %s, want %s (the runtime has %v left)", key, got[key], want, rt.containers)
+				}
+			}
+			if !rt.containers["c1"] && !loggedWith(hook, "removed container with its sandbox", "container_id", "c1") {
+				t.Errorf("container c1 was removed by the plugin's RemovePodSandbox, but no log line says so")
+			}
+		})
+	}
+}
