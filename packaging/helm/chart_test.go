@@ -462,6 +462,18 @@ func checkDaemonSet(t *testing.T, o objects) {
 	wantDir(t, mounts, cfg.Logs.ContainerLogsDir, false, corev1.MountPropagationNone)
 	wantDir(t, mounts, cfg.Cgroups.Mountpoint, false, corev1.MountPropagationNone)
 	want := 6
+	// systemd's runtime dir, read-only, when the plugin may stop a pod's
+	// slice through systemd (the systemd driver, or auto); never otherwise.
+	for p, hm := range mounts {
+		if hm.volume.Name != "systemd-run" {
+			continue
+		}
+		if !cfg.Cgroups.Enabled || cfg.Cgroups.Driver == config.DriverCgroupfs {
+			t.Errorf("systemd's runtime dir %s is mounted, but the plugin never asks systemd (cgroups.enabled %v, driver %q)", p, cfg.Cgroups.Enabled, cfg.Cgroups.Driver)
+		}
+		wantDir(t, mounts, p, true, corev1.MountPropagationNone)
+		want++
+	}
 	if cfg.Housekeeping.StateFile != "" {
 		// The state file outlives the pod: its dir is the node's, read-write,
 		// and created on a node that never ran the plugin.
@@ -1037,4 +1049,50 @@ func firstDiff(a, b string) string {
 		}
 	}
 	return ""
+}
+
+// TestTheSystemdDriverCanReachSystemd: with kubelet's systemd cgroup driver
+// (what driver = "auto" picks when kubepods.slice exists) the plugin stops a
+// leaked pod's slice through systemd before it removes the cgroups, as
+// kubelet does (podcgroups.stopUnit: /run/systemd/system, then D-Bus on
+// /run/systemd/private). Without that mount it silently falls back to
+// killing and rmdir, and the slice unit stays loaded in systemd.
+func TestTheSystemdDriverCanReachSystemd(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   bool
+	}{
+		{"the defaults (driver auto)", nil, true},
+		{"driver systemd", map[string]any{"config": map[string]any{"cgroups": map[string]any{"driver": "systemd"}}}, true},
+		{"driver cgroupfs", map[string]any{"config": map[string]any{"cgroups": map[string]any{"driver": "cgroupfs"}}}, false},
+		{"cgroups disabled", map[string]any{"config": map[string]any{"cgroups": map[string]any{"enabled": false}}}, false},
+		{"systemdRunDir empty", map[string]any{"systemdRunDir": ""}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := decode(t, mustRender(t, tc.values))
+			mounts := hostMounts(t, o.ds)
+			hm, ok := mounts["/run/systemd"]
+			if ok != tc.want {
+				t.Fatalf("/run/systemd mounted %v, want %v; mounts %v", ok, tc.want, keys(mounts))
+			}
+			if ok && (!hm.mount.ReadOnly || !under("/run/systemd/private", hm.mount.MountPath)) {
+				t.Errorf("/run/systemd mounted at %s, readOnly %v: want read-only, with systemd's private socket inside", hm.mount.MountPath, hm.mount.ReadOnly)
+			}
+		})
+	}
+}
+
+// TestAnEmptyConfigBlockRendersTheDefaults: a values file with "config:"
+// and nothing under it (or only comments) makes config null; the chart
+// renders and installs with the defaults rather than failing in a helper.
+func TestAnEmptyConfigBlockRendersTheDefaults(t *testing.T) {
+	out, err := render(t, map[string]any{"config": nil})
+	if err != nil {
+		t.Fatalf("config: null: %v", err)
+	}
+	checkDaemonSet(t, decode(t, out))
+	if _, err := install(t, map[string]any{"config": nil}); err != nil {
+		t.Fatalf("install with config: null: %v", err)
+	}
 }

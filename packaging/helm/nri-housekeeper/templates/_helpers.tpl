@@ -55,7 +55,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* Whether the kubelet pods dir is mounted read-only. */}}
 {{- define "nri-housekeeper.podsReadOnly" -}}
-{{- if dig "pod_dirs" "remove_orphaned" false .Values.config }}false{{ else }}true{{ end }}
+{{- if dig "pod_dirs" "remove_orphaned" false (default dict .Values.config) }}false{{ else }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -153,4 +153,15 @@ strings are written as they are.
 {{- else if kindIs "bool" $v }}{{ $v }}
 {{- else }}{{ fail (printf "config.%s: only strings, numbers and booleans (and one level of sections) are supported, got %s" $key (kindOf $v)) }}
 {{- end }}
+{{- end }}
+
+{{/*
+systemd's runtime dir to mount (systemdRunDir), or "" when the plugin
+cannot use it: cgroups disabled, or the cgroupfs driver set.
+*/}}
+{{- define "nri-housekeeper.systemdRunDir" -}}
+{{- $cgroups := dig "cgroups" dict (default dict .Values.config) -}}
+{{- if and .Values.systemdRunDir (ne (toString (dig "enabled" true $cgroups)) "false") (ne (toString (dig "driver" "auto" $cgroups)) "cgroupfs") -}}
+{{- clean .Values.systemdRunDir -}}
+{{- end -}}
 {{- end }}
