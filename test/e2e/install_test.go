@@ -706,6 +706,41 @@ func TestDebPackageInstallsAndRemovesCleanly(t *testing.T) {
 	}
 	t.Logf("after dpkg -r: %v", hostTraces(t))
 
+	// The administrator switches to the pre-registered mode (make install),
+	// then installs the package again: dpkg passes the old version, as for
+	// an upgrade, but the unit must stay off beside the pre-registered copy
+	// (one nri-housekeeper per node), and the admin is told.
+	if _, err := exec.LookPath("deb-systemd-helper"); err == nil {
+		copyPath := "/opt/nri/plugins/10-nri-housekeeper"
+		if _, err := os.Stat(filepath.Dir(copyPath)); err != nil {
+			if err := os.MkdirAll(filepath.Dir(copyPath), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.Remove(filepath.Dir(copyPath)); _ = os.Remove("/opt/nri") })
+		}
+		if err := os.WriteFile(copyPath, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Remove(copyPath) })
+		out, err := dpkgRun(t, "dpkg", "-i", deb)
+		if err != nil {
+			t.Fatalf("dpkg -i again: %v\n%s", err, out)
+		}
+		link := "/etc/systemd/system/multi-user.target.wants/nri-housekeeper.service"
+		if _, err := os.Lstat(link); err == nil {
+			t.Fatalf("installed again beside the pre-registered %s, the unit was enabled (%s); dpkg said:\n%s", copyPath, link, out)
+		}
+		if !strings.Contains(out, "is NOT enabled") {
+			t.Errorf("installed again beside the pre-registered %s, dpkg -i does not say the unit is not enabled:\n%s", copyPath, out)
+		}
+		if err := os.Remove(copyPath); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := dpkgRun(t, "dpkg", "-r", "nri-housekeeper"); err != nil {
+			t.Fatalf("dpkg -r: %v\n%s", err, out)
+		}
+	}
+
 	// Purge: nothing left.
 	if out, err := dpkgRun(t, "dpkg", "-P", "nri-housekeeper"); err != nil {
 		t.Fatalf("dpkg -P: %v\n%s", err, out)
