@@ -79,7 +79,21 @@ func TestNetworkRules(t *testing.T) {
 			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, gone)
 		}, want: []string{"remove-cni-attachment " + gone.CacheFile}},
 		{name: "an attachment that ran in a netns outside containerd's is another runtime's", edit: func(in *Input) {
+			// A cni-<uuid> name, as containerd gives, but in another dir
+			// (a second containerd, or podman's /run/netns).
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", "/run/netns/"+cniName("other")))
+		}},
+		{name: "an attachment that ran in a netns of a dir sharing the netns dir's prefix is another runtime's", edit: func(in *Input) {
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", netnsDir+"-other/"+cniName("other")))
+		}},
+		{name: "an attachment that ran in a netns nested under the netns dir is another runtime's", edit: func(in *Input) {
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", netnsDir+"/sub/"+cniName("other")))
+		}},
+		{name: "an attachment that ran in a netns of /proc is another runtime's", edit: func(in *Input) {
 			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", "/proc/4242/ns/net"))
+		}},
+		{name: "an attachment whose netns path is not clean is another runtime's", edit: func(in *Input) {
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", netnsDir+"/../netns/"+cniName("other")))
 		}},
 		{name: "an attachment that names no netns is not known to be containerd's", edit: func(in *Input) {
 			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", ""))

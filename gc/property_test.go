@@ -218,13 +218,20 @@ func randomNetwork(rng *rand.Rand, in Input) *NetworkInput {
 		n.Records.Unreadable = []string{"sandbox x in namespace k8s.io: bad metadata"}
 	}
 	netns := func() string {
-		switch rng.Intn(8) {
+		name := fmt.Sprintf("cni-%08d-0000-4000-8000-000000000000", rng.Intn(6))
+		switch rng.Intn(12) {
 		case 0:
 			return ""
 		case 1:
 			return "/proc/42/ns/net" // another runtime's
+		case 2: // containerd's name, another containerd's dir
+			return "/run/containerd/netns/" + name
+		case 3: // a dir that only shares the netns dir's prefix
+			return n.NetnsDir + "-other/" + name
+		case 4: // nested under the netns dir
+			return n.NetnsDir + "/sub/" + name
 		}
-		return fmt.Sprintf("/run/netns/cni-%08d-0000-4000-8000-000000000000", rng.Intn(6))
+		return n.NetnsDir + "/" + name
 	}
 	ip := 0
 	for _, owner := range owners {
@@ -372,6 +379,32 @@ func oracleDisagrees(in Input) bool {
 	return gone > 0 && (gone == settled || gone > max(2, settled/4))
 }
 
+// graceClock restates, from the input alone, the earliest an action's
+// leak_grace clock can have started: when its key was first proposed
+// (in.EligibleSince; now when absent or in the future); for a pod cgroup
+// (removed or CPU-reduced), no later than its orphaned pod dir's clock,
+// whose condition it shares; and never before the pod's last life event,
+// which restarts the clock.
+func graceClock(in Input, a Action) time.Time {
+	first := func(key string) time.Time {
+		since, ok := in.EligibleSince[key]
+		if !ok || since.After(in.Now) {
+			return in.Now
+		}
+		return since
+	}
+	since := first(a.Key)
+	if a.Kind == RemovePodCgroup || a.Kind == ReducePodCgroupCPU {
+		if dir := first("pod-dir/" + a.Pod.UID); dir.Before(since) {
+			since = dir
+		}
+	}
+	if life := in.LastLifeEvent[a.Pod.UID]; a.Pod.UID != "" && life.After(since) {
+		since = life
+	}
+	return since
+}
+
 // podGoneRules are the rules that rest on the oracle.
 var podGoneRules = map[string]bool{RuleContainerPodGone: true, RuleSandboxPodGone: true, RulePodLogDir: true, RuleOrphanStop: true,
 	RuleCgroupPodGone: true, RuleCgroupOrphaned: true, RuleCgroupVolumesRemain: true, RuleOrphanedPodDir: true}
@@ -421,8 +454,17 @@ func checkContract(t *testing.T, in Input, r Result) {
 			t.Fatalf("action %d %s %s: %s", i, a.Kind, a.Key, fmt.Sprintf(format, args...))
 		}
 		gone := in.Oracle.gone(a.Pod.UID) && !oracleUntrusted
+		// leak_grace, restated from the input, not from the plan's own
+		// EligibleSince: every kind waits for it.
+		since := graceClock(in, a)
+		if in.Now.Sub(since) < in.Policy.LeakGrace {
+			fail("due before leak_grace: its clock runs since %s (%s ago), leak_grace %s", since.Format(time.RFC3339), in.Now.Sub(since), in.Policy.LeakGrace)
+		}
+		if a.EligibleSince.Before(since) {
+			fail("eligible since %s, before its clock can have started (%s)", a.EligibleSince.Format(time.RFC3339), since.Format(time.RFC3339))
+		}
 		if in.Now.Sub(a.EligibleSince) < in.Policy.LeakGrace {
-			fail("due before leak_grace")
+			fail("due before leak_grace by its own clock")
 		}
 		if oracleUntrusted && podGoneRules[a.Rule] {
 			fail("a pod-gone rule runs on an oracle that calls Ready sandboxes' pods gone beyond the threshold")

@@ -465,6 +465,10 @@ func (tr *truth) checkNoForeignRestarts(t *testing.T) map[string]int {
 	t.Helper()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	if tr.samples == 0 {
+		// Without one listing, every check below passes on nothing.
+		t.Fatalf("the ground truth took no sample of the runtime (%d listing(s) failed): nothing to check against", tr.failing)
+	}
 	restarts := map[string]int{}
 	for _, r := range tr.ctrs {
 		if r.Attempt > 0 {
