@@ -151,6 +151,16 @@ func (l *Loop) compareWithTeardown(d nodefs.PodDir) {
 		l.dismissTeardown(d.UID)
 		l.log.WithFields(logrus.Fields{logging.FieldPodUID: d.UID, "path": d.Path, "new": strings.Join(grown, ", ")}).
 			Info("the pod dir of a pod seen torn down has grown since: kubelet may be adding a pod of that UID again; its dir and cgroup are no longer treated as orphaned")
+		return
+	}
+	// What is gone since (kubelet's cleanup went on) leaves the baseline:
+	// made again under the same name, it is growth (a static pod put back
+	// with the same volume; kubelet reuses a pod cgroup the teardown left,
+	// so nothing else may show it).
+	for p := range mark.seen {
+		if !now[p] {
+			delete(mark.seen, p)
+		}
 	}
 }
 
