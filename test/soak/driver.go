@@ -293,6 +293,7 @@ func (d *Driver) runSandbox(ctx context.Context, p *Pod) (*Object, error) {
 			o := d.truth.AddObject(&Object{ID: r.PodSandboxId, Kind: KindSandbox, Pod: p, Attempt: attempt, Born: born})
 			now := time.Now()
 			d.truth.Update(func() { o.Started, p.current = now, o })
+			d.recordNetns(ctx, p, o)
 			return o, nil
 		}
 		lastErr = err
@@ -304,6 +305,7 @@ func (d *Driver) runSandbox(ctx context.Context, p *Pod) (*Object, error) {
 		var strays []*Object
 		for _, s := range found {
 			o := d.truth.AddObject(&Object{ID: s.Id, Kind: KindSandbox, Pod: p, Attempt: s.GetMetadata().GetAttempt(), Born: born, Adopted: true})
+			d.recordNetns(ctx, p, o)
 			if s.GetMetadata().GetAttempt() >= p.attempt {
 				p.attempt = s.GetMetadata().GetAttempt() + 1
 			}
@@ -338,6 +340,49 @@ func (d *Driver) runSandbox(ctx context.Context, p *Pod) (*Object, error) {
 		sleepUntil(ctx, time.Now().Add(500*time.Millisecond))
 	}
 	return nil, fmt.Errorf("RunPodSandbox: %w", lastErr)
+}
+
+// recordNetns reads from containerd which network namespace sandbox o of a
+// pod with its own netns has, so that the checker can tell whose a netns
+// the plugin removes is (a remove-netns line may name no owner). A sandbox
+// containerd no longer has has no netns to act on, nor may one a failed
+// RunPodSandbox left (adopted); any other failure is the stand-in's: the
+// plugin's steps on that netns could not be judged.
+func (d *Driver) recordNetns(ctx context.Context, p *Pod, o *Object) {
+	if !p.Network {
+		return
+	}
+	var known string
+	var adopted bool
+	d.truth.Update(func() { known, adopted = o.Netns, o.Adopted })
+	if known != "" {
+		return
+	}
+	// A CRI call that fails is retried as any other; an answer without the
+	// verbose info is not worth repeating.
+	var n lab.SandboxNet
+	var infoErr error
+	err := d.retry(ctx, "PodSandboxStatus", func(ctx context.Context) error {
+		var err error
+		n, err = lab.SandboxNetwork(ctx, d.rt, o.ID)
+		if _, grpcErr := status.FromError(err); !grpcErr {
+			infoErr, err = err, nil
+		}
+		return err
+	})
+	switch {
+	case status.Code(err) == codes.NotFound || ctx.Err() != nil:
+	case err != nil:
+		d.truth.Fail("netns of sandbox %s of %s: %v (the plugin's network steps on it cannot be judged)", short(o.ID), p.Name, err)
+	case infoErr != nil:
+		d.truth.Fail("netns of sandbox %s of %s: %v (the plugin's network steps on it cannot be judged)", short(o.ID), p.Name, infoErr)
+	case n.NetnsPath == "" && adopted:
+		// What a failed RunPodSandbox left may never have had a netns.
+	case n.NetnsPath == "":
+		d.truth.Fail("sandbox %s of %s, a pod with its own netns, names no netns in its metadata", short(o.ID), p.Name)
+	default:
+		d.truth.SetNetns(o, n.NetnsPath)
+	}
 }
 
 // startContainer creates and starts the next attempt of container name in

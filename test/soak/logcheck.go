@@ -179,6 +179,13 @@ type Check struct {
 	FalseEvictions []Verdict // done, would or failed on a live object
 	AbortedOnLive  []Verdict // aborted by the re-check on a live object (the safety net held)
 	Unknown        []Verdict // on an object the stand-in never made
+	// Unjudged: the unknown actions that fail the run, as the checker
+	// cannot tell that they spared every live object: a network step
+	// (CNI DEL, IP release, netns removal) whose owner and netns name no
+	// sandbox the stand-in made (a remove-netns may name no owner at all:
+	// only its path says whose netns it was), and an action of a kind the
+	// checker does not know.
+	Unjudged []Verdict
 	// Reclaimed: when the plugin reclaimed each object (first success).
 	Reclaimed map[string]time.Time
 	// RetryAt: the last failed attempt's retry_at, per object.
@@ -280,6 +287,10 @@ func CheckLog(entries []Entry, other []string, tr *Truth) *Check {
 		v.Target = target
 		if !known {
 			c.Unknown = append(c.Unknown, v)
+			if networkKinds[kind] || !checkedKinds[kind] {
+				v.Why = "cannot be judged: " + unjudgedWhy(kind)
+				c.Unjudged = append(c.Unjudged, v)
+			}
 			continue
 		}
 		if iv.overlaps(v.From, v.Until) {
@@ -310,6 +321,31 @@ func CheckLog(entries []Entry, other []string, tr *Truth) *Check {
 		}
 	}
 	return c
+}
+
+// checkedKinds are the action kinds resolve knows (gc.Kinds); networkKinds
+// those of the network side.
+var (
+	checkedKinds = map[string]bool{"stop-container": true, "remove-container": true, "stop-sandbox": true, "remove-sandbox": true,
+		"remove-pod-log-dir": true, "remove-log-link": true, "remove-pod-cgroup": true, "reduce-pod-cgroup-cpu": true, "remove-pod-dir": true,
+		"remove-cni-attachment": true, "release-ip": true, "remove-netns": true}
+	networkKinds = map[string]bool{"remove-cni-attachment": true, "release-ip": true, "remove-netns": true}
+)
+
+func unjudgedWhy(kind string) string {
+	if !checkedKinds[kind] {
+		return "an action kind the checker does not know"
+	}
+	return "a network step whose owner (container_id) and netns (path) name no sandbox the stand-in made"
+}
+
+// UnjudgedFailures are the run's failures for c.Unjudged, one a line.
+func (c *Check) UnjudgedFailures() []string {
+	var out []string
+	for _, v := range c.Unjudged {
+		out = append(out, "unjudged action: "+v.String())
+	}
+	return out
 }
 
 // resolve finds the object of an action line in the ground truth: when it
@@ -356,7 +392,19 @@ func resolve(tr *Truth, e Entry, pluginRemoved map[string]time.Time) (iv liveInt
 		}
 		return p.interval(), what + " of " + p.NS + "/" + p.Name, rk, true
 	case "remove-cni-attachment", "release-ip", "remove-netns":
+		// A network object is its sandbox's: the owner a CNI attachment or
+		// a reservation names (a container's is its sandbox's network), or
+		// for a netns, the sandbox whose netns it is, whatever owner the
+		// line names (the owner of an attachment that ran in it, or none).
 		o := tr.Object(f["container_id"])
+		if o != nil && o.Kind == KindContainer {
+			o = o.Sandbox
+		}
+		if kind == "remove-netns" {
+			if ns := tr.SandboxByNetns(f["path"]); ns != nil {
+				o = ns
+			}
+		}
 		if o == nil || o.Kind != KindSandbox {
 			return iv, kind + " owned by " + cmpOr(short(f["container_id"]), "nobody") + " (" + f["path"] + ")", "", false
 		}

@@ -1,9 +1,12 @@
 package soak
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
 )
 
 func TestParseLineReadsLogrusTextLines(t *testing.T) {
@@ -146,6 +149,107 @@ func TestAnObjectGoneWithNoActionLoggedIsTimedByTheListings(t *testing.T) {
 	for _, o := range []*leakObj{still, never, path} {
 		if !o.goneAt.IsZero() {
 			t.Fatalf("%q: gone at %v; want it left to the settle", o.id, o.goneAt)
+		}
+	}
+}
+
+// A network step is judged against the sandbox whose object it removes: a
+// netns by its path (a remove-netns may name no owner, or the owner of an
+// attachment that ran in it), a CNI attachment or reservation by its owner
+// (a container's is its sandbox's). One the checker cannot resolve, or an
+// action kind it does not know, fails the run: it could have hit a live
+// sandbox unseen.
+func TestNetworkStepsAreJudgedByTheirNetnsAndUnjudgedOnesFailTheRun(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 2, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	tr := NewTruth()
+	live := &Pod{Name: "live", NS: "soak", UID: "uid-live", Network: true, LogDir: "/logs/soak_live_uid-live", PodDir: "/k/pods/uid-live", Admitted: at(0)}
+	gone := &Pod{Name: "gone", NS: "soak", UID: "uid-gone", Network: true, LogDir: "/logs/soak_gone_uid-gone", PodDir: "/k/pods/uid-gone", Admitted: at(0),
+		Deleted: at(10), Dead: at(10.5)}
+	tr.AddPod(live)
+	tr.AddPod(gone)
+	liveSb := tr.AddObject(&Object{ID: "sb-live", Kind: KindSandbox, Pod: live, Born: at(0), Started: at(1)})
+	tr.SetNetns(liveSb, "/var/run/netns/cni-11111111-0000-4000-8000-000000000001")
+	tr.AddObject(&Object{ID: "c-live", Kind: KindContainer, Pod: live, Name: "app0", Sandbox: liveSb, Born: at(1), Started: at(2)})
+	goneSb := tr.AddObject(&Object{ID: "sb-gone", Kind: KindSandbox, Pod: gone, Born: at(0), Started: at(1), Dead: at(10.5), Removed: at(11)})
+	tr.SetNetns(goneSb, "/var/run/netns/cni-22222222-0000-4000-8000-000000000002")
+
+	line := func(s float64, msg, fields string) string {
+		return `time="` + at(s).Format(logTimeLayout) + `" level=info msg="` + msg + `" ` + fields
+	}
+	const liveNetns, goneNetns = "/run/netns/cni-11111111-0000-4000-8000-000000000001", "/run/netns/cni-22222222-0000-4000-8000-000000000002"
+	log := strings.Join([]string{
+		line(0, "nri-housekeeper starting", ""),
+		// False: the live sandbox's netns, named by path only (the plugin
+		// lists /run/netns, containerd's metadata says /var/run/netns) ...
+		line(20, "removed network namespace", "action=remove-netns rule=network.netns-unused path="+liveNetns+" took=1ms"),
+		// ... or with the gone sandbox as the owner of an attachment that
+		// ran in it: the netns is still the live sandbox's.
+		line(20, "removed network namespace", "action=remove-netns rule=network.netns-unused container_id=sb-gone path="+liveNetns+" took=1ms"),
+		// False: an attachment named by the live pod's container.
+		line(20, "deleted CNI attachment", "action=remove-cni-attachment rule=network.attachment-unowned container_id=c-live path=/var/lib/cni/results/pods-c-live-eth0 took=1ms"),
+		// Fine: the removed sandbox's netns, owner named or not.
+		line(20, "removed network namespace", "action=remove-netns rule=network.netns-unused path="+goneNetns+" took=1ms"),
+		// Unjudged: a netns and an owner the stand-in never made, and an
+		// action kind the checker does not know.
+		line(20, "removed network namespace", "action=remove-netns rule=network.netns-unused path=/run/netns/cni-33333333-0000-4000-8000-000000000003 took=1ms"),
+		line(20, "released IP reservation", "action=release-ip rule=network.reservation-unowned container_id=stranger path=/var/lib/cni/networks/pods/10.0.0.9 took=1ms"),
+		line(20, "did something new", "action=frobnicate rule=new.rule pod_uid=uid-live took=1ms"),
+		// Unknown, but informational: a pod dir of a pod never made.
+		line(20, "removed orphaned pod dir", "action=remove-pod-dir rule=pod-dirs.orphaned pod_uid=uid-unknown took=1ms"),
+		line(20.1, "housekeeping pass", "took=300ms"),
+	}, "\n")
+	entries, other, err := ParseLog(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := CheckLog(entries, other, tr)
+	if len(c.FalseEvictions) != 3 {
+		t.Fatalf("false evictions: %d, want 3 (the live netns twice, the live pod's attachment):\n%v", len(c.FalseEvictions), c.FalseEvictions)
+	}
+	for i, v := range c.FalseEvictions {
+		if !strings.Contains(v.Target, "sandbox sb-live") {
+			t.Errorf("false eviction %d is on %q, want the live sandbox's network", i, v.Target)
+		}
+	}
+	if len(c.Unknown) != 4 || len(c.Unjudged) != 3 {
+		t.Fatalf("unknown %d, unjudged %d; want 4, 3:\nunknown %v\nunjudged %v", len(c.Unknown), len(c.Unjudged), c.Unknown, c.Unjudged)
+	}
+	for i, want := range []string{"action=remove-netns", "action=release-ip", "action=frobnicate"} {
+		if !strings.Contains(c.Unjudged[i].Entry.Raw, want) {
+			t.Errorf("unjudged %d is %q, want the %s line", i, c.Unjudged[i].Entry.Raw, want)
+		}
+	}
+
+	// They fail the run, each with why.
+	s := &Summary{Leaks: map[string]int{}}
+	evaluate(s, Plan{}, tr, c, nil, nil, time.Time{}, nil, &Driver{}, &PluginProc{}, nil)
+	var unjudged []string
+	for _, f := range s.Failures {
+		if strings.HasPrefix(f, "unjudged action: ") {
+			unjudged = append(unjudged, f)
+		}
+	}
+	if len(unjudged) != 3 || !strings.Contains(unjudged[0], "owner (container_id) and netns (path) name no sandbox") ||
+		!strings.Contains(unjudged[2], "an action kind the checker does not know") {
+		t.Fatalf("failures for the unjudged actions: %q, want 3 with why (all failures: %q)", unjudged, s.Failures)
+	}
+	if !slices.ContainsFunc(s.Failures, func(f string) bool { return strings.Contains(f, "3 false eviction(s)") }) {
+		t.Errorf("the false evictions do not fail the run: %q", s.Failures)
+	}
+}
+
+// Every kind the planner has is one the checker resolves: a new kind would
+// otherwise be "unknown" (and now fail every soak it appears in).
+func TestTheCheckerKnowsEveryActionKind(t *testing.T) {
+	for _, k := range gc.Kinds {
+		if !checkedKinds[string(k)] {
+			t.Errorf("kind %s is not one the log checker resolves", k)
+		}
+	}
+	for _, k := range []gc.Kind{gc.RemoveCNIAttachment, gc.ReleaseIPReservation, gc.RemoveNetns} {
+		if !networkKinds[string(k)] {
+			t.Errorf("kind %s is not counted as a network kind", k)
 		}
 	}
 }

@@ -740,6 +740,12 @@ func evaluate(s *Summary, plan Plan, tr *Truth, c *Check, leaks []*leakObj, reco
 	if n := len(s.FalseEvictions); n > 0 {
 		fail("%d false eviction(s): actions on objects that were live", n)
 	}
+	// An unknown object is informational, but for a network step or an
+	// action kind the checker does not know: those could have hit a live
+	// object unseen (a netns removal names its netns only by path).
+	for _, u := range c.UnjudgedFailures() {
+		fail("%s", u)
+	}
 	if n := len(s.LostLive); n > 0 {
 		fail("%d live object(s) lost", n)
 	}

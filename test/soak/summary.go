@@ -38,7 +38,7 @@ type Summary struct {
 	FalseEvictions      []string      `json:"false_evictions"`        // must be empty
 	LostLive            []string      `json:"lost_live"`              // must be empty
 	AbortedOnLive       []string      `json:"aborted_on_live"`        // informational
-	Unknown             []string      `json:"unknown_objects"`        // informational
+	Unknown             []string      `json:"unknown_objects"`        // informational, but network steps and unknown kinds: they fail (Failures)
 	OrphanReports       int           `json:"orphan_reports"`         // "orphaned live pod" warnings
 	OrphanReportsOnLive int           `json:"orphan_reports_on_live"` // ... naming a live pod: must be 0
 	StandInProblems     []string      `json:"stand_in_problems"`      // the stand-in's own trouble (not the plugin's)

@@ -3,6 +3,7 @@ package soak
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -21,7 +22,10 @@ import (
 //   - a container log link: as its container;
 //   - the network objects of a sandbox (CNI attachment, IP reservation,
 //     netns): until the sandbox was removed (by the stand-in, or by the
-//     plugin's logged remove-sandbox).
+//     plugin's logged remove-sandbox). A CNI attachment and an IP
+//     reservation name their sandbox (the owner ID); a netns is named by
+//     its path, which the stand-in reads from containerd's sandbox
+//     metadata (PodSandboxStatus, verbose) once the sandbox is made.
 //
 // Times are the stand-in's clock when it issued the call; a retried call
 // keeps the time of its first attempt.
@@ -49,6 +53,9 @@ type Object struct {
 	Removed time.Time // removed by the stand-in (zero: not by it)
 	// Adopted: found by listing after a create call failed.
 	Adopted bool
+	// Netns: a sandbox's network namespace, as containerd's metadata
+	// names it ("" for a hostNetwork pod, or not learnt).
+	Netns string
 }
 
 // Link is a container log link (container_logs_dir/<pod>_<ns>_<ctr>-<id>.log).
@@ -113,7 +120,8 @@ type Truth struct {
 	links     map[string]*Link
 	byLogDir  map[string]*Pod
 	byPodDir  map[string]*Pod
-	failures  []string // the stand-in's own problems (not the plugin's)
+	byNetns   map[string]*Object // sandboxes by their netns' name (the path's last element)
+	failures  []string           // the stand-in's own problems (not the plugin's)
 	lost      map[string]*Lost
 	lostOrder []string
 }
@@ -132,7 +140,7 @@ type Lost struct {
 // NewTruth returns an empty ground truth.
 func NewTruth() *Truth {
 	return &Truth{pods: map[string]*Pod{}, objects: map[string]*Object{}, links: map[string]*Link{},
-		byLogDir: map[string]*Pod{}, byPodDir: map[string]*Pod{}, lost: map[string]*Lost{}}
+		byLogDir: map[string]*Pod{}, byPodDir: map[string]*Pod{}, byNetns: map[string]*Object{}, lost: map[string]*Lost{}}
 }
 
 // AddPod records an admitted pod.
@@ -160,6 +168,39 @@ func (tr *Truth) AddObject(o *Object) *Object {
 		o.Pod.Containers = append(o.Pod.Containers, o)
 	}
 	return o
+}
+
+// SetNetns records the network namespace of sandbox o. Namespaces are
+// known by name (cni-<uuid>): containerd's metadata and the plugin may name
+// the same mount through different dirs (/var/run/netns, /run/netns).
+func (tr *Truth) SetNetns(o *Object, path string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	o.Netns = path
+	if name := netnsName(path); name != "" {
+		tr.byNetns[name] = o
+	}
+}
+
+// SandboxByNetns returns the sandbox whose network namespace path names
+// (by its last element), or nil.
+func (tr *Truth) SandboxByNetns(path string) *Object {
+	name := netnsName(path)
+	if name == "" {
+		return nil
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.byNetns[name]
+}
+
+// netnsName is the name of the netns at path ("" for no path).
+func netnsName(path string) string {
+	path = strings.TrimRight(path, "/")
+	if path == "" {
+		return ""
+	}
+	return path[strings.LastIndexByte(path, '/')+1:]
 }
 
 // AddLink records a container log link.
