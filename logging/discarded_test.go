@@ -166,8 +166,8 @@ func TestAutoWithoutJournaldAndStderrDiscardedUsesDefaultFallbackFileWhenLogFile
 				t.Fatal(err)
 			}
 			logger.WithField(FieldAction, "remove-sandbox").Info("stopped and removed sandbox")
-			out, ok := logger.Out.(*os.File)
-			if !ok || out.Name() != fallback {
+			out, ok := logger.Out.(*logFile)
+			if !ok || out.path != fallback {
 				t.Fatalf("logger writes to %v, want the file %s", logger.Out, fallback)
 			}
 			if err := closeFn(); err != nil {

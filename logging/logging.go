@@ -55,9 +55,11 @@
 // name (pod-uid and pod_uid) are both sent: journald keeps multi-valued fields.
 //
 // If a send fails or takes over a second (journald stopped, restarting, stalled), the entry is
-// written to stderr as a text line instead (to the fallback file with target auto and stderr
-// discarded, see Targets), and the outage is reported there once, not once per entry; when a
-// send succeeds again, a recovery notice goes to both journald and there.
+// written to stderr as a text line instead (to the fallback file with target auto or journald
+// and stderr discarded, see Targets), and the outage is reported there once, not once per
+// entry; during the outage each entry is tried once without waiting. When a send succeeds
+// again, a recovery notice goes to both journald and there. The log file is opened again when
+// its path names another file (logrotate's create mode) or none.
 //
 // The package is Linux-only (memfd, SCM_RIGHTS), like the plugin.
 package logging
@@ -70,6 +72,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
@@ -173,9 +176,12 @@ func New(opts Options) (*logrus.Logger, func() error, error) {
 		if discarded == nil {
 			discarded = stderrDiscarded
 		}
-		if _, ok := discarded(stderr); ok {
-			path := cmp.Or(opts.File, opts.fallbackFile, DefaultFallbackFile)
-			if f, err := openLogFile(path); err == nil {
+		var fileErr error
+		discardedAs, isDiscarded := discarded(stderr)
+		path := cmp.Or(opts.File, opts.fallbackFile, DefaultFallbackFile)
+		if isDiscarded {
+			var f *logFile
+			if f, fileErr = openLogFile(path); fileErr == nil {
 				fallback, fallbackName, closeFile = f, path, f.Close
 			}
 		}
@@ -183,6 +189,10 @@ func New(opts Options) (*logrus.Logger, func() error, error) {
 		if err != nil {
 			_ = closeFile()
 			return nil, nil, err
+		}
+		if fileErr != nil {
+			logger.WithError(fileErr).Warnf("stderr is discarded (%s) and log file %s cannot be opened: entries journald does not take are lost",
+				discardedAs, path)
 		}
 		return logger, func() error { return errors.Join(closeFn(), closeFile()) }, nil
 
@@ -226,7 +236,7 @@ func useAuto(logger *logrus.Logger, opts Options, socket string, stderr io.Write
 		if path == "" {
 			path = cmp.Or(opts.fallbackFile, DefaultFallbackFile)
 		}
-		var f *os.File
+		var f *logFile
 		if f, fileErr = openLogFile(path); fileErr == nil {
 			out, outName, closeFile = f, path, f.Close
 		}
@@ -316,7 +326,58 @@ func stderrDiscarded(w io.Writer) (as string, ok bool) {
 
 // openLogFile opens path for appending, creating the file (mode 0640 before umask)
 // but never its directory. The error does not repeat the path.
-func openLogFile(path string) (*os.File, error) {
+func openLogFile(path string) (*logFile, error) {
+	f, err := openAppend(path)
+	if err != nil {
+		return nil, err
+	}
+	return &logFile{path: path, f: f}, nil
+}
+
+// logFile is the log file at path, opened again when path no longer names
+// the open file: logrotate (its default, create mode) renames the file and
+// makes a new one, or a person removes it; a plugin that runs for months
+// must go on in the new one, or the old one grows and its space is never
+// freed. One stat a line: lines are few, and a write costs more.
+type logFile struct {
+	mu     sync.Mutex
+	path   string
+	f      *os.File
+	closed bool
+}
+
+func (l *logFile) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0, os.ErrClosed
+	}
+	if cur, err := os.Stat(l.path); err != nil || !sameFile(cur, l.f) {
+		// Not there (removed), or another file: open what path names now.
+		// When that fails (its directory gone), the open file goes on.
+		if f, err := openAppend(l.path); err == nil {
+			_ = l.f.Close()
+			l.f = f
+		}
+	}
+	return l.f.Write(b)
+}
+
+func (l *logFile) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	return l.f.Close()
+}
+
+// sameFile reports whether cur is the file f has open.
+func sameFile(cur fs.FileInfo, f *os.File) bool {
+	open, err := f.Stat()
+	return err == nil && os.SameFile(cur, open)
+}
+
+// openAppend opens path for appending (see openLogFile).
+func openAppend(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 	if err == nil {
 		return f, nil
