@@ -2,6 +2,7 @@ package config
 
 import (
 	"net"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -88,15 +89,21 @@ func validate(p *problems, c Config) {
 	removalRoot(p, "logs.container_logs_dir", c.Logs.ContainerLogsDir)
 
 	oneOf(p, "cgroups.driver", c.Cgroups.Driver, DriverCgroupfs, DriverSystemd, DriverAuto)
-	if absPath(p, "cgroups.mountpoint", c.Cgroups.Mountpoint); filepath.IsAbs(c.Cgroups.Mountpoint) && filepath.Clean(c.Cgroups.Mountpoint) != c.Cgroups.Mountpoint {
+	// The rules below that only say what a pass would fail at are for a
+	// config whose cgroups side is on: a disabled side reads none of it.
+	on := c.Cgroups.Enabled
+	if absPath(p, "cgroups.mountpoint", c.Cgroups.Mountpoint); on && filepath.IsAbs(c.Cgroups.Mountpoint) && filepath.Clean(c.Cgroups.Mountpoint) != c.Cgroups.Mountpoint {
 		p.add("cgroups.mountpoint", "must be a clean path (no trailing /, no . or .. elements), such as %s; got %s", quote(filepath.Clean(c.Cgroups.Mountpoint)), quote(c.Cgroups.Mountpoint))
 	}
 	if root := c.Cgroups.Root; !cgroupRoot(root) {
 		p.add("cgroups.root", "invalid cgroup root %s (expected a path relative to cgroups.mountpoint, such as \"kubepods\", without . or .. elements)", quote(root))
-	} else if c.Cgroups.Driver == DriverAuto && slices.ContainsFunc(strings.Split(root, "/"), func(s string) bool { return strings.HasSuffix(s, ".slice") }) {
+	} else if on && c.Cgroups.Driver == DriverAuto && strings.HasSuffix(path.Base(root), ".slice") {
+		// The root itself named as a slice: what a systemd-driver root
+		// looks like on disk, and auto looks for <root>.slice. (A cgroupfs
+		// root inside a slice, system.slice/kubepods, is fine.)
 		p.add("cgroups.root", "give the root's names without \".slice\" (\"kubepods\", not \"kubepods.slice\"): with cgroups.driver = \"auto\" the systemd driver is detected from <root>.slice, "+
-			"and a root named with .slice is only ever looked for with cgroupfs names (if kubelet's cgroupfs root really lies in a dir named .slice, set cgroups.driver = \"cgroupfs\"); got %s", quote(root))
-	} else if c.Cgroups.Driver == DriverSystemd {
+			"and a root named with .slice is only ever looked for with cgroupfs names (if kubelet's cgroupfs root really is a dir named .slice, set cgroups.driver = \"cgroupfs\"); got %s", quote(root))
+	} else if on && c.Cgroups.Driver == DriverSystemd {
 		// The systemd driver names the root's slices as kubelet's does
 		// (podcgroups.systemdComponents): said here, not at the first pass.
 		for _, part := range strings.Split(root, "/") {

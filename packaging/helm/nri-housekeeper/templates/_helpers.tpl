@@ -88,7 +88,7 @@ DaemonSet's mounts and ports set by the chart.
   "runtime" (dict "endpoint" (printf "unix://%s/%s" (trimSuffix "/" $v.containerd.socketDir) $v.containerd.socketName))
   "pods" (dict "kubelet_root" $v.kubelet.rootDir)
   "logs" (dict "pod_logs_dir" $v.kubelet.podLogsDir "container_logs_dir" $v.kubelet.containerLogsDir)
-  "cgroups" (dict "mountpoint" $v.cgroupMountpoint)
+  "cgroups" (dict "mountpoint" (clean $v.cgroupMountpoint))
   "metrics" (dict "address" (printf ":%d" (int $v.metrics.port)))
   "log" (dict "target" "stderr")
   "housekeeping" (dict "state_file" (include "nri-housekeeper.stateFile" .))

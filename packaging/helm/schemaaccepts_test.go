@@ -1,0 +1,19 @@
+package helm_test
+
+import "testing"
+
+// TestValuesTheSchemaAcceptsRenderAConfigThePluginAccepts: values that
+// pass values.schema.json and `helm template` must render a config.toml the
+// plugin starts with. cgroupMountpoint with a trailing slash (schema "^/")
+// is copied unchanged into cgroups.mountpoint, which config check rejects
+// since 578f2bc, so the chart cleans it.
+func TestValuesTheSchemaAcceptsRenderAConfigThePluginAccepts(t *testing.T) {
+	for name, vals := range map[string]map[string]any{
+		"cgroupMountpoint with a trailing slash": {"cgroupMountpoint": "/sys/fs/cgroup/"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out := mustRender(t, vals) // schema and templates accept it
+			parseConfig(t, decode(t, out))
+		})
+	}
+}
