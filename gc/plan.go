@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -407,14 +408,24 @@ func (p *planner) orphanRules() {
 				o.containers = append(o.containers, c)
 			}
 		}
+		stopped := make(map[string]bool, len(o.containers))
 		for _, c := range o.containers {
 			key := "stop-container/" + c.ID
 			stops[c.SandboxID] = append(stops[c.SandboxID], key)
+			stopped[c.ID] = true
+			reason := "running container of a pod that is gone from the node (orphans.action = \"stop\")"
+			if c.State == cri.ContainerUnknown {
+				reason = "container in state UNKNOWN (it may run) of a pod that is gone from the node, stopped before its sandbox (orphans.action = \"stop\")"
+			}
 			p.propose(Action{Kind: StopContainer, Rule: RuleOrphanStop, Pod: o.pod, Key: key,
 				SandboxID: c.SandboxID, ContainerID: c.ID, ContainerName: c.Name, Timeout: p.in.Policy.StopTimeout,
-				Reason: "running container of a pod that is gone from the node (orphans.action = \"stop\")"})
+				Reason: reason})
 		}
 		for _, s := range o.sandboxes {
+			if what := p.unstoppedIn(s.ID, stopped); what != "" {
+				p.keep(sandboxObject(*s.Sandbox), o.pod, "orphaned live sandbox not stopped: StopPodSandbox would kill %s, which this plan does not stop first", what)
+				continue
+			}
 			if what, ok := p.unreadableBySandbox[s.ID]; ok {
 				p.keep(sandboxObject(*s.Sandbox), o.pod, "orphaned live sandbox not stopped: StopPodSandbox would kill %s", what)
 				continue
@@ -428,6 +439,20 @@ func (p *planner) orphanRules() {
 				Reason: "Ready sandbox of a pod that is gone from the node (orphans.action = \"stop\")"})
 		}
 	}
+}
+
+// unstoppedIn names a running or UNKNOWN container of sandbox id that is
+// not in stopped (one without kubelet's labels, or another pod's), or "":
+// StopPodSandbox would kill it at once.
+func (p *planner) unstoppedIn(id string, stopped map[string]bool) string {
+	for i := range p.in.Containers {
+		c := &p.in.Containers[i]
+		if c.SandboxID != id || stopped[c.ID] || (c.State != cri.ContainerRunning && c.State != cri.ContainerUnknown) {
+			continue
+		}
+		return fmt.Sprintf("container %s (%s, %s)", short(c.ID), cmp.Or(c.Name, "no name"), c.State)
+	}
+	return ""
 }
 
 // sandboxRules is kubelet's evictSandboxes: a sandbox is active while Ready
