@@ -19,8 +19,10 @@ import (
 // must therefore not reach StopPodSandbox while the sandbox holds a
 // container the plan did not stop gracefully itself: a listed entry that
 // cannot be read ("never acted on, and still holds its sandbox", README),
-// or an UNKNOWN container (which the plan stops with kubelet's 2 s grace,
-// but in the RemoveContainer wave, after the StopSandbox wave).
+// an UNKNOWN container (which the plan stopped with kubelet's 2 s grace,
+// but in the RemoveContainer wave, after the StopSandbox wave), or a
+// running container without kubelet's labels, which the planner's pods
+// do not include.
 func TestAnOrphanStopNeverKillsAContainerThePlanDidNotStop(t *testing.T) {
 	labels := func(uid string) map[string]string {
 		return map[string]string{podstate.LabelPodUID: uid, podstate.LabelPodNamespace: "ns", podstate.LabelPodName: "p-" + uid}
@@ -50,6 +52,10 @@ func TestAnOrphanStopNeverKillsAContainerThePlanDidNotStop(t *testing.T) {
 			in.Containers = append(in.Containers, cri.Container{ID: "unk", SandboxID: "s1", Name: "side", State: cri.ContainerUnknown,
 				CreatedAt: now.Add(-time.Hour), Labels: labels("u1")})
 		}, "unk"},
+		{"a running container without kubelet's labels (crictl create)", func(in *gc.Input) {
+			in.Containers = append(in.Containers, cri.Container{ID: "dbg", SandboxID: "s1", Name: "debug", State: cri.ContainerRunning,
+				CreatedAt: now.Add(-time.Hour)})
+		}, "dbg"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := base
