@@ -279,6 +279,9 @@ func TestImageRunsAsTheDaemonSetAndReclaimsALeak(t *testing.T) {
 		"/var/log/pods":            l.LogRoot,
 		"/var/log/containers":      k.linksDir,
 		"/sys/fs/cgroup":           "/sys/fs/cgroup",
+		// systemdRunDir: this machine runs no systemd; the chart's
+		// DirectoryOrCreate makes an empty dir on such a node.
+		"/run/systemd": t.TempDir(),
 		// The network side: libcni's cache dir is the node's own (containerd
 		// cannot move it); the lab's plugins, conf dir and netns dir.
 		"/var/lib/cni":   l.CNI().CacheDir,
