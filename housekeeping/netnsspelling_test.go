@@ -6,11 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
-	"github.com/nri-housekeeper/nri-housekeeper/gc"
-	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
 // TestNetnsDirSpeltAnotherWayIsContainerdsDir: README and
@@ -31,17 +28,7 @@ func TestNetnsDirSpeltAnotherWayIsContainerdsDir(t *testing.T) {
 	const leaked = "1eaced0000000000000000000000000000000000000000000000000000000000"
 	n.attach(t, leaked, "10.9.0.2")
 	for _, configured := range []string{"", alias} {
-		ctrd := &fakeContainerd{netnsDir: n.netnsDir}
-		kubeletRoot := t.TempDir()
-		if err := os.MkdirAll(filepath.Join(kubeletRoot, "pods"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		rt := &fakeRuntime{}
-		rt.set(cri.Snapshot{TakenAt: now}, nil)
-		log, _ := testLogger()
-		loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot,
-			Policy:  gc.Policy{LeakGrace: time.Hour, Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
-			Network: NewNetwork(ctrd, NetworkOptions{CacheDir: n.cacheDir, ConfDir: n.confDir, BinDir: "/nonexistent", NetnsDir: configured})}, log)
+		loop, _ := n.loopNetnsDir(t, &fakeContainerd{netnsDir: n.netnsDir}, configured)
 		r := loop.Pass(context.Background())
 		if r.Err != nil {
 			t.Fatal(r.Err)
@@ -79,9 +66,7 @@ func TestARecordedNetnsIsNeverCalledUnnamedWhateverTheSpelling(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctrd := &fakeContainerd{netnsDir: n.netnsDir, records: cri.Records{Sandboxes: map[string]cri.SandboxRecord{id: {Namespace: "k8s.io", NetNSPath: recorded}}}}
-	log, _ := testLogger()
-	loop := New(podstate.New(0), &fakeRuntime{}, Options{Period: time.Hour, KubeletRoot: t.TempDir(),
-		Network: NewNetwork(ctrd, NetworkOptions{CacheDir: n.cacheDir, ConfDir: n.confDir, BinDir: "/nonexistent", NetnsDir: alias})}, log)
+	loop, _ := n.loopNetnsDir(t, ctrd, alias)
 	listing, err := loop.listNetwork(context.Background(), now)
 	if err != nil {
 		t.Fatal(err)

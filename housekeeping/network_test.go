@@ -156,7 +156,17 @@ func (n netNode) netnsOf(id string) string {
 // (leak_grace an hour), and its log.
 func (n netNode) loop(t *testing.T, ctrd *fakeContainerd, live ...string) (*Loop, *bytes.Buffer) {
 	t.Helper()
+	return n.loopNetnsDir(t, ctrd, "", live...)
+}
+
+// loopNetnsDir is loop with network.netns_dir set to netnsDir ("": the
+// dir containerd reports).
+func (n netNode) loopNetnsDir(t *testing.T, ctrd *fakeContainerd, netnsDir string, live ...string) (*Loop, *bytes.Buffer) {
+	t.Helper()
 	kubeletRoot := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(kubeletRoot, "pods"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	snap := cri.Snapshot{TakenAt: now}
 	for i, id := range live {
 		uid := fmt.Sprintf("u%d", i+1)
@@ -170,7 +180,7 @@ func (n netNode) loop(t *testing.T, ctrd *fakeContainerd, live ...string) (*Loop
 	log, buf := testLogger()
 	return New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot,
 		Policy:  gc.Policy{LeakGrace: time.Hour, Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
-		Network: NewNetwork(ctrd, NetworkOptions{CacheDir: n.cacheDir, ConfDir: n.confDir, BinDir: "/nonexistent"})}, log), buf
+		Network: NewNetwork(ctrd, NetworkOptions{CacheDir: n.cacheDir, ConfDir: n.confDir, BinDir: "/nonexistent", NetnsDir: netnsDir})}, log), buf
 }
 
 // passProposing runs a pass of loop that must list and plan, and checks

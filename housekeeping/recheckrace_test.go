@@ -373,34 +373,22 @@ func TestAVolumeMadeBetweenPlanAndStepKeepsAnOrphanedPodsDirAndCgroup(t *testing
 		t.Run(tc.name, func(t *testing.T) {
 			root := podDirs(t, uid)
 			cg := fakeCgroups(t, uid) // the teardown left the pod cgroup
-			policy := reviewPolicy(t.TempDir())
-			policy.LeakGrace, policy.RemoveOrphanedPodDirs = 5*time.Minute, tc.removeOrphaned
-			files := &podDirRemover{root: root}
-			race := func() {}
-			exec := racingExecutor{before: func() { race() }, inner: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil)}
-			rt := &fakeRuntime{}
-			log, _ := testLogger()
-			loop := New(tornDownState(t, uid), rt, Options{Period: time.Minute, KubeletRoot: root, Cgroups: cg, Executor: exec,
-				Synchronized: func() bool { return true }, Policy: policy}, log)
-			loop.started = now.Add(-time.Hour)
+			o := newOrphanedPod(t, uid, root, cg, tc.removeOrphaned)
 			if tc.first != nil {
 				tc.first(t, root)
 			}
-			for _, at := range []time.Duration{0, 3 * time.Minute} {
-				rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
-				loop.Pass(context.Background())
-			}
-			if loop.tornDown[uid] == nil || len(files.done) > 0 {
-				t.Fatalf("seen torn down: %v, done %v before leak_grace: the test proves nothing", loop.tornDown[uid] != nil, files.done)
+			o.pass(0)
+			o.pass(3 * time.Minute)
+			if o.loop.tornDown[uid] == nil || len(o.files.done) > 0 {
+				t.Fatalf("seen torn down: %v, done %v before leak_grace: the test proves nothing", o.loop.tornDown[uid] != nil, o.files.done)
 			}
 			if tc.before != nil {
 				tc.before(t, root)
 			}
 			if tc.race != nil {
-				race = func() { tc.race(t, root) }
+				o.race = func() { tc.race(t, root) }
 			}
-			rt.set(cri.Snapshot{TakenAt: now.Add(6 * time.Minute)}, nil)
-			r := loop.Pass(context.Background())
+			r := o.pass(6 * time.Minute)
 			var planned []gc.Kind
 			for _, a := range r.Plan.Actions {
 				planned = append(planned, a.Kind)
@@ -408,8 +396,8 @@ func TestAVolumeMadeBetweenPlanAndStepKeepsAnOrphanedPodsDirAndCgroup(t *testing
 			if !slices.Equal(planned, tc.planned) || r.Blocked != "" {
 				t.Fatalf("planned %v (blocked %q), want %v: the test proves nothing (kept %+v)", planned, r.Blocked, tc.planned, r.Plan.Kept)
 			}
-			if !slices.Equal(files.done, tc.want) {
-				t.Fatalf("node steps %v, want %v (outcomes %+v)", files.done, tc.want, r.Outcomes)
+			if !slices.Equal(o.files.done, tc.want) {
+				t.Fatalf("node steps %v, want %v (outcomes %+v)", o.files.done, tc.want, r.Outcomes)
 			}
 		})
 	}

@@ -158,6 +158,37 @@ func (r racingExecutor) Execute(ctx context.Context, actions []gc.Action, now ti
 
 func (r racingExecutor) Forget(proposed map[string]time.Time) { r.inner.Forget(proposed) }
 
+// orphanedPod is a loop over pod uid, seen torn down (tornDownState), whose
+// pod dir is under root and pod cgroups in cg, with leak_grace 5 minutes;
+// its node steps are recorded in files, and race runs between each pass's
+// plan and its steps.
+type orphanedPod struct {
+	loop  *Loop
+	rt    *fakeRuntime
+	files *podDirRemover
+	race  func()
+}
+
+func newOrphanedPod(t *testing.T, uid, root string, cg *podcgroups.Options, removeOrphaned bool) *orphanedPod {
+	t.Helper()
+	policy := reviewPolicy(t.TempDir())
+	policy.LeakGrace, policy.RemoveOrphanedPodDirs = 5*time.Minute, removeOrphaned
+	o := &orphanedPod{rt: &fakeRuntime{}, files: &podDirRemover{root: root}, race: func() {}}
+	exec := racingExecutor{before: func() { o.race() }, inner: executor.New(criRecorder{}, o.files, executor.Options{MaxParallel: 1}, nil)}
+	log, _ := testLogger()
+	o.loop = New(tornDownState(t, uid), o.rt, Options{Period: time.Minute, KubeletRoot: root, Cgroups: cg, Executor: exec,
+		Synchronized: func() bool { return true }, Policy: policy}, log)
+	o.loop.started = now.Add(-time.Hour)
+	return o
+}
+
+// pass runs a pass over a listing with nothing in it, taken at now+at.
+func (o *orphanedPod) pass(at time.Duration) PassResult {
+	o.rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
+	o.loop.now = func() time.Time { return now.Add(at) }
+	return o.loop.Pass(context.Background())
+}
+
 // nodeRecorder is executor.Files recording what it was asked to do.
 type nodeRecorder struct{ done []string }
 
@@ -476,36 +507,24 @@ func TestAPodWhosePodCgroupIsMadeAgainIsLeftAlone(t *testing.T) {
 			} else {
 				cg = fakeCgroups(t)
 			}
-			policy := reviewPolicy(t.TempDir())
-			policy.LeakGrace, policy.RemoveOrphanedPodDirs = 5*time.Minute, true
-			files := &podDirRemover{root: root}
-			race := func() {}
-			exec := racingExecutor{before: func() { race() }, inner: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil)}
-			rt := &fakeRuntime{}
-			log, _ := testLogger()
-			loop := New(tornDownState(t, uid), rt, Options{Period: time.Minute, KubeletRoot: root, Cgroups: cg, Executor: exec,
-				Synchronized: func() bool { return true }, Policy: policy}, log)
-			loop.started = now.Add(-time.Hour)
-			for _, at := range []time.Duration{0, 3 * time.Minute} {
-				rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
-				loop.Pass(context.Background())
-			}
-			if loop.tornDown[uid] == nil || len(files.done) > 0 {
-				t.Fatalf("seen torn down: %v, done %v before leak_grace: the test proves nothing", loop.tornDown[uid] != nil, files.done)
+			o := newOrphanedPod(t, uid, root, cg, true)
+			o.pass(0)
+			o.pass(3 * time.Minute)
+			if o.loop.tornDown[uid] == nil || len(o.files.done) > 0 {
+				t.Fatalf("seen torn down: %v, done %v before leak_grace: the test proves nothing", o.loop.tornDown[uid] != nil, o.files.done)
 			}
 			if tc.before != nil {
 				tc.before(t, cg.Mountpoint)
 			}
 			if tc.race != nil {
-				race = func() { tc.race(t, cg.Mountpoint) }
+				o.race = func() { tc.race(t, cg.Mountpoint) }
 			}
-			rt.set(cri.Snapshot{TakenAt: now.Add(6 * time.Minute)}, nil)
-			r := loop.Pass(context.Background())
+			r := o.pass(6 * time.Minute)
 			if tc.race != nil && len(r.Plan.Actions) == 0 {
 				t.Fatalf("nothing planned before the race: the test proves nothing (kept %+v)", r.Plan.Kept)
 			}
-			if !slices.Equal(files.done, tc.want) {
-				t.Fatalf("node steps %v, want %v (outcomes %+v)", files.done, tc.want, r.Outcomes)
+			if !slices.Equal(o.files.done, tc.want) {
+				t.Fatalf("node steps %v, want %v (outcomes %+v)", o.files.done, tc.want, r.Outcomes)
 			}
 		})
 	}
