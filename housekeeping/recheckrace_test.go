@@ -75,36 +75,44 @@ func plannedKeys(r PassResult) []string {
 	return keys
 }
 
-// An orphan stop (a Ready sandbox, a running container, of a pod whose
-// pod dir is gone) rests on the pod being gone: one that comes back
-// between the listing and the step keeps running. Neither its container
-// nor its sandbox is stopped.
+// An orphan stop (a Ready sandbox, a running or UNKNOWN container, of a
+// pod whose pod dir is gone) rests on the pod being gone: one that comes
+// back between the listing and the step keeps running. Neither its
+// container nor its sandbox is stopped.
 func TestAnOrphanStopIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 	live, orphan := testUID(601), testUID(602)
-	snap := cri.Snapshot{
-		Sandboxes:  []cri.Sandbox{{ID: "s1", UID: orphan, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(orphan)}},
-		Containers: []cri.Container{{ID: "c1", SandboxID: "s1", Name: "app", State: cri.ContainerRunning, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(orphan)}},
-	}
 	policy := gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, StopOrphans: true, StopTimeout: 30 * time.Second}
 	races := append([]struct {
 		name string
 		race func(t *testing.T, state *podstate.State, root, uid string)
 	}{{"nothing changes: the orphan is stopped", func(*testing.T, *podstate.State, string, string) {}}}, gonePodRaces...)
-	for _, tc := range races {
-		t.Run(tc.name, func(t *testing.T) {
-			loop, calls := raceLoop(t, live, snap, policy, func(state *podstate.State, root string) { tc.race(t, state, root, orphan) })
-			r := loop.Pass(context.Background())
-			if want := []string{"stop-container/c1", "stop-sandbox/s1"}; !slices.Equal(plannedKeys(r), want) || r.Blocked != "" {
-				t.Fatalf("planned %q (blocked %q), want %q: the test proves nothing", plannedKeys(r), r.Blocked, want)
-			}
-			var want []string
-			if strings.HasPrefix(tc.name, "nothing changes") {
-				want = []string{"StopContainer c1", "StopPodSandbox s1"}
-			}
-			if !slices.Equal(calls.calls, want) {
-				t.Fatalf("CRI calls %q, want %q (outcomes %+v)", calls.calls, want, r.Outcomes)
-			}
-		})
+	for _, state := range []cri.ContainerState{cri.ContainerRunning, cri.ContainerUnknown} {
+		snap := cri.Snapshot{
+			Sandboxes:  []cri.Sandbox{{ID: "s1", UID: orphan, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(orphan)}},
+			Containers: []cri.Container{{ID: "c1", SandboxID: "s1", Name: "app", State: state, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(orphan)}},
+		}
+		for _, tc := range races {
+			t.Run(string(state)+": "+tc.name, func(t *testing.T) {
+				loop, calls := raceLoop(t, live, snap, policy, func(state *podstate.State, root string) { tc.race(t, state, root, orphan) })
+				r := loop.Pass(context.Background())
+				planned, want := []string{"stop-container/c1", "stop-sandbox/s1"}, []string{"StopContainer c1", "StopPodSandbox s1"}
+				if state == cri.ContainerUnknown {
+					// Removed too, as kubelet's GC removes an UNKNOWN
+					// container (after a stop), once its sandbox is stopped.
+					planned = []string{"container/c1", "stop-container/c1", "stop-sandbox/s1"}
+					want = []string{"StopContainer c1", "StopPodSandbox s1", "StopContainer c1", "RemoveContainer c1"}
+				}
+				if !slices.Equal(plannedKeys(r), planned) || r.Blocked != "" {
+					t.Fatalf("planned %q (blocked %q), want %q: the test proves nothing", plannedKeys(r), r.Blocked, planned)
+				}
+				if !strings.HasPrefix(tc.name, "nothing changes") {
+					want = nil
+				}
+				if !slices.Equal(calls.calls, want) {
+					t.Fatalf("CRI calls %q, want %q (outcomes %+v)", calls.calls, want, r.Outcomes)
+				}
+			})
+		}
 	}
 }
 
