@@ -55,7 +55,9 @@ type Files interface {
 	// rotations, none named in keep, and returns what it removed.
 	RemoveContainerLogFiles(ctx context.Context, l nodefs.ContainerLog, keep []string) ([]string, error)
 	RemoveOrphanedPodDir(ctx context.Context, uid string) error
-	DestroyPodCgroup(ctx context.Context, pod podcgroups.PodCgroup) error
+	// DestroyPodCgroup kills and removes a pod cgroup, and says what
+	// systemd did with its slice unit (the systemd driver).
+	DestroyPodCgroup(ctx context.Context, pod podcgroups.PodCgroup) (podcgroups.Destroyed, error)
 	ReducePodCgroupCPU(ctx context.Context, pod podcgroups.PodCgroup) error
 	DeleteCNIAttachment(ctx context.Context, a podnet.Attachment) error
 	ReleaseIPReservation(ctx context.Context, r podnet.Reservation) error
@@ -83,6 +85,10 @@ const (
 	fieldLogFiles = "log_files"
 	// fieldLogFilesLeft: why a container's log files were not removed.
 	fieldLogFilesLeft = "log_files_left"
+	// fieldSystemdUnit: the slice unit systemd was asked to stop with a
+	// pod cgroup; fieldSystemdUnitLeft: why systemd could not.
+	fieldSystemdUnit     = "systemd_unit"
+	fieldSystemdUnitLeft = "systemd_unit_left"
 	// fieldSandboxRemoval: a container removed with its sandbox, whose
 	// removal then failed.
 	fieldSandboxRemoval = "sandbox_removal"
@@ -562,10 +568,40 @@ func (e *Executor) Forget(proposed map[string]time.Time) {
 // do carries out one action: the only place that calls Runtime and Files.
 // detail is what the outcome's log line adds.
 func (e *Executor) do(ctx context.Context, a gc.Action) (detail logrus.Fields, err error) {
-	if a.Kind == gc.RemoveContainer {
+	switch a.Kind {
+	case gc.RemoveContainer:
 		return e.removeContainer(ctx, a)
+	case gc.RemovePodCgroup:
+		return e.destroyPodCgroup(ctx, a)
 	}
 	return nil, e.doStep(ctx, a)
+}
+
+// destroyPodCgroup kills and removes a pod cgroup. With the systemd driver
+// the step's line names the slice unit systemd was asked to stop, and one
+// systemd could not stop is said apart: the cgroups are gone all the same,
+// but systemd may still hold the unit (as kubelet's own fallback leaves
+// it), and only a person can tell it to let go.
+func (e *Executor) destroyPodCgroup(ctx context.Context, a gc.Action) (logrus.Fields, error) {
+	if a.Cgroup == nil {
+		return nil, fmt.Errorf("%s: no pod cgroup in the action", a.Key)
+	}
+	d, err := e.files.DestroyPodCgroup(ctx, *a.Cgroup)
+	var detail logrus.Fields
+	if d.Unit != "" {
+		detail = logrus.Fields{fieldSystemdUnit: d.Unit}
+	}
+	if err != nil {
+		return detail, fmt.Errorf("%s pod cgroup %s: %w", verbsOf(a).do, a.Path, err)
+	}
+	if d.UnitErr != nil {
+		detail[fieldSystemdUnitLeft] = d.UnitErr.Error()
+		// Said apart from the step's outcome (no action field), as a left
+		// log file is: a person should look at the unit.
+		e.log.WithFields(logrus.Fields{logging.FieldPodUID: a.Pod.UID, fieldPath: a.Path, fieldSystemdUnit: d.Unit}).WithError(d.UnitErr).
+			Warnf("removed a pod cgroup systemd could not stop: systemd may still hold %s; see systemctl status %s", d.Unit, d.Unit)
+	}
+	return detail, nil
 }
 
 // removeContainer is kubelet's removeContainer: an UNKNOWN container is
@@ -644,15 +680,11 @@ func (e *Executor) doStep(ctx context.Context, a gc.Action) error {
 		if err := e.files.RemoveOrphanedPodDir(ctx, a.Pod.UID); err != nil {
 			return fmt.Errorf("remove orphaned pod dir %s: %w", a.Path, err)
 		}
-	case gc.RemovePodCgroup, gc.ReducePodCgroupCPU:
+	case gc.ReducePodCgroupCPU:
 		if a.Cgroup == nil {
 			return fmt.Errorf("%s: no pod cgroup in the action", a.Key)
 		}
-		do := e.files.DestroyPodCgroup
-		if a.Kind == gc.ReducePodCgroupCPU {
-			do = e.files.ReducePodCgroupCPU
-		}
-		if err := do(ctx, *a.Cgroup); err != nil {
+		if err := e.files.ReducePodCgroupCPU(ctx, *a.Cgroup); err != nil {
 			return fmt.Errorf("%s pod cgroup %s: %w", verbsOf(a).do, a.Path, err)
 		}
 	case gc.RemoveCNIAttachment:

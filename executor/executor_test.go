@@ -43,6 +43,8 @@ type fake struct {
 	// keptLogs records the keep argument of RemoveContainerLogFiles.
 	logPaths map[string]string
 	keptLogs [][]string
+	// destroyed is what DestroyPodCgroup says systemd did, by pod UID.
+	destroyed map[string]podcgroups.Destroyed
 
 	seq         atomic.Int64
 	inFlight    atomic.Int64
@@ -131,8 +133,11 @@ func (f *fake) RemoveOrphanedPodDir(_ context.Context, uid string) error {
 	return f.do("RemoveOrphanedPodDir", uid)
 }
 
-func (f *fake) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgroup) error {
-	return f.do("DestroyPodCgroup", pod.UID)
+func (f *fake) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgroup) (podcgroups.Destroyed, error) {
+	err := f.do("DestroyPodCgroup", pod.UID)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.destroyed[pod.UID], err
 }
 
 func (f *fake) ReducePodCgroupCPU(_ context.Context, pod podcgroups.PodCgroup) error {
@@ -892,6 +897,59 @@ func TestNodeActionsReachTheirCalls(t *testing.T) {
 		if !got[c] {
 			t.Errorf("no call %s (calls %v)", c, f.calls)
 		}
+	}
+}
+
+// TestASliceUnitSystemdCouldNotStopIsSaid: a pod cgroup removed without
+// systemd (unreachable, or its stop job failed) is a success, and its line
+// names the unit and why, with a warning of its own: systemd may still hold
+// the unit. A unit systemd stopped is named; no unit, no field.
+func TestASliceUnitSystemdCouldNotStopIsSaid(t *testing.T) {
+	const unit = "kubepods-besteffort-podu1.slice"
+	for _, c := range []struct {
+		name      string
+		destroyed podcgroups.Destroyed
+		fail      bool
+		wantLeft  bool
+	}{
+		{"cgroupfs driver", podcgroups.Destroyed{}, false, false},
+		{"systemd stopped the unit", podcgroups.Destroyed{Unit: unit}, false, false},
+		{"systemd could not", podcgroups.Destroyed{Unit: unit, UnitErr: errors.New("systemd is not reachable over D-Bus")}, false, true},
+		{"systemd could not and the cgroups stay", podcgroups.Destroyed{Unit: unit, UnitErr: errors.New("job failed")}, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFake()
+			if c.fail {
+				f.setFail("DestroyPodCgroup u1", errFake)
+			}
+			f.destroyed = map[string]podcgroups.Destroyed{"u1": c.destroyed}
+			log, hook := logtest.NewNullLogger()
+			e := New(f, f, Options{MaxParallel: 1}, log)
+			out := e.Execute(context.Background(), []gc.Action{{Kind: gc.RemovePodCgroup, Key: "pod-cgroup/u1",
+				Pod: gc.PodRef{UID: "u1"}, Path: "/sys/fs/cgroup/memory/kubepods.slice/" + unit, Cgroup: &podcgroups.PodCgroup{UID: "u1"}}}, time.Now(), nil)
+			if want := map[bool]Result{false: Success, true: Error}[c.fail]; out[0].Result != want {
+				t.Fatalf("result %s (%v), want %s", out[0].Result, out[0].Err, want)
+			}
+			var step *logrus.Entry
+			warned := false
+			for _, en := range hook.AllEntries() {
+				if en.Data[logging.FieldAction] == string(gc.RemovePodCgroup) {
+					step = en
+				} else if en.Level == logrus.WarnLevel && en.Data[fieldSystemdUnit] == unit {
+					warned = true
+				}
+			}
+			if step == nil {
+				t.Fatalf("no line for the step: %v", hook.AllEntries())
+			}
+			if got, _ := step.Data[fieldSystemdUnit].(string); got != c.destroyed.Unit {
+				t.Errorf("the step's line names unit %q, want %q", got, c.destroyed.Unit)
+			}
+			left, _ := step.Data[fieldSystemdUnitLeft].(string)
+			if c.wantLeft != (left != "") || c.wantLeft != warned {
+				t.Errorf("the unit systemd still holds: %s=%q, a warning of its own: %v; want both: %v", fieldSystemdUnitLeft, left, warned, c.wantLeft)
+			}
+		})
 	}
 }
 

@@ -51,7 +51,7 @@ func (n Node) RemoveOrphanedPodDir(ctx context.Context, uid string) error {
 	return nodefs.RemoveOrphanedPodDir(ctx, n.KubeletRoot, uid)
 }
 
-func (n Node) DestroyPodCgroup(ctx context.Context, pod podcgroups.PodCgroup) error {
+func (n Node) DestroyPodCgroup(ctx context.Context, pod podcgroups.PodCgroup) (podcgroups.Destroyed, error) {
 	return podcgroups.Destroy(ctx, pod)
 }
 

@@ -48,8 +48,8 @@ func (f *failingFiles) RemovePodLogDir(ctx context.Context, path string) error {
 	return f.nodeRecorder.RemovePodLogDir(ctx, path)
 }
 
-func (f *failingFiles) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgroup) error {
-	return errors.New("rmdir: device or resource busy (a process in D state)")
+func (f *failingFiles) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgroup) (podcgroups.Destroyed, error) {
+	return podcgroups.Destroyed{}, errors.New("rmdir: device or resource busy (a process in D state)")
 }
 
 // <kubelet_root>/pods may be a symlink (pod data moved to another disk).

@@ -208,9 +208,9 @@ func (n *nodeRecorder) RemoveOrphanedPodDir(_ context.Context, uid string) error
 	n.done = append(n.done, "RemoveOrphanedPodDir "+uid)
 	return nil
 }
-func (n *nodeRecorder) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgroup) error {
+func (n *nodeRecorder) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgroup) (podcgroups.Destroyed, error) {
 	n.done = append(n.done, "DestroyPodCgroup "+pod.UID)
-	return nil
+	return podcgroups.Destroyed{}, nil
 }
 func (n *nodeRecorder) ReducePodCgroupCPU(_ context.Context, pod podcgroups.PodCgroup) error {
 	n.done = append(n.done, "ReducePodCgroupCPU "+pod.UID)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/cgroups/v3/cgroup2"
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 )
 
@@ -62,10 +63,22 @@ func (e *RefusedError) Error() string {
 // delete a file, and it keeps going in the other hierarchies when one fails.
 //
 // A nil error means every directory in pod.Paths is gone. Otherwise the error
-// names the processes or directories left. Destroy does not back off across
+// names the processes or directories left. Destroyed says what systemd did,
+// also when the cgroups went without it. Destroy does not back off across
 // calls: that is the caller's job.
-func Destroy(ctx context.Context, pod PodCgroup) error {
+func Destroy(ctx context.Context, pod PodCgroup) (Destroyed, error) {
 	return realHost().destroy(ctx, pod)
+}
+
+// Destroyed is what Destroy asked of systemd (the systemd driver only).
+type Destroyed struct {
+	// Unit is the pod's slice unit when systemd was asked to stop it.
+	Unit string
+	// UnitErr is why systemd could not stop Unit. The cgroups were killed
+	// and removed without it, so systemd may still hold the unit (as
+	// kubelet's own fallback leaves it): it is the operator's to stop.
+	// nil when systemd is not PID 1 or has no such unit: there is none.
+	UnitErr error
 }
 
 // ReduceCPU sets the pod cgroup's CPU to kubelet's minimum, as kubelet's
@@ -151,28 +164,35 @@ func (h host) targets(pod PodCgroup) ([]target, error) {
 	return out, nil
 }
 
-func (h host) destroy(ctx context.Context, pod PodCgroup) error {
+func (h host) destroy(ctx context.Context, pod PodCgroup) (Destroyed, error) {
+	var d Destroyed
 	targets, err := h.targets(pod)
 	if err != nil || len(targets) == 0 {
-		return err
+		return d, err
 	}
 	// Before systemd or cgroup.kill can kill anything: a pod cgroup that
 	// holds this process is a misconfiguration, not a leak.
 	procs, err := listProcs(ctx, targets)
 	if err != nil {
-		return err
+		return d, err
 	}
 	if err := h.notSelf(procs); err != nil {
-		return err
+		return d, err
 	}
-	var systemdErr error
 	if pod.Driver == DriverSystemd {
 		// kubelet's systemd cgroup manager stops the slice unit: systemd
 		// then stops the pod's scopes and removes the cgroups it manages.
 		// runc's manager removes the paths afterwards, and so does this:
 		// it is all there is when systemd is not reachable or has no such
 		// unit (e.g. after a systemd restart).
-		systemdErr = h.stopUnit(ctx, filepath.Base(targets[0].path))
+		unit := filepath.Base(targets[0].path)
+		switch err := h.stopUnit(ctx, unit); {
+		case errors.Is(err, errNoSystemd), errors.Is(err, errNoSuchUnit):
+		case err != nil:
+			d.Unit, d.UnitErr = unit, err
+		default:
+			d.Unit = unit
+		}
 	}
 	err = h.kill(ctx, pod, targets)
 	if err == nil {
@@ -181,11 +201,18 @@ func (h host) destroy(ctx context.Context, pod PodCgroup) error {
 			err = remove(ctx, targets)
 		}
 	}
-	if err != nil && systemdErr != nil {
-		return errors.Join(err, fmt.Errorf("before that, systemd could not stop the unit: %w", systemdErr))
+	if err != nil && d.UnitErr != nil {
+		return d, errors.Join(err, fmt.Errorf("before that, systemd could not stop the unit: %w", d.UnitErr))
 	}
-	return err
+	return d, err
 }
+
+// errNoSystemd and errNoSuchUnit: systemd has no unit to stop, so there is
+// none the file system steps could leave behind.
+var (
+	errNoSystemd  = errors.New("systemd is not running")
+	errNoSuchUnit = errors.New("systemd has no such unit")
+)
 
 // cgroupProcs are the PIDs in one cgroup directory.
 type cgroupProcs struct {
@@ -498,10 +525,11 @@ func writeExisting(path, value string) error {
 }
 
 // stopUnit asks systemd to stop unit and waits for the job. It fails fast
-// when systemd is not PID 1 or cannot be reached.
+// when systemd is not PID 1 (errNoSystemd) or cannot be reached, and with
+// errNoSuchUnit when systemd has no such unit loaded.
 func stopUnit(ctx context.Context, unit string) error {
 	if _, err := os.Lstat(systemdRunDir); err != nil {
-		return fmt.Errorf("systemd is not running (%w)", err)
+		return fmt.Errorf("%w (%w)", errNoSystemd, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, systemdStopTimeout)
 	defer cancel()
@@ -514,6 +542,10 @@ func stopUnit(ctx context.Context, unit string) error {
 	// would block forever if this function had already given up.
 	done := make(chan string, 1)
 	if _, err := conn.StopUnitContext(ctx, unit, "replace", done); err != nil {
+		var dbusErr dbus.Error
+		if errors.As(err, &dbusErr) && dbusErr.Name == "org.freedesktop.systemd1.NoSuchUnit" {
+			return fmt.Errorf("systemd StopUnit %s: %w: %w", unit, errNoSuchUnit, err)
+		}
 		return fmt.Errorf("systemd StopUnit %s: %w", unit, err)
 	}
 	select {

@@ -30,7 +30,7 @@ func (f *fakeHost) host() host {
 		},
 		stopUnit: func(ctx context.Context, unit string) error {
 			f.units = append(f.units, unit)
-			return errors.New("systemd is not running (fake)")
+			return fmt.Errorf("%w (fake)", errNoSystemd)
 		},
 		selfPid: os.Getpid(),
 	}
@@ -64,6 +64,14 @@ func inspected(t *testing.T, pod PodCgroup) PodCgroup {
 	return pod
 }
 
+// destroyErr is h.destroy for the tests that look at its error alone.
+func destroyErr(h host) func(context.Context, PodCgroup) error {
+	return func(ctx context.Context, pod PodCgroup) error {
+		_, err := h.destroy(ctx, pod)
+		return err
+	}
+}
+
 func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
@@ -91,7 +99,7 @@ func TestDestroyRemovesBottomUpInEveryHierarchy(t *testing.T) {
 			pod.Paths = append(pod.Paths, filepath.Join(mp, "pids", rel))
 
 			f := &fakeHost{}
-			if err := f.host().destroy(context.Background(), inspected(t, pod)); err != nil {
+			if _, err := f.host().destroy(context.Background(), inspected(t, pod)); err != nil {
 				t.Fatal(err)
 			}
 			for _, p := range pod.Paths {
@@ -121,12 +129,62 @@ func TestDestroyRemovesBottomUpInEveryHierarchy(t *testing.T) {
 	}
 }
 
+// TestASliceUnitSystemdCouldNotStopIsSaid: the file system steps remove the
+// cgroups whatever systemd did, so a success must still say when systemd
+// holds the pod's slice unit (unreachable, or its stop job failed): the
+// operator has a unit to stop. When systemd is not PID 1 or has no such
+// unit, there is no unit to leave and nothing is said.
+func TestASliceUnitSystemdCouldNotStopIsSaid(t *testing.T) {
+	unit := "kubepods-burstable-pod" + under(uidA) + ".slice"
+	for _, c := range []struct {
+		name    string
+		stop    error
+		want    string // Destroyed.Unit
+		wantErr string // in Destroyed.UnitErr, "" for none
+	}{
+		{"stopped by systemd", nil, unit, ""},
+		{"systemd not PID 1", fmt.Errorf("%w (stat /run/systemd/system: no such file)", errNoSystemd), "", ""},
+		{"no such unit loaded", fmt.Errorf("systemd StopUnit %s: %w: Unit not loaded.", unit, errNoSuchUnit), "", ""},
+		{"systemd unreachable", errors.New("systemd is not reachable over D-Bus: dial unix /run/systemd/private: no such file"), unit, "not reachable"},
+		{"stop job failed", errors.New("systemd StopUnit " + unit + ": job failed"), unit, "job failed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mp := t.TempDir()
+			rel, err := podRel(DriverSystemd, "kubepods", QOSBurstable, uidA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(mp, "memory", rel)
+			dirs(t, filepath.Join(p, "cri-containerd-"+ctrID+".scope"))
+			h := (&fakeHost{}).host()
+			var asked []string
+			h.stopUnit = func(_ context.Context, u string) error { asked = append(asked, u); return c.stop }
+			d, err := h.destroy(context.Background(), inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverSystemd, Root: "kubepods", Paths: []string{p}}))
+			if err != nil || exists(p) {
+				t.Fatalf("destroy = %v, still there: %v; want the cgroups removed whatever systemd did", err, exists(p))
+			}
+			if len(asked) != 1 || asked[0] != unit {
+				t.Fatalf("systemd asked to stop %q, want [%s]", asked, unit)
+			}
+			if d.Unit != c.want {
+				t.Errorf("Destroyed.Unit = %q, want %q", d.Unit, c.want)
+			}
+			switch {
+			case c.wantErr == "" && d.UnitErr != nil:
+				t.Errorf("Destroyed.UnitErr = %v, want none: systemd holds no unit here", d.UnitErr)
+			case c.wantErr != "" && (d.UnitErr == nil || !strings.Contains(d.UnitErr.Error(), c.wantErr)):
+				t.Errorf("Destroyed.UnitErr = %v, want one with %q: the unit systemd still holds is dropped unsaid", d.UnitErr, c.wantErr)
+			}
+		})
+	}
+}
+
 func TestDestroyAlreadyGoneIsDone(t *testing.T) {
 	mp := t.TempDir()
 	pod := PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverCgroupfs, Root: "kubepods",
 		Paths: []string{filepath.Join(mp, "memory", "kubepods", "pod"+uidA)}}
 	f := &fakeHost{}
-	if err := f.host().destroy(context.Background(), inspected(t, pod)); err != nil {
+	if _, err := f.host().destroy(context.Background(), inspected(t, pod)); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.host().reduceCPU(context.Background(), inspected(t, pod)); err != nil {
@@ -145,7 +203,7 @@ func TestDestroyNamesWhatIsLeft(t *testing.T) {
 		filepath.Join(mp, "cpu", "kubepods", "pod"+uidA),
 		filepath.Join(mp, "memory", "kubepods", "pod"+uidA),
 	}}
-	err := (&fakeHost{}).host().destroy(context.Background(), inspected(t, pod))
+	_, err := (&fakeHost{}).host().destroy(context.Background(), inspected(t, pod))
 	if err == nil || !strings.Contains(err.Error(), stuck) {
 		t.Fatalf("error %v does not name %s", err, stuck)
 	}
@@ -225,7 +283,7 @@ func TestDestroyRefuses(t *testing.T) {
 			if tc.real {
 				h = realHost()
 			}
-			for name, act := range map[string]func(context.Context, PodCgroup) error{"destroy": h.destroy, "reduceCPU": h.reduceCPU} {
+			for name, act := range map[string]func(context.Context, PodCgroup) error{"destroy": destroyErr(h), "reduceCPU": h.reduceCPU} {
 				if tc.destroyOnly && name != "destroy" {
 					continue
 				}
@@ -311,7 +369,7 @@ func TestDestroyChecksSelfBeforeSystemd(t *testing.T) {
 	p := filepath.Join(mp, "memory", rel)
 	cgroup(t, filepath.Join(p, "cri-containerd-"+ctrID+".scope"), os.Getpid())
 	f := &fakeHost{}
-	err = f.host().destroy(context.Background(), inspected(t, PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverSystemd, Root: "kubepods", Paths: []string{p}}))
+	_, err = f.host().destroy(context.Background(), inspected(t, PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverSystemd, Root: "kubepods", Paths: []string{p}}))
 	var refused *RefusedError
 	if !errors.As(err, &refused) || len(f.units) != 0 {
 		t.Fatalf("error %v, units stopped %q; want a refusal and no unit stopped", err, f.units)
@@ -385,8 +443,8 @@ func TestDestroyRefusesACgroupMadeAgainSinceItWasInspected(t *testing.T) {
 	if err := os.Rename(again, pod.Paths[1]); err != nil {
 		t.Fatal(err)
 	}
-	for name, act := range map[string]func(host, context.Context, PodCgroup) error{"destroy": host.destroy, "reduceCPU": host.reduceCPU} {
-		err := act((&fakeHost{}).host(), context.Background(), seen)
+	for name, act := range map[string]func(host) func(context.Context, PodCgroup) error{"destroy": destroyErr, "reduceCPU": func(h host) func(context.Context, PodCgroup) error { return h.reduceCPU }} {
+		err := act((&fakeHost{}).host())(context.Background(), seen)
 		var refused *RefusedError
 		if !errors.As(err, &refused) || refused.Path != pod.Paths[1] || !strings.Contains(err.Error(), "made again since it was inspected") {
 			t.Errorf("%s: %v, want a refusal naming %s as made again", name, err, pod.Paths[1])
@@ -428,7 +486,7 @@ func TestDestroyChecksAgainAfterSystemdsStop(t *testing.T) {
 		}
 		return os.Rename(again, p)
 	}
-	err = h.destroy(context.Background(), pod)
+	_, err = h.destroy(context.Background(), pod)
 	var refused *RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "made again since it was inspected") {
 		t.Fatalf("destroy = %v; want a refusal: the cgroup at %s is not the one inspected", err, p)
@@ -438,7 +496,7 @@ func TestDestroyChecksAgainAfterSystemdsStop(t *testing.T) {
 	}
 	// systemd removed every path: done.
 	h.stopUnit = func(context.Context, string) error { return os.Remove(p) }
-	if err := h.destroy(context.Background(), inspected(t, pod)); err != nil || exists(p) {
+	if _, err := h.destroy(context.Background(), inspected(t, pod)); err != nil || exists(p) {
 		t.Fatalf("destroy = %v, %s there: %v; want nil and gone", err, p, exists(p))
 	}
 }
@@ -450,7 +508,7 @@ func TestDestroyRefusesAPodCgroupNotAsInspected(t *testing.T) {
 	p := filepath.Join(mp, "memory", "kubepods", "pod"+uidA)
 	dirs(t, p)
 	pod := PodCgroup{UID: uidA, QOS: QOSGuaranteed, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{p}}
-	err := (&fakeHost{}).host().destroy(context.Background(), pod)
+	_, err := (&fakeHost{}).host().destroy(context.Background(), pod)
 	var refused *RefusedError
 	if !errors.As(err, &refused) || !exists(p) {
 		t.Fatalf("destroy without inode numbers: %v (still there: %v), want a refusal", err, exists(p))

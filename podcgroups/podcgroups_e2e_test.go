@@ -220,7 +220,7 @@ func TestE2ECgroupfs(t *testing.T) {
 	}
 
 	start := time.Now()
-	if err := Destroy(context.Background(), podA); err != nil {
+	if _, err := Destroy(context.Background(), podA); err != nil {
 		t.Fatalf("Destroy A: %v", err)
 	}
 	t.Logf("Destroy A took %v", time.Since(start))
@@ -284,7 +284,7 @@ func TestE2EV1OnlySIGKILL(t *testing.T) {
 	if !ok || pod.Procs != 1 || len(pod.Paths) != len(paths) {
 		t.Fatalf("pod %+v, want 1 process in %d hierarchies", pod, len(paths))
 	}
-	if err := Destroy(context.Background(), pod); err != nil {
+	if _, err := Destroy(context.Background(), pod); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}
 	if !d.killedWithin(5 * time.Second) {
@@ -325,8 +325,12 @@ func TestE2ESystemdFallback(t *testing.T) {
 	} else {
 		t.Logf("systemd not used: %v", err)
 	}
-	if err := Destroy(context.Background(), podE); err != nil {
+	d, err := Destroy(context.Background(), podE)
+	if err != nil {
 		t.Fatalf("Destroy E: %v", err)
+	}
+	if _, sdErr := os.Lstat(systemdRunDir); sdErr != nil && (d != Destroyed{}) {
+		t.Errorf("systemd is not running here, yet Destroy says it asked it: %+v (there is no unit to leave)", d)
 	}
 	if !e.killedWithin(5 * time.Second) {
 		t.Errorf("pod E's process not killed by SIGKILL (exit: %v)", e.err)
@@ -346,7 +350,7 @@ func TestE2ERefusesBelowAnotherCgroup(t *testing.T) {
 	p := startSleeper(t)
 	paths := l.pod(top+"/nested/kubepods/besteffort/pod"+uidA, ctrID, p, nil)
 	pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBestEffort, Driver: DriverCgroupfs, Root: "kubepods", Paths: paths})
-	for name, act := range map[string]func(context.Context, PodCgroup) error{"Destroy": Destroy, "ReduceCPU": ReduceCPU} {
+	for name, act := range map[string]func(context.Context, PodCgroup) error{"Destroy": destroyErr(realHost()), "ReduceCPU": ReduceCPU} {
 		err := act(context.Background(), pod)
 		var refused *RefusedError
 		if !errors.As(err, &refused) {
@@ -359,7 +363,7 @@ func TestE2ERefusesBelowAnotherCgroup(t *testing.T) {
 	}
 	// The same pod with its lab root as the root is accepted.
 	pod.Root = top + "/nested/kubepods"
-	if err := Destroy(context.Background(), pod); err != nil {
+	if _, err := Destroy(context.Background(), pod); err != nil {
 		t.Fatalf("Destroy with the full root: %v", err)
 	}
 	if !p.killedWithin(5 * time.Second) {
@@ -391,7 +395,7 @@ func TestE2EACgroupMadeAgainIsRefused(t *testing.T) {
 	}
 	p := startSleeper(t)
 	paths := l.pod(rel, ctrID, p, nil)
-	err := Destroy(context.Background(), seen)
+	_, err := Destroy(context.Background(), seen)
 	var refused *RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "made again since it was inspected") {
 		t.Fatalf("Destroy of the cgroup as inspected before it was made again: %v, want a refusal", err)
@@ -401,7 +405,7 @@ func TestE2EACgroupMadeAgainIsRefused(t *testing.T) {
 		t.Fatal("the cgroup made again was acted on")
 	}
 	// As inspected now, it is the one destroyed.
-	if err := Destroy(context.Background(), discover(t, root).Pods[uidA]); err != nil {
+	if _, err := Destroy(context.Background(), discover(t, root).Pods[uidA]); err != nil {
 		t.Fatalf("Destroy as inspected now: %v", err)
 	}
 	if !p.killedWithin(5 * time.Second) {
