@@ -72,9 +72,9 @@ type Plugin struct {
 	stats        Stats
 
 	connections atomic.Uint64 // numbers each NRI connection
-	// current is the connection whose Configure came last; only its loss
-	// clears connected and synchronized, and only its Synchronize sets
-	// synchronized. The mutex orders a Configure against an older
+	// current is the connection whose Configure came last, 0 once it is
+	// lost; only its loss clears connected and synchronized, and only its
+	// Synchronize sets synchronized. The mutex orders a Configure against an older
 	// connection's loss or Synchronize.
 	currentMu sync.Mutex
 	current   uint64
@@ -305,6 +305,10 @@ func (p *Plugin) lost(n uint64) {
 		}
 		return
 	}
+	// No connection is current until the next Configure: a Synchronize
+	// handler of n still running (the stub calls its close callback
+	// without waiting for it) must not open the gate after this.
+	p.current = 0
 	p.connected.Store(false)
 	p.synchronized.Store(false)
 	if p.observer != nil {

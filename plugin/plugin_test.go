@@ -632,3 +632,40 @@ func TestALateSynchronizeOfALostConnectionLeavesTheGateClosed(t *testing.T) {
 		t.Fatal("not synchronized after the current connection's Synchronize")
 	}
 }
+
+// TestASynchronizeThatEndsAfterItsConnectionsLossLeavesTheGateClosed: the
+// stub runs a Synchronize handler and its close callback on goroutines of
+// their own (deliverSync waits for the stub's lock, which connClosed holds
+// while it closes, then calls the callback), so the loss of a connection
+// can be recorded before that connection's Synchronize handler takes the
+// plugin's lock, with no later connection registered yet. The plugin must
+// not then say it is synchronized: no connection is, and the NRI events of
+// the gap until the next connection's Synchronize are missing.
+func TestASynchronizeThatEndsAfterItsConnectionsLossLeavesTheGateClosed(t *testing.T) {
+	p, _, w := newTestPlugin()
+	c1 := p.newConnection()
+	if _, err := c1.Configure(context.Background(), "", "containerd", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	c1.lost() // containerd goes away; the Synchronize handler has not taken the lock yet
+	if _, err := c1.Synchronize(context.Background(), []*api.PodSandbox{kubeletPod("u", "s1")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if p.Synchronized() || w.resyncs.Load() != 0 {
+		t.Fatalf("synchronized %v, resyncs %d after a Synchronize of a connection already lost; want false, 0",
+			p.Synchronized(), w.resyncs.Load())
+	}
+	c2 := p.newConnection()
+	if _, err := c2.Configure(context.Background(), "", "containerd", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if p.Synchronized() {
+		t.Fatal("synchronized after the next connection's Configure, before its Synchronize")
+	}
+	if _, err := c2.Synchronize(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Synchronized() {
+		t.Fatal("not synchronized after the current connection's Synchronize")
+	}
+}
