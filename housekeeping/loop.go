@@ -576,12 +576,19 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 	}
 	in.PodDirs = l.inspectPodDirs(ctx, in.Oracle.PodDirs, listed)
 	// A torn-down pod whose dir is gone needs remembering no longer; a dir
-	// made later is kubelet setting up a pod of that UID again.
-	if in.Oracle.PodDirs.Ready {
-		for uid := range l.tornDown {
-			if !in.Oracle.PodDirs.Present(uid) {
-				l.dismissTeardown(uid)
+	// made later is kubelet setting up a pod of that UID again. While the
+	// pods dir cannot be read, a mark none has checked goes with
+	// podstate's record of the pod: nothing else would drop it.
+	for uid, mark := range l.tornDown {
+		switch {
+		case !in.Oracle.PodDirs.Ready:
+			if !mark.dirSeen && !inView[uid] {
+				delete(l.tornDown, uid)
 			}
+		case in.Oracle.PodDirs.Present(uid):
+			mark.dirSeen = true
+		default:
+			l.dismissTeardown(uid)
 		}
 	}
 	in.TornDown = make(map[string]bool, len(l.tornDown))

@@ -96,7 +96,7 @@ func (l *Loop) restore(ctx context.Context) {
 			continue // this run dropped it: kubelet set up a pod of that UID again
 		}
 		at := clock.at(t.At, t.AtBoot)
-		mark := &tornDownMark{at: at, event: at, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}}
+		mark := &tornDownMark{at: at, event: at, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}, dirSeen: true}
 		if t.Inspected {
 			mark.seen = make(map[string]bool, len(t.Seen))
 			for _, p := range t.Seen {

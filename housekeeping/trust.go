@@ -87,6 +87,12 @@ type tornDownMark struct {
 	event time.Time
 	// pod names the pod in logs after podstate has forgotten it.
 	pod gc.PodRef
+	// dirSeen: a readable pods dir had the pod's dir since the mark (or
+	// the mark was restored from the state file). Only a readable pods dir
+	// drops a mark (its dir gone); one it has never checked is dropped
+	// with podstate's record of the pod while the pods dir cannot be read,
+	// or such marks would only grow.
+	dirSeen bool
 	// seen are its pod dir's volume dirs, mount points and leftovers at the
 	// first inspection after the mark; nil until then. More of them later
 	// means kubelet is setting up a pod of that UID again.
