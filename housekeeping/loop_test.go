@@ -35,6 +35,8 @@ type fakeRuntime struct {
 	// counts the questions.
 	exists map[string]bool
 	asked  atomic.Int64
+	// existsErr, when set, is every SandboxExists's answer.
+	existsErr error
 }
 
 func (f *fakeRuntime) Snapshot(context.Context) (cri.Snapshot, error) {
@@ -53,6 +55,9 @@ func (f *fakeRuntime) SandboxExists(_ context.Context, id string) (bool, error) 
 	f.asked.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.existsErr != nil {
+		return false, f.existsErr
+	}
 	if e, ok := f.exists[id]; ok {
 		return e, nil
 	}

@@ -68,7 +68,13 @@ func (l *Loop) confirmGone(ctx context.Context, missing []podstate.NRISandbox) [
 			break // the rest next pass
 		}
 		exists, err := l.runtime.SandboxExists(ctx, m.ID)
-		if err != nil || exists {
+		if err != nil {
+			// The listing stays untrusted; say why nothing is known of it.
+			l.warnOnce("could not ask the runtime for a sandbox NRI reported live that the listing lacks: "+
+				"the listing stays untrusted until it answers", fmt.Errorf("sandbox %s of pod %s: %w", m.ID, m.PodUID, err))
+			continue
+		}
+		if exists {
 			continue
 		}
 		gone = append(gone, m.ID)

@@ -2,6 +2,7 @@ package housekeeping
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -698,6 +699,43 @@ func TestALiveSandboxTheListingLacksIsAskedForByID(t *testing.T) {
 				t.Fatalf("phase %s, torn down %v: want Removed without a teardown, and said", p.Phase, p.TornDown)
 			}
 		})
+	}
+}
+
+// TestASandboxTheRuntimeCannotBeAskedAboutIsSaid: when asking for a missing
+// sandbox by ID fails, the listing stays untrusted (nothing is known) and the
+// failure is said, once while it lasts: "the listing or NRI is wrong" alone
+// would hide that the runtime's PodSandboxStatus is what fails.
+func TestASandboxTheRuntimeCannotBeAskedAboutIsSaid(t *testing.T) {
+	uids := []string{testUID(22), testUID(23)}
+	synced := []podstate.SyncedSandbox{{Pod: ident(uids[0]), SandboxID: "s1"}, {Pod: ident(uids[1]), SandboxID: "s2"}}
+	both := cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{
+		{ID: "s1", UID: uids[0], Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uids[0])},
+		{ID: "s2", UID: uids[1], Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uids[1])}}}
+	state := podstate.New(0)
+	state.Synchronize(now.Add(-time.Hour), synced, nil)
+	rt := &fakeRuntime{}
+	log, buf := testLogger()
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: podDirs(t, uids...), Synchronized: func() bool { return true },
+		Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	rt.set(both, nil)
+	if r := loop.Pass(context.Background()); r.Untrusted != "" {
+		t.Fatalf("first pass untrusted: %s", r.Untrusted)
+	}
+	rt.mu.Lock()
+	rt.existsErr = errors.New("rpc error: code = DeadlineExceeded desc = context deadline exceeded")
+	rt.mu.Unlock()
+	for i := 1; i <= 3; i++ {
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute), Sandboxes: both.Sandboxes[:1]}, nil)
+		if r := loop.Pass(context.Background()); r.Untrusted == "" {
+			t.Fatalf("pass %d trusted the listing though the runtime could not be asked about s2", i)
+		}
+	}
+	if p, _ := state.Pod(uids[1]); p.Phase == podstate.PhaseRemoved {
+		t.Fatal("a sandbox the runtime could not be asked about was taken as gone")
+	}
+	if n := strings.Count(buf.String(), "DeadlineExceeded"); n != 1 || !strings.Contains(buf.String(), "s2") {
+		t.Fatalf("the failure to ask for s2 said %d time(s) in 3 passes, want once, naming the sandbox:\n%s", n, buf.String())
 	}
 }
 
