@@ -93,6 +93,14 @@ func (p *planner) networkRules() {
 			netnsInUse[ns.Path] = true
 		}
 	}
+	// A namespace InspectNetns could not read may have a thread in it:
+	// nothing that ran there is deleted ("cannot tell" is not "unused").
+	netnsUnknown := make(map[string]string)
+	for _, u := range n.Listing.Unreadable {
+		if u.Kind == podnet.KindNetns {
+			netnsUnknown[u.Path] = u.Reason
+		}
+	}
 	for i := range n.Listing.Attachments {
 		a := &n.Listing.Attachments[i]
 		cacheOwners[cacheOwner{a.Network, a.ContainerID}] = true
@@ -113,6 +121,9 @@ func (p *planner) networkRules() {
 			continue
 		case netnsInUse[a.NetNS]:
 			p.keep(object, PodRef{}, "a thread is in its netns %s: something still runs there", a.NetNS)
+			continue
+		case netnsUnknownHas(netnsUnknown, a.NetNS):
+			p.keep(object, PodRef{}, "whether a thread is in its netns %s cannot be told: %s", a.NetNS, netnsUnknown[a.NetNS])
 			continue
 		}
 		key := fmt.Sprintf("cni-attachment/%s/%s/%s", a.Network, a.ContainerID, a.IfName)
@@ -180,6 +191,13 @@ func (p *planner) networkRules() {
 			ContainerID: netnsOwner[ns.Path], DependsOn: netnsDeps[ns.Path],
 			Reason: "network namespace containerd made that no sandbox record names and no process is in"})
 	}
+}
+
+// netnsUnknownHas reports whether path is a namespace InspectNetns could
+// not read.
+func netnsUnknownHas(unknown map[string]string, path string) bool {
+	_, ok := unknown[path]
+	return ok
 }
 
 // NetworkSuspects returns what of in.Network may be a leak, given the

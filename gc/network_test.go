@@ -354,3 +354,29 @@ func TestAHealthyNodesNetworkNeedsNoRecordsAndNoNamespaceDetails(t *testing.T) {
 		})
 	}
 }
+
+// TestAnAttachmentWhoseNetnsNoOneCanTellIsUnusedStays: an attachment is
+// deleted only when no thread on the node is in the namespace it ran in.
+// When that cannot be told (podnet.InspectNetns returns the namespace as
+// unreadable: this process does not see every thread, a thread's namespace
+// cannot be read, the mount changed while read), the attachment is kept
+// with that reason, as the namespace's own removal is; nothing but this
+// check looks at the threads before the DEL.
+func TestAnAttachmentWhoseNetnsNoOneCanTellIsUnusedStays(t *testing.T) {
+	for _, reason := range []string{
+		"cannot tell whether a thread is in it: this process is not in the node's PID namespace",
+		"the mount table says net:[4026532001], a stat says otherwise (nsfs true, inode 4026532002): changed while being read",
+	} {
+		t.Run(reason, func(t *testing.T) {
+			in := networkInput()
+			ns := netnsDir + "/" + cniName("leak")
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", ns))
+			in.Network.Listing.Unreadable = []podnet.Unreadable{{Kind: podnet.KindNetns, Path: ns, Reason: reason}}
+			r := Plan(in)
+			same(t, "network steps", networkSteps(r), nil)
+			if got := keptReason(r, "cni attachment eth0 of gone1"); !strings.Contains(got, reason) {
+				t.Fatalf("attachment kept for %q, want the namespace's reason %q", got, reason)
+			}
+		})
+	}
+}
