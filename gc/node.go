@@ -29,7 +29,7 @@ func (p *planner) nodeRules() {
 // touched. Sandboxes answer nearly every question; the containers' pod UIDs
 // are only collected (once) for a UID no sandbox claims.
 func (p *planner) listed(uid string) bool {
-	if len(p.sandboxesByUID[uid]) > 0 || len(p.unmanagedByUID[uid]) > 0 || p.unreadableByUID[uid] != "" {
+	if len(p.sandboxesByUID[uid]) > 0 || len(p.unmanagedByUID[uid]) > 0 || len(p.labelledByUID[uid]) > 0 || p.unreadableByUID[uid] != "" {
 		return true
 	}
 	if p.containerUIDs == nil {

@@ -88,6 +88,10 @@ type planner struct {
 	// unmanagedByUID has the sandboxes without kubelet labels that still
 	// claim a UID: a pod's log dir stays while any sandbox claims it.
 	unmanagedByUID map[string][]*cri.Sandbox
+	// labelledByUID has the sandboxes whose pod UID label names a UID
+	// they are not grouped under (their CRI metadata names another, or
+	// none): they claim that pod too.
+	labelledByUID map[string][]*cri.Sandbox
 	// refs lists, per sandbox ID that is not Ready, every container
 	// referencing it: managed or not, in any state (kubelet's "active" test).
 	refs map[string][]*cri.Container
@@ -133,6 +137,7 @@ func newPlanner(in Input) *planner {
 		in:              in,
 		sandboxesByUID:  make(map[string][]*sandboxInfo, len(in.Sandboxes)),
 		unmanagedByUID:  make(map[string][]*cri.Sandbox),
+		labelledByUID:   make(map[string][]*cri.Sandbox),
 		refs:            make(map[string][]*cri.Container),
 		removal:         make(map[string]string),
 		logDirRemoval:   make(map[string]string),
@@ -146,15 +151,18 @@ func newPlanner(in Input) *planner {
 	for i := range in.Sandboxes {
 		s := &in.Sandboxes[i]
 		id, ok := podstate.KubeletPod(s.Labels)
+		uid := s.UID
+		if ok && uid == "" {
+			uid = id.UID
+		}
+		if label := s.Labels[podstate.LabelPodUID]; label != "" && label != uid {
+			p.labelledByUID[label] = append(p.labelledByUID[label], s)
+		}
 		if !ok {
 			if s.UID != "" {
 				p.unmanagedByUID[s.UID] = append(p.unmanagedByUID[s.UID], s)
 			}
 			continue
-		}
-		uid := s.UID
-		if uid == "" {
-			uid = id.UID
 		}
 		sandboxes = append(sandboxes, sandboxInfo{Sandbox: s, pod: PodRef{UID: uid, Namespace: id.Namespace, Name: id.Name}, gone: in.Oracle.gone(uid)})
 		si := &sandboxes[len(sandboxes)-1]
@@ -560,6 +568,14 @@ func (p *planner) podRemovals(uid string, containers []*cri.Container) (deps []s
 		key, ok := p.removal[s.ID]
 		if !ok {
 			return nil, fmt.Sprintf("sandbox %s of the pod still exists (%s)", short(s.ID), readyWord(s.Ready))
+		}
+		deps = append(deps, key)
+	}
+	for _, s := range p.labelledByUID[uid] {
+		key, ok := p.removal[s.ID]
+		if !ok {
+			return nil, fmt.Sprintf("sandbox %s, labelled with the pod's UID (its CRI metadata names pod %q), still exists (%s)",
+				short(s.ID), s.UID, readyWord(s.Ready))
 		}
 		deps = append(deps, key)
 	}

@@ -642,3 +642,32 @@ func TestATruncatedLinkToUnreadableContainersStays(t *testing.T) {
 		})
 	}
 }
+
+// TestAPodLogDirStaysWhileASandboxLabelledWithItsUIDIsListed: a pod log
+// dir stays while any sandbox of the pod is listed, in any state. A sandbox
+// belongs to the pod its pod UID label names as much as to the one its CRI
+// metadata names (housekeeping counts both when it decides which pods are
+// listed): kubelet sets both alike, so a sandbox where they differ, or
+// whose metadata names no UID, is not one to guess about.
+func TestAPodLogDirStaysWhileASandboxLabelledWithItsUIDIsListed(t *testing.T) {
+	dir := nodefs.PodLogDir{Path: podLogs + "/ns_pod-u2_u2", Name: "ns_pod-u2_u2", Namespace: "ns", PodName: "pod-u2", UID: "u2"}
+	otherMetadata := sb("s1", "u1", true, time.Hour)
+	otherMetadata.Labels = labels("u2")
+	noMetadataUID := sb("s1", "", true, time.Hour)
+	noMetadataUID.Labels = map[string]string{podstate.LabelPodUID: "u2"}
+	for _, tc := range []struct {
+		name string
+		s    cri.Sandbox
+	}{
+		{"its metadata names another pod", otherMetadata},
+		{"its metadata names no pod", noMetadataUID},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Plan(Input{Now: now, Policy: policy(), Oracle: present("u1"), Sandboxes: []cri.Sandbox{tc.s}, PodLogDirs: []nodefs.PodLogDir{dir}})
+			same(t, "due", due(r), nil)
+			if got := keptReason(r, "pod log dir "+dir.Path); !strings.Contains(got, "sandbox s1") {
+				t.Fatalf("log dir kept for %q, want the sandbox labelled with its UID named", got)
+			}
+		})
+	}
+}
