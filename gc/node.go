@@ -83,11 +83,12 @@ func (p *planner) orphanedPodDirRules() map[string]orphanedPodDir {
 		case !p.in.Policy.RemoveOrphanedPodDirs:
 			p.keep(object, pod, "orphaned pod dir with nothing mounted: reported only (pod_dirs.remove_orphaned = false)")
 		default:
-			o := orphans[d.UID]
-			o.removal = key
-			orphans[d.UID] = o
-			p.propose(Action{Kind: RemovePodDir, Rule: RuleOrphanedPodDir, Pod: pod, Key: key, Path: d.Path,
-				Reason: "kubelet pod dir of a pod with no sandbox or container for leak_grace, nothing mounted in it"})
+			if p.propose(Action{Kind: RemovePodDir, Rule: RuleOrphanedPodDir, Pod: pod, Key: key, Path: d.Path,
+				Reason: "kubelet pod dir of a pod with no sandbox or container for leak_grace, nothing mounted in it"}) {
+				o := orphans[d.UID]
+				o.removal = key
+				orphans[d.UID] = o
+			}
 		}
 	}
 	return orphans

@@ -215,11 +215,14 @@ func (p *planner) gone(uid string) bool { return p.in.Oracle.gone(uid) }
 // propose adds a candidate, unless its pod had a life event (a new sandbox,
 // a container start) after the listing was taken: the listing is older than
 // what is known of that pod, so none of its actions is planned this pass.
-func (p *planner) propose(a Action) {
+// It reports whether the candidate was added: only then may another step
+// depend on it.
+func (p *planner) propose(a Action) bool {
 	if p.lifeAfterListing(a.Pod) {
-		return
+		return false
 	}
 	p.candidates = append(p.candidates, a)
+	return true
 }
 
 // lifeAfterListing reports whether the pod had a life event after the
@@ -354,7 +357,6 @@ func (p *planner) evictContainer(c *containerInfo, rule, reason string) {
 		RemoveLogFiles: rule != RuleContainerPodGone}
 	if a.RemoveLogFiles {
 		a.Reason += "; its log file and rotations go first, as kubelet removes them"
-		p.logFilesRemoval[c.ID] = a.Key
 	}
 	if c.State == cri.ContainerUnknown {
 		a.StopFirst, a.Timeout = true, UnknownStopTimeout
@@ -363,8 +365,13 @@ func (p *planner) evictContainer(c *containerInfo, rule, reason string) {
 	} else {
 		p.leaks[LeakContainer]++
 	}
+	if !p.propose(a) {
+		return
+	}
 	p.removal[c.ID] = a.Key
-	p.propose(a)
+	if a.RemoveLogFiles {
+		p.logFilesRemoval[c.ID] = a.Key
+	}
 }
 
 // orphanRules finds live pods whose pod is gone: a Ready sandbox or a
@@ -491,9 +498,10 @@ func (p *planner) sandboxRules() {
 			}
 			p.leaks[LeakSandbox]++
 			key := "sandbox/" + s.ID
-			p.removal[s.ID] = key
-			p.propose(Action{Kind: RemoveSandbox, Rule: rule, Reason: reason, Pod: s.pod, Key: key,
-				SandboxID: s.ID, DependsOn: deps})
+			if p.propose(Action{Kind: RemoveSandbox, Rule: rule, Reason: reason, Pod: s.pod, Key: key,
+				SandboxID: s.ID, DependsOn: deps}) {
+				p.removal[s.ID] = key
+			}
 		}
 	}
 }
@@ -546,9 +554,10 @@ func (p *planner) podLogDirRules() {
 		}
 		p.leaks[LeakPodLogDir]++
 		key := "pod-log-dir/" + d.Path
-		p.logDirRemoval[d.Path] = key
-		p.propose(Action{Kind: RemovePodLogDir, Rule: RulePodLogDir, Pod: pod, Key: key,
-			Path: d.Path, DependsOn: deps, Reason: "log dir of a pod that is gone from the node, with no sandbox left"})
+		if p.propose(Action{Kind: RemovePodLogDir, Rule: RulePodLogDir, Pod: pod, Key: key,
+			Path: d.Path, DependsOn: deps, Reason: "log dir of a pod that is gone from the node, with no sandbox left"}) {
+			p.logDirRemoval[d.Path] = key
+		}
 	}
 }
 

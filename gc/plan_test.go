@@ -671,3 +671,33 @@ func TestAPodLogDirStaysWhileASandboxLabelledWithItsUIDIsListed(t *testing.T) {
 		})
 	}
 }
+
+// TestNoStepDependsOnOneThisPlanDoesNotPropose: a pod with a life event
+// after the listing has none of its actions planned. A step of another
+// pod that rests on one of them (a sandbox whose referencing container
+// goes first) is not due either: it is kept, as with any container the
+// plan leaves, rather than planned after a step that is not in the plan.
+func TestNoStepDependsOnOneThisPlanDoesNotPropose(t *testing.T) {
+	r := Plan(Input{Now: now, Policy: policy(), Oracle: present(),
+		Sandboxes:     []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
+		Containers:    []cri.Container{ctr("c2", "s1", "u2", "app", cri.ContainerExited, time.Hour)},
+		LastLifeEvent: map[string]time.Time{"u2": now.Add(time.Second)}})
+	same(t, "due", due(r), nil)
+	proposed := map[string]bool{}
+	for _, a := range r.Actions {
+		proposed[a.Key] = true
+	}
+	for _, d := range r.Deferred {
+		proposed[d.Key] = true
+	}
+	for _, a := range append(r.Actions, deferredActions(r)...) {
+		for _, dep := range a.DependsOn {
+			if !proposed[dep] {
+				t.Errorf("%s depends on %s, which the plan does not propose", a.Key, dep)
+			}
+		}
+	}
+	if got := keptReason(r, "sandbox s1"); !strings.Contains(got, "referenced by container c2") {
+		t.Fatalf("sandbox kept for %q, want its container named", got)
+	}
+}
