@@ -379,3 +379,54 @@ func (f *removingFiles) RemovePodLogDir(ctx context.Context, path string) error 
 	}
 	return f.nodeRecorder.RemovePodLogDir(ctx, path)
 }
+
+// failingSandboxStop fails StopPodSandbox of the sandboxes in fail, as
+// containerd does while the pod's CNI DEL keeps failing (kubelet's "Failed
+// to stop sandbox before removing", retried forever).
+type failingSandboxStop struct {
+	criRecorder
+	fail map[string]bool
+}
+
+func (f failingSandboxStop) StopPodSandbox(_ context.Context, id string) error {
+	if f.fail[id] {
+		return errors.New("failed to destroy network for sandbox: plugin type=\"bridge\" failed (delete)")
+	}
+	return nil
+}
+
+// The same as TestAStuckStepDoesNotPauseItsClassForever, one step removed:
+// the pod log dir of a gone pod whose sandbox cannot be stopped (its CNI
+// DEL keeps failing) waits for that sandbox every pass, and is the step of
+// its class eligible longest. A step that cannot run because what it rests
+// on failed must not take its class's per-pass budget every pass, or no
+// other pod log dir is ever removed on a node with fewer than 20 Ready
+// sandboxes ("a Stop failure ... never blocks other work").
+func TestAStepWhosePrerequisiteKeepsFailingDoesNotPauseItsClassForever(t *testing.T) {
+	root := podDirs(t, testUID(73)) // one live pod dir: the oracle is not empty
+	podLogs := t.TempDir()
+	stuck := testUID(74)
+	mkPodLogDir(t, podLogs, stuck)
+	rt := &fakeRuntime{}
+	files := &nodeRecorder{}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: 30 * time.Second, KubeletRoot: root,
+		Executor: executor.New(failingSandboxStop{fail: map[string]bool{"stuck": true}}, files, executor.Options{MaxParallel: 1}, nil),
+		Policy:   reviewPolicy(podLogs)}, log)
+	loop.started = now.Add(-time.Hour)
+	var b string
+	for pass := range 240 { // two hours
+		if pass == 1 {
+			b = mkPodLogDir(t, podLogs, testUID(75))
+		}
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(pass) * 30 * time.Second), Sandboxes: []cri.Sandbox{
+			{ID: "stuck", UID: stuck, Ready: false, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(stuck)}}}, nil)
+		loop.Pass(context.Background())
+	}
+	for _, d := range files.done {
+		if strings.Contains(d, b) {
+			return
+		}
+	}
+	t.Fatalf("in two hours the pod log dir %s was never removed: the class is paused for good by the one whose sandbox cannot be stopped (done %v)", b, files.done)
+}

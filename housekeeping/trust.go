@@ -396,11 +396,27 @@ func (l *Loop) spendAhead(now time.Time, actions []gc.Action) map[string]bool {
 // settleSpent gives back the units counted ahead none of whose steps ran:
 // a unit is spent once one of its steps succeeded or failed (a failed step
 // may have done part of its work), not when each was skipped, aborted by
-// its check right before it, backing off, or only shown (dry run).
+// its check right before it, backing off, or only shown (dry run). A step
+// skipped because a step it rests on failed (or backs off after failing)
+// counts as taken too, as a failed step does: it is retried without
+// counting against a pass again, and does not take its class's per-pass
+// budget every pass while what it rests on keeps failing.
 func (l *Loop) settleSpent(now time.Time, ahead map[string]bool, outcomes []executor.Outcome) {
+	// failing: the keys that failed or back off, and those skipped for
+	// one of them (outcomes are in execution order: dependencies first).
+	failing := make(map[string]bool)
 	ran := make(map[string]bool)
 	for _, o := range outcomes {
-		if o.Result != executor.Success && o.Result != executor.Error {
+		taken := o.Result == executor.Success || o.Result == executor.Error
+		switch o.Result {
+		case executor.Error, executor.Backoff:
+			failing[o.Action.Key] = true
+		case executor.Skipped:
+			if slices.ContainsFunc(o.Action.DependsOn, func(dep string) bool { return failing[dep] }) {
+				failing[o.Action.Key], taken = true, true
+			}
+		}
+		if !taken {
 			continue
 		}
 		if class, unit := gc.BudgetClass(o.Action); class != "" {
