@@ -3,6 +3,7 @@ package housekeeping
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -130,5 +131,47 @@ func TestUnitsSpentAheadAreGivenBackWhenNoStepRan(t *testing.T) {
 				t.Fatalf("after a step ended %s: spent %v; want old kept and new kept %v", tt.result, got, tt.kept)
 			}
 		})
+	}
+}
+
+// TestAUnitHeldByAFailingPrerequisiteStaysSpentWhateverTheOrder: a step
+// skipped because what it rests on failed (or backs off), directly or
+// through a chain, keeps its unit spent, as a failed step does; one skipped
+// for a step that was only aborted or skipped by itself gives it back.
+// Outcomes come in the plan's order, which need not put a dependency
+// before what rests on it.
+func TestAUnitHeldByAFailingPrerequisiteStaysSpentWhateverTheOrder(t *testing.T) {
+	logDir := gc.Action{Kind: gc.RemovePodLogDir, Key: "pod-log-dir/u1", Pod: gc.PodRef{UID: "u1"}, DependsOn: []string{"pod-dir/u1"}}
+	podDir := gc.Action{Kind: gc.RemovePodDir, Key: "pod-dir/u1", Pod: gc.PodRef{UID: "u1"}, DependsOn: []string{"sandbox/s1"}}
+	sandbox := gc.Action{Kind: gc.RemoveSandbox, Key: "sandbox/s1", Pod: gc.PodRef{UID: "u1"}}
+	for _, tt := range []struct {
+		name    string
+		sandbox executor.Result
+		kept    bool
+	}{
+		{"the sandbox's removal failed", executor.Error, true},
+		{"the sandbox's removal backs off", executor.Backoff, true},
+		{"the sandbox's removal was aborted by its check", executor.Aborted, false},
+	} {
+		for _, order := range []string{"dependencies first", "dependents first"} {
+			t.Run(tt.name+"/"+order, func(t *testing.T) {
+				log, _ := testLogger()
+				l := New(podstate.New(0), &fakeRuntime{}, Options{Executor: &fakeExecutor{}}, log)
+				actions := []gc.Action{sandbox, podDir, logDir}
+				ahead := l.spendAhead(now, actions)
+				outcomes := []executor.Outcome{{Action: sandbox, Result: tt.sandbox},
+					{Action: podDir, Result: executor.Skipped}, {Action: logDir, Result: executor.Skipped}}
+				if order == "dependents first" {
+					slices.Reverse(outcomes)
+				}
+				l.settleSpent(now, ahead, outcomes)
+				got := l.budgetSpent(now)
+				for _, unit := range []string{gc.ClassPodDir + "/" + podDir.Key, gc.ClassPodLogDir + "/" + logDir.Key} {
+					if got[unit] != tt.kept {
+						t.Errorf("unit %s spent: %v, want %v (spent %v)", unit, got[unit], tt.kept, got)
+					}
+				}
+			})
+		}
 	}
 }

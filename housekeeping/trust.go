@@ -402,20 +402,35 @@ func (l *Loop) spendAhead(now time.Time, actions []gc.Action) map[string]bool {
 // counting against a pass again, and does not take its class's per-pass
 // budget every pass while what it rests on keeps failing.
 func (l *Loop) settleSpent(now time.Time, ahead map[string]bool, outcomes []executor.Outcome) {
-	// failing: the keys that failed or back off, and those skipped for
-	// one of them (outcomes are in execution order: dependencies first).
-	failing := make(map[string]bool)
+	result := make(map[string]executor.Result, len(outcomes))
+	deps := make(map[string][]string, len(outcomes))
+	for _, o := range outcomes {
+		result[o.Action.Key], deps[o.Action.Key] = o.Result, o.Action.DependsOn
+	}
+	// failing: the step failed or backs off, or was skipped for one that
+	// did, through any chain of dependencies (outcomes come in the plan's
+	// order, not the waves').
+	memo := make(map[string]bool)
+	var failing func(key string) bool
+	failing = func(key string) bool {
+		if f, ok := memo[key]; ok {
+			return f
+		}
+		memo[key] = false // a dependency cycle, which gc never plans, fails nothing
+		f := false
+		switch result[key] {
+		case executor.Error, executor.Backoff:
+			f = true
+		case executor.Skipped:
+			f = slices.ContainsFunc(deps[key], failing)
+		}
+		memo[key] = f
+		return f
+	}
 	ran := make(map[string]bool)
 	for _, o := range outcomes {
-		taken := o.Result == executor.Success || o.Result == executor.Error
-		switch o.Result {
-		case executor.Error, executor.Backoff:
-			failing[o.Action.Key] = true
-		case executor.Skipped:
-			if slices.ContainsFunc(o.Action.DependsOn, func(dep string) bool { return failing[dep] }) {
-				failing[o.Action.Key], taken = true, true
-			}
-		}
+		taken := o.Result == executor.Success || o.Result == executor.Error ||
+			(o.Result == executor.Skipped && slices.ContainsFunc(o.Action.DependsOn, failing))
 		if !taken {
 			continue
 		}
