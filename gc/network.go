@@ -111,6 +111,7 @@ func (p *planner) networkRules() {
 			continue
 		}
 		object := fmt.Sprintf("cni attachment %s of %s (network %s)", a.IfName, short(a.ContainerID), a.Network)
+		untold, netnsUntold := netnsUnknown[a.NetNS]
 		switch {
 		case hold != "":
 			p.keep(object, PodRef{}, "%s", hold)
@@ -122,8 +123,8 @@ func (p *planner) networkRules() {
 		case netnsInUse[a.NetNS]:
 			p.keep(object, PodRef{}, "a thread is in its netns %s: something still runs there", a.NetNS)
 			continue
-		case netnsUnknownHas(netnsUnknown, a.NetNS):
-			p.keep(object, PodRef{}, "whether a thread is in its netns %s cannot be told: %s", a.NetNS, netnsUnknown[a.NetNS])
+		case netnsUntold:
+			p.keep(object, PodRef{}, "whether a thread is in its netns %s cannot be told: %s", a.NetNS, untold)
 			continue
 		}
 		key := fmt.Sprintf("cni-attachment/%s/%s/%s", a.Network, a.ContainerID, a.IfName)
@@ -191,13 +192,6 @@ func (p *planner) networkRules() {
 			ContainerID: netnsOwner[ns.Path], DependsOn: netnsDeps[ns.Path],
 			Reason: "network namespace containerd made that no sandbox record names and no process is in"})
 	}
-}
-
-// netnsUnknownHas reports whether path is a namespace InspectNetns could
-// not read.
-func netnsUnknownHas(unknown map[string]string, path string) bool {
-	_, ok := unknown[path]
-	return ok
 }
 
 // NetworkSuspects returns what of in.Network may be a leak, given the
