@@ -29,7 +29,8 @@ import (
 //     emptyDir that was never torn down) is a leftover: the removal is
 //     refused and the file is named, exactly where kubelet fails
 //     (kubernetes#105536). kubelet would also follow a symlink at
-//     volumes/<plugin>; here it is only ever a leftover.
+//     volumes/<plugin>; here it is only ever a leftover. A tree more than
+//     maxVolumesDepth levels deep is a blocker too: it is not walked.
 //   - volume-subpaths/<volume>/<container>/<index> entries are removed with
 //     a plain remove (unlink, or rmdir of an empty directory), never
 //     recursively. The two directory levels above them must be real
@@ -64,6 +65,12 @@ const (
 	// maxLeftovers bounds how many leftovers one inspection lists: a disk
 	// emptyDir that was never torn down can hold millions of files.
 	maxLeftovers = 16
+	// maxVolumesDepth bounds how deep below volumes/ (depth 0) an
+	// inspection looks. A disk emptyDir is the workload's to fill, and a
+	// walk keeps one open directory and one path per level: a chain of
+	// empty directories 10,000 levels deep cost more memory than the
+	// DaemonSet's limit, at every pass. Anything deeper is a blocker.
+	maxVolumesDepth = 64
 )
 
 // PodDir describes <kubelet_root>/pods/<uid> for the planner and the report.
@@ -300,6 +307,7 @@ type inspector struct {
 	known     map[string]bool // mount points (rel), never stat'ed or entered
 	blockers  []string        // everything but mount points, in order found
 	truncated bool            // more leftovers exist than are listed
+	tooDeep   string          // the first directory not entered at maxVolumesDepth
 }
 
 func (in *inspector) abs(rel string) string {
@@ -352,6 +360,9 @@ func (in *inspector) finish() {
 	b = append(b, in.blockers...)
 	if in.truncated {
 		b = append(b, fmt.Sprintf("more leftovers in volumes/ than the %d listed", maxLeftovers))
+	}
+	if in.tooDeep != "" {
+		b = append(b, fmt.Sprintf("%s is %d levels below volumes/: not inspected further (the volume was not torn down)", in.tooDeep, maxVolumesDepth))
 	}
 	in.d.Blockers = b
 }
@@ -457,6 +468,12 @@ func (in *inspector) scanVolumes(parentFd int, name, rel string, depth int) erro
 	}
 	if depth >= volumeDirDepth && in.truncated {
 		return nil // enough leftovers listed: volume dirs are still counted
+	}
+	if depth >= maxVolumesDepth {
+		if in.tooDeep == "" {
+			in.tooDeep = rel
+		}
+		return nil
 	}
 	return in.descend(parentFd, name, rel, fi, func(fd int, n, childRel string) error {
 		return in.scanVolumes(fd, n, childRel, depth+1)

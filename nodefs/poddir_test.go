@@ -7,8 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // kubeletNode is a crafted kubelet root with its pods dir, and a directory
@@ -762,4 +765,64 @@ func TestRemoveOrphanedPodDirRacingSymlinkSwap(t *testing.T) {
 		}
 		_ = os.RemoveAll(pod + ".tmp")
 	}
+}
+
+// chainOfDirs makes depth nested directories named "d" below dir, the way
+// a workload can in its disk emptyDir in a few seconds.
+func chainOfDirs(t *testing.T, dir string, depth int) {
+	t.Helper()
+	mkdirAll(t, dir)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < depth; i++ {
+		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
+			unix.Close(fd)
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	unix.Close(fd)
+}
+
+// TestADeepTreeInVolumesIsABlockerNotAWalk: a disk emptyDir is the
+// workload's to fill, and the inspection runs every pass for every pod dir
+// with nothing listed. Walked to its bottom, a chain of empty directories
+// costs one open descriptor per level and memory that grows with the square
+// of its depth (every level keeps its path): 10,000 levels took more than
+// the DaemonSet's 256 MiB limit, so the plugin was OOM-killed at every
+// pass. Past a bound the inspection stops and reports a blocker instead:
+// kubelet has not torn the volume down, whatever is below.
+func TestADeepTreeInVolumesIsABlockerNotAWalk(t *testing.T) {
+	ctx := context.Background()
+	n := newKubeletNode(t)
+	pod := filepath.Join(n.pods, testUUID)
+	minimalPod(t, pod)
+	const depth = 6000
+	chainOfDirs(t, filepath.Join(pod, emptyDirVol), depth)
+	// Deep enough to be below the bound, short enough for a path.
+	deep := filepath.Join(pod, emptyDirVol) + strings.Repeat("/d", 1000)
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	d, err := InspectPodDir(ctx, n.root, testUUID)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8<<20 {
+		t.Errorf("inspecting a %d-level chain allocated %d MiB, want it bounded whatever the depth", depth, alloc>>20)
+	}
+	if !PodVolumesExist(d) || !strings.Contains(strings.Join(d.Blockers, "; "), "levels below volumes/") {
+		t.Fatalf("Blockers = %q, volumes exist = %v; want a blocker for the tree too deep to inspect", d.Blockers, PodVolumesExist(d))
+	}
+	wantRefused(t, RemoveOrphanedPodDir(ctx, n.root, testUUID), pod)
+	mustExist(t, deep, filepath.Join(pod, termMsg))
 }
