@@ -36,9 +36,12 @@ import (
 //     recursively. The two directory levels above them must be real
 //     directories: kubelet follows a symlink there when listing them, so a
 //     symlink there is a blocker.
-//   - Everything else in the pod dir (containers/, plugins/, volumeDevices/,
-//     etc-hosts, unknown entries, and volume-subpaths/ once its entries are
-//     gone) is removed with the Remover's one-file-system removal: no
+//   - An entry in volumeDevices/<plugin>/ (a block volume) is a blocker:
+//     its mapping is outside the pod dir, where only kubelet's volume
+//     manager sees it (scanDevices).
+//   - Everything else in the pod dir (containers/, plugins/, an empty
+//     volumeDevices/, etc-hosts, unknown entries, and volume-subpaths/ once
+//     its entries are gone) is removed with the Remover's one-file-system removal: no
 //     symlink followed (a link is unlinked, its target is untouched), no file
 //     system or mount crossed. A symlink there is therefore no blocker,
 //     wherever it points.
@@ -342,6 +345,13 @@ func (in *inspector) addLeftover(rel, kind string) {
 	in.block("leftover %s %s: volumes/ is only ever cleaned with rmdir, as kubelet does (kubernetes#105536)", kind, rel)
 }
 
+// blockDevice blocks the removal for a volumeDevices entry (see
+// scanDevices).
+func (in *inspector) blockDevice(rel string) {
+	in.block("block volume %s may still be mapped: kubelet maps it outside the pod dir, where only its volume manager sees the mapping",
+		strings.TrimPrefix(rel, podVolumeDevicesDir+"/"))
+}
+
 // finish writes the blockers: mount points first, then the rest.
 func (in *inspector) finish() {
 	sort.Strings(in.d.MountPoints)
@@ -524,8 +534,13 @@ func (in *inspector) scanSubpaths(parentFd int, name, rel string, depth int) err
 
 // scanDevices lists volumeDevices/<plugin>/<volume> as volume dirs: block
 // volumes that may still be mapped. Entries are named, never stat'ed: they
-// are symlinks or device mount points. They block nothing: they are removed
-// with the one-file-system removal, as kubelet does.
+// are symlinks or device mount points. Each is a blocker: kubelet maps a
+// block volume with this link and a bind mount of the device, named by the
+// pod UID, in its global map path outside the pod dir, and its unmap
+// removes the link first. Only kubelet's volume manager sees the mapping,
+// which is why kubelet removes these entries only once it reports nothing
+// mapped; the disk cannot tell, and without the link a restarted kubelet
+// cannot reconstruct the volume to unmap it.
 func (in *inspector) scanDevices(podFd int) error {
 	const rel = podVolumeDevicesDir
 	if in.known[rel] {
@@ -558,6 +573,7 @@ func (in *inspector) scanDevices(podFd int) error {
 		}
 		if fi.mode != unix.S_IFDIR {
 			in.addVolumeDir(prel) // odd, so counted: the safe side
+			in.blockDevice(prel)
 			continue
 		}
 		pdir, _, _, err := in.enter(fd, plugin, prel, fi)
@@ -574,6 +590,7 @@ func (in *inspector) scanDevices(podFd int) error {
 		}
 		for _, n := range names {
 			in.addVolumeDir(prel + "/" + n)
+			in.blockDevice(prel + "/" + n)
 		}
 	}
 	return nil

@@ -247,13 +247,14 @@ func TestInspectPodDir(t *testing.T) {
 			volumesExist: true,
 		},
 		{
-			rule: "volumeDevices entries are volume dirs and block nothing",
+			rule: "volumeDevices entries are volume dirs and blockers: the block volume may still be mapped",
 			setup: func(t *testing.T, n kubeletNode, pod string) {
 				minimalPod(t, pod)
 				writeFile(t, filepath.Join(n.outside, "dev"), "")
 				symlink(t, filepath.Join(n.outside, "dev"), filepath.Join(pod, blockVol))
 			},
 			volumeDirs:   []string{blockVol},
+			blockers:     []string{"block volume kubernetes.io~csi/blk-1 may still be mapped"},
 			volumesExist: true,
 		},
 		{
@@ -447,8 +448,7 @@ func TestRemoveOrphanedPodDir(t *testing.T) {
 		symlink(t, filepath.Join(n.outside, "file"), filepath.Join(pod, "etc-hosts2"))
 		symlink(t, precious, filepath.Join(pod, "volume-subpaths", "config", "app", "2"))
 		symlink(t, filepath.Join(precious, "empty"), filepath.Join(pod, "volume-subpaths", "config", "app", "3"))
-		symlink(t, precious, filepath.Join(pod, blockVol))
-		symlink(t, precious, filepath.Join(pod, "volumeDevices", "kubernetes.io~csi", "blk-2"))
+		symlink(t, precious, filepath.Join(pod, "volumeDevices"))
 		if err := RemoveOrphanedPodDir(ctx, n.root, testUUID); err != nil {
 			t.Fatal(err)
 		}
@@ -542,6 +542,18 @@ func TestRemoveOrphanedPodDir(t *testing.T) {
 		{"a pod dir that is a regular file is refused", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
 			writeFile(t, pod, "keep")
 			return "the pod dir is a regular file", []string{""}
+		}},
+		// kubelet maps a block volume with a symlink here and a bind mount
+		// of the device named by the pod UID in its global map path, outside
+		// the pod dir; its unmap removes this link first. Only kubelet's
+		// volume manager sees the mapping: with the link gone, a kubelet
+		// restart can no longer reconstruct the volume, and it is never
+		// unmapped, unpublished or detached.
+		{"a block volume entry is refused: the volume may still be mapped", func(t *testing.T, n kubeletNode, pod string) (string, []string) {
+			cleanOrphan(t, pod)
+			writeFile(t, filepath.Join(n.outside, "dev"), "")
+			symlink(t, filepath.Join(n.outside, "dev"), filepath.Join(pod, blockVol))
+			return "block volume kubernetes.io~csi/blk-1", []string{blockVol, filepath.Join(n.outside, "dev"), termMsg, emptyDirVol}
 		}},
 	}
 	for _, tt := range refusals {
