@@ -103,6 +103,12 @@ type tornDownMark struct {
 	// first inspection after the mark; nil until then. More of them later
 	// means kubelet is setting up a pod of that UID again.
 	seen map[string]bool
+	// made is what the pod dir and each of seen were at the last
+	// inspection (nodefs.PodDir.Identities; not in the state file, so
+	// learnt again at the first look after a restart). One with another
+	// identity since was removed and made again between two looks: kubelet
+	// is setting up a pod of that UID again.
+	made map[string]string
 	// cgroups are its pod cgroup's directories (path to inode number) at
 	// the first inspection after the mark, empty when it had none; nil
 	// until then. One made since (a new path, or one with another inode)
@@ -156,10 +162,10 @@ func (l *Loop) compareWithTeardown(d nodefs.PodDir) {
 	}
 	now := podDirContents(d)
 	if mark.seen == nil {
-		mark.seen = now
+		mark.seen, mark.made = now, d.Identities
 		return
 	}
-	if grown := newEntries(mark.seen, now); len(grown) > 0 {
+	if grown := append(newEntries(mark.seen, now), remade(mark.made, d.Identities)...); len(grown) > 0 {
 		l.dismissTeardown(d.UID)
 		l.log.WithFields(logrus.Fields{logging.FieldPodUID: d.UID, "path": d.Path, "new": strings.Join(grown, ", ")}).
 			Info("the pod dir of a pod seen torn down has grown since: kubelet may be adding a pod of that UID again; its dir and cgroup are no longer treated as orphaned")
@@ -174,6 +180,7 @@ func (l *Loop) compareWithTeardown(d nodefs.PodDir) {
 			delete(mark.seen, p)
 		}
 	}
+	mark.made = d.Identities
 }
 
 // compareCgroupsWithTeardown drops the torn-down mark of a pod whose pod
@@ -236,6 +243,20 @@ func podDirContents(d nodefs.PodDir) map[string]bool {
 		}
 	}
 	return seen
+}
+
+// remade are the paths of now whose identity is not the one before had
+// for them: removed and made again since. A path either does not know is
+// not compared.
+func remade(before, now map[string]string) []string {
+	var made []string
+	for p, id := range now {
+		if old, ok := before[p]; ok && old != id {
+			made = append(made, p+" (made again)")
+		}
+	}
+	sort.Strings(made)
+	return made
 }
 
 func newEntries(before, now map[string]bool) []string {
@@ -344,7 +365,7 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 		return fmt.Errorf("cannot inspect the pod dir again: %w", err)
 	}
 	if mark.seen != nil {
-		if grown := newEntries(mark.seen, podDirContents(d)); len(grown) > 0 {
+		if grown := append(newEntries(mark.seen, podDirContents(d)), remade(mark.made, d.Identities)...); len(grown) > 0 {
 			return fmt.Errorf("the pod dir has grown since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
 				strings.Join(grown, ", "))
 		}

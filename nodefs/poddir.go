@@ -96,6 +96,15 @@ type PodDir struct {
 	// Blockers are the reasons RemoveOrphanedPodDir refuses, for a person:
 	// paths in them are relative to Path. Empty means removable.
 	Blockers []string
+	// Identities tells apart, by path, the pod dir itself and each of
+	// VolumeDirs and Leftovers it examined (not a mount point, which is
+	// never stat'ed, nor a volumeDevices entry) from one removed and made
+	// again under the same name: its inode number and birth time. The
+	// number alone does not do: a file system hands a freed inode number
+	// out again at once (ext4 gives a directory removed and made again the
+	// same one). Without a birth time (an old kernel, a file system that
+	// keeps none) it is the inode number only.
+	Identities map[string]string
 }
 
 // PodVolumesExist is kubelet's podVolumesExist as far as the disk can tell:
@@ -274,6 +283,7 @@ func (p podsRoot) inspect(ctx context.Context, uid string) (d PodDir, exists boo
 		in.block("the pod dir is a %s, not a directory", fi.kind())
 		return d, true, nil
 	}
+	in.identify("", fi)
 	dir, fd, gone, err := in.enter(p.fd, uid, "", fi)
 	if gone {
 		return d, false, nil
@@ -336,11 +346,25 @@ func (in *inspector) addVolumeDir(rel string) {
 	in.d.VolumeDirs = append(in.d.VolumeDirs, in.abs(rel))
 }
 
-func (in *inspector) addLeftover(rel, kind string) {
+// identify records what rel, lstat'ed as fi, is (PodDir.Identities).
+func (in *inspector) identify(rel string, fi fileInfo) {
+	if in.d.Identities == nil {
+		in.d.Identities = make(map[string]string)
+	}
+	id := fmt.Sprintf("inode %d", fi.ino)
+	if fi.born != "" {
+		id += ", born " + fi.born
+	}
+	in.d.Identities[in.abs(rel)] = id
+}
+
+func (in *inspector) addLeftover(rel string, fi fileInfo) {
 	if len(in.d.Leftovers) >= maxLeftovers {
 		in.truncated = true
 		return
 	}
+	kind := fi.kind()
+	in.identify(rel, fi)
 	in.d.Leftovers = append(in.d.Leftovers, in.abs(rel))
 	in.block("leftover %s %s: volumes/ is only ever cleaned with rmdir, as kubelet does (kubernetes#105536)", kind, rel)
 }
@@ -470,11 +494,12 @@ func (in *inspector) scanVolumes(parentFd int, name, rel string, depth int) erro
 		return err
 	}
 	if fi.mode != unix.S_IFDIR {
-		in.addLeftover(rel, fi.kind())
+		in.addLeftover(rel, fi)
 		return nil
 	}
 	if depth == volumeDirDepth {
 		in.addVolumeDir(rel)
+		in.identify(rel, fi)
 	}
 	if depth >= volumeDirDepth && in.truncated {
 		return nil // enough leftovers listed: volume dirs are still counted

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -837,4 +838,51 @@ func TestADeepTreeInVolumesIsABlockerNotAWalk(t *testing.T) {
 	}
 	wantRefused(t, RemoveOrphanedPodDir(ctx, n.root, testUUID), pod)
 	mustExist(t, deep, filepath.Join(pod, termMsg))
+}
+
+// TestIdentitiesTellADirMadeAgainApart: a volume dir, a leftover or the pod
+// dir removed and made again under the same name has another identity,
+// even where the file system hands the same inode number out again (ext4
+// does, at once); one left alone keeps its identity.
+func TestIdentitiesTellADirMadeAgainApart(t *testing.T) {
+	ctx := context.Background()
+	n := newKubeletNode(t)
+	pod := filepath.Join(n.pods, testUUID)
+	cleanOrphan(t, pod)
+	leftover := filepath.Join(pod, csiVol, "vol_data.json")
+	writeFile(t, leftover, "{}")
+	before, err := InspectPodDir(ctx, n.root, testUUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := filepath.Join(pod, emptyDirVol)
+	for _, p := range []string{pod, x, leftover} {
+		if before.Identities[p] == "" {
+			t.Fatalf("no identity for %s: %q", p, before.Identities)
+		}
+	}
+	time.Sleep(10 * time.Millisecond) // a birth time apart, whatever the clock's grain
+	if err := os.Remove(x); err != nil {
+		t.Fatal(err)
+	}
+	mkdirAll(t, x)
+	if err := os.Remove(leftover); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, leftover, "{}")
+	after, err := InspectPodDir(ctx, n.root, testUUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %s, then %s", x, before.Identities[x], after.Identities[x])
+	for _, p := range []string{x, leftover} {
+		if after.Identities[p] == before.Identities[p] {
+			t.Errorf("%s made again has the identity it had: %s", p, after.Identities[p])
+		}
+	}
+	for _, p := range []string{pod, filepath.Join(pod, projectedVol)} {
+		if after.Identities[p] != before.Identities[p] {
+			t.Errorf("%s, left alone, changed identity: %s, then %s", p, before.Identities[p], after.Identities[p])
+		}
+	}
 }

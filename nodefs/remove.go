@@ -553,6 +553,9 @@ type fileInfo struct {
 	ino       uint64
 	mntID     uint64 // 0 when the kernel did not report it (before Linux 5.8)
 	mountRoot bool   // the root of a mount (Linux 5.8+)
+	// born is the birth time (statx btime) as "seconds.nanoseconds", ""
+	// when the kernel or the file system does not report it.
+	born string
 }
 
 func (fi fileInfo) kind() string {
@@ -577,7 +580,7 @@ func statAt(dirFd int, name string) (fileInfo, error) {
 		flags |= unix.AT_EMPTY_PATH
 	}
 	var stx unix.Statx_t
-	err := unix.Statx(dirFd, name, flags, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_MNT_ID, &stx)
+	err := unix.Statx(dirFd, name, flags, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_MNT_ID|unix.STATX_BTIME, &stx)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
 		var st unix.Stat_t
 		if err := unix.Fstatat(dirFd, name, &st, flags); err != nil {
@@ -595,6 +598,9 @@ func statAt(dirFd int, name string) (fileInfo, error) {
 	}
 	if stx.Mask&unix.STATX_MNT_ID != 0 {
 		fi.mntID = stx.Mnt_id
+	}
+	if stx.Mask&unix.STATX_BTIME != 0 {
+		fi.born = fmt.Sprintf("%d.%09d", stx.Btime.Sec, stx.Btime.Nsec)
 	}
 	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
 		fi.mountRoot = stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
