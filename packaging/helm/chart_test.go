@@ -458,8 +458,10 @@ func checkDaemonSet(t *testing.T, o objects) {
 	// HostToContainer so that volume mounts made later are seen (and none is
 	// pinned).
 	wantDir(t, mounts, path.Join(cfg.Pods.KubeletRoot, "pods"), !cfg.PodDirs.RemoveOrphaned, corev1.MountPropagationHostToContainer)
-	wantDir(t, mounts, cfg.Logs.PodLogsDir, false, corev1.MountPropagationNone)
-	wantDir(t, mounts, cfg.Logs.ContainerLogsDir, false, corev1.MountPropagationNone)
+	// The log dirs: HostToContainer too, so that a mount made below them
+	// later is in the plugin's mount table and no removal crosses it.
+	wantDir(t, mounts, cfg.Logs.PodLogsDir, false, corev1.MountPropagationHostToContainer)
+	wantDir(t, mounts, cfg.Logs.ContainerLogsDir, false, corev1.MountPropagationHostToContainer)
 	wantDir(t, mounts, cfg.Cgroups.Mountpoint, false, corev1.MountPropagationNone)
 	want := 6
 	// systemd's runtime dir, read-only, when the plugin may stop a pod's

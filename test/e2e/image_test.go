@@ -258,11 +258,15 @@ func TestImageRunsAsTheDaemonSetAndReclaimsALeak(t *testing.T) {
 
 	k := newKubelet(t, l)
 	podsDir := filepath.Join(k.root, "pods")
-	undo, err := lab.ShareMount(podsDir)
-	if err != nil {
-		t.Fatal(err)
+	// The pods dir and the log links dir are mounted HostToContainer too
+	// (the pod log root is in the lab's Dir, shared above).
+	for _, dir := range []string{podsDir, k.linksDir} {
+		undo, err := lab.ShareMount(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = undo() })
 	}
-	t.Cleanup(func() { _ = undo() })
 	confDir := t.TempDir()
 	metricsAddr := freePort(t)
 	if err := os.WriteFile(filepath.Join(confDir, "config.toml"), labConfig(t, m.config, l.CgroupRoot, metricsAddr, l.CNI()), 0o644); err != nil {
