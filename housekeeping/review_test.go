@@ -279,65 +279,50 @@ func TestAReconnectBetweenTheTwoReadsIsNotConfirmed(t *testing.T) {
 	}
 }
 
-// With pods.source = "none" no pod dir is ever orphaned: the loop keeps
-// no torn-down mark, which nothing would drop (the oracle is never read).
-func TestTornDownMarksDoNotGrowWithoutAnOracle(t *testing.T) {
-	state := podstate.New(0)
-	rt := &fakeRuntime{}
-	log, _ := testLogger()
-	loop := New(state, rt, Options{Period: 30 * time.Second, OracleDisabled: true, Synchronized: func() bool { return true },
-		Policy: reviewPolicy(t.TempDir())}, log)
-	loop.started = now.Add(-time.Hour)
-	for pass := range 120 { // an hour, 5 pods torn down every pass
-		at := now.Add(time.Duration(pass) * 30 * time.Second)
-		for i := range 5 {
-			p := ident(testUID(10000 + pass*5 + i))
-			for _, k := range []podstate.EventKind{podstate.RunPodSandbox, podstate.StopPodSandbox, podstate.RemovePodSandbox} {
-				_ = state.Apply(podstate.Event{Kind: k, At: at.Add(-time.Second), Pod: p, SandboxID: "sb-" + p.UID})
+// Marks go when a ready oracle lacks the pod's dir. Without one that can
+// be read, they must not grow with every pod torn down, in memory and in
+// the state file written after every pass, for as long as the node runs so:
+// with pods.source = "none" no pod dir is ever orphaned and the loop keeps
+// no mark; with a pods dir that cannot be read (a kubelet_root that is not
+// kubelet's --root-dir, a kubelet root not mounted into the plugin's pod),
+// a mark goes with podstate's record of the pod.
+func TestTornDownMarksDoNotGrowWithoutAnOracleToDropThem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts func(t *testing.T) Options
+	}{
+		{"pods.source = none", func(t *testing.T) Options { return Options{OracleDisabled: true} }},
+		{"a pods dir that cannot be read", func(t *testing.T) Options { return Options{KubeletRoot: t.TempDir()} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := podstate.New(0)
+			rt := &fakeRuntime{}
+			log, _ := testLogger()
+			opts := tc.opts(t)
+			opts.Period, opts.Synchronized, opts.Policy = 30*time.Second, func() bool { return true }, reviewPolicy(t.TempDir())
+			loop := New(state, rt, opts, log)
+			loop.started = now.Add(-time.Hour)
+			for pass := range 120 { // an hour, 5 pods torn down every pass
+				at := now.Add(time.Duration(pass) * 30 * time.Second)
+				for i := range 5 {
+					p := ident(testUID(10000 + pass*5 + i))
+					for _, k := range []podstate.EventKind{podstate.RunPodSandbox, podstate.StopPodSandbox, podstate.RemovePodSandbox} {
+						_ = state.Apply(podstate.Event{Kind: k, At: at.Add(-time.Second), Pod: p, SandboxID: "sb-" + p.UID})
+					}
+				}
+				rt.set(cri.Snapshot{TakenAt: at}, nil)
+				r := loop.Pass(context.Background())
+				if r.Untrusted != "" {
+					t.Fatal(r.Untrusted)
+				}
+				if !opts.OracleDisabled && r.Plan.NotReady == "" {
+					t.Fatal("the oracle is ready: the test needs one that is not")
+				}
 			}
-		}
-		rt.set(cri.Snapshot{TakenAt: at}, nil)
-		if r := loop.Pass(context.Background()); r.Untrusted != "" {
-			t.Fatal(r.Untrusted)
-		}
-	}
-	if pods, marks := len(state.View().Pods), len(loop.tornDown); marks > pods {
-		t.Fatalf("podstate keeps %d pods (retention %s) but the loop keeps %d torn-down marks, and the number only grows", pods, podstate.DefaultRetention, marks)
-	}
-}
-
-// With pods.source = "kubelet-dir" but a pods dir that cannot be read (a
-// kubelet_root that is not kubelet's --root-dir, a kubelet root not mounted
-// into the plugin's pod), no mark is ever dropped: marks go when a ready
-// oracle lacks the pod's dir. They must not grow with every pod torn down
-// meanwhile, in memory and in the state file written after every pass,
-// for as long as the node runs so.
-func TestTornDownMarksDoNotGrowWhileTheOracleIsNotReady(t *testing.T) {
-	state := podstate.New(0)
-	rt := &fakeRuntime{}
-	log, _ := testLogger()
-	loop := New(state, rt, Options{Period: 30 * time.Second, KubeletRoot: t.TempDir(), Synchronized: func() bool { return true },
-		Policy: reviewPolicy(t.TempDir())}, log)
-	loop.started = now.Add(-time.Hour)
-	for pass := range 120 { // an hour, 5 pods torn down every pass
-		at := now.Add(time.Duration(pass) * 30 * time.Second)
-		for i := range 5 {
-			p := ident(testUID(10000 + pass*5 + i))
-			for _, k := range []podstate.EventKind{podstate.RunPodSandbox, podstate.StopPodSandbox, podstate.RemovePodSandbox} {
-				_ = state.Apply(podstate.Event{Kind: k, At: at.Add(-time.Second), Pod: p, SandboxID: "sb-" + p.UID})
+			if pods, marks := len(state.View().Pods), len(loop.tornDown); marks > pods {
+				t.Fatalf("podstate keeps %d pods (retention %s) but the loop keeps %d torn-down marks, and the number only grows", pods, podstate.DefaultRetention, marks)
 			}
-		}
-		rt.set(cri.Snapshot{TakenAt: at}, nil)
-		r := loop.Pass(context.Background())
-		if r.Untrusted != "" {
-			t.Fatal(r.Untrusted)
-		}
-		if r.Plan.NotReady == "" {
-			t.Fatal("the oracle is ready: the test needs one that is not")
-		}
-	}
-	if pods, marks := len(state.View().Pods), len(loop.tornDown); marks > pods {
-		t.Fatalf("podstate keeps %d pods (retention %s) but the loop keeps %d torn-down marks, and the number only grows", pods, podstate.DefaultRetention, marks)
+		})
 	}
 }
 

@@ -659,7 +659,9 @@ func TestLogLinksAreNotFollowedOutsideThePodLogsDir(t *testing.T) {
 // session's listings are confirmed to be NRI's runtime, such a sandbox is
 // asked for by ID; one the runtime does not know is dropped (without
 // evidence of a teardown) and the listing trusted, one it still knows keeps
-// the listing untrusted.
+// the listing untrusted. When asking fails, the listing stays untrusted and
+// the failure is said, once while it lasts: "the listing or NRI is wrong"
+// alone would hide that the runtime's PodSandboxStatus is what fails.
 func TestALiveSandboxTheListingLacksIsAskedForByID(t *testing.T) {
 	uids := []string{testUID(20), testUID(21)}
 	synced := []podstate.SyncedSandbox{{Pod: ident(uids[0]), SandboxID: "s1"}, {Pod: ident(uids[1]), SandboxID: "s2"}}
@@ -670,15 +672,17 @@ func TestALiveSandboxTheListingLacksIsAskedForByID(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		exists    bool
+		askErr    error
 		untrusted bool
 	}{
-		{"the runtime does not know it: dropped, not torn down", false, false},
-		{"the runtime still knows it: the listing is wrong", true, true},
+		{"the runtime does not know it: dropped, not torn down", false, nil, false},
+		{"the runtime still knows it: the listing is wrong", true, nil, true},
+		{"the runtime cannot be asked: nothing is known, and that is said", false, errors.New("rpc error: code = DeadlineExceeded"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			state := podstate.New(0)
 			state.Synchronize(now.Add(-time.Hour), synced, nil)
-			rt := &fakeRuntime{exists: map[string]bool{"s2": tc.exists}}
+			rt := &fakeRuntime{exists: map[string]bool{"s2": tc.exists}, existsErr: tc.askErr}
 			log, buf := testLogger()
 			loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: podDirs(t, uids...), Synchronized: func() bool { return true },
 				Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
@@ -698,44 +702,19 @@ func TestALiveSandboxTheListingLacksIsAskedForByID(t *testing.T) {
 			case !tc.untrusted && (p.Phase != podstate.PhaseRemoved || p.TornDown || !strings.Contains(buf.String(), "gone from the runtime, without an NRI stop")):
 				t.Fatalf("phase %s, torn down %v: want Removed without a teardown, and said", p.Phase, p.TornDown)
 			}
+			if tc.askErr == nil {
+				return
+			}
+			for i := 2; i <= 3; i++ {
+				rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute), Sandboxes: onlyS1.Sandboxes}, nil)
+				if r := loop.Pass(context.Background()); r.Untrusted == "" {
+					t.Fatalf("pass %d trusted the listing though the runtime could not be asked about s2", i+1)
+				}
+			}
+			if n := strings.Count(buf.String(), tc.askErr.Error()); n != 1 || !strings.Contains(buf.String(), "sandbox s2 of pod") {
+				t.Fatalf("the failure to ask for s2 said %d time(s) in 3 passes, want once, naming the sandbox:\n%s", n, buf.String())
+			}
 		})
-	}
-}
-
-// TestASandboxTheRuntimeCannotBeAskedAboutIsSaid: when asking for a missing
-// sandbox by ID fails, the listing stays untrusted (nothing is known) and the
-// failure is said, once while it lasts: "the listing or NRI is wrong" alone
-// would hide that the runtime's PodSandboxStatus is what fails.
-func TestASandboxTheRuntimeCannotBeAskedAboutIsSaid(t *testing.T) {
-	uids := []string{testUID(22), testUID(23)}
-	synced := []podstate.SyncedSandbox{{Pod: ident(uids[0]), SandboxID: "s1"}, {Pod: ident(uids[1]), SandboxID: "s2"}}
-	both := cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{
-		{ID: "s1", UID: uids[0], Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uids[0])},
-		{ID: "s2", UID: uids[1], Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uids[1])}}}
-	state := podstate.New(0)
-	state.Synchronize(now.Add(-time.Hour), synced, nil)
-	rt := &fakeRuntime{}
-	log, buf := testLogger()
-	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: podDirs(t, uids...), Synchronized: func() bool { return true },
-		Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
-	rt.set(both, nil)
-	if r := loop.Pass(context.Background()); r.Untrusted != "" {
-		t.Fatalf("first pass untrusted: %s", r.Untrusted)
-	}
-	rt.mu.Lock()
-	rt.existsErr = errors.New("rpc error: code = DeadlineExceeded desc = context deadline exceeded")
-	rt.mu.Unlock()
-	for i := 1; i <= 3; i++ {
-		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute), Sandboxes: both.Sandboxes[:1]}, nil)
-		if r := loop.Pass(context.Background()); r.Untrusted == "" {
-			t.Fatalf("pass %d trusted the listing though the runtime could not be asked about s2", i)
-		}
-	}
-	if p, _ := state.Pod(uids[1]); p.Phase == podstate.PhaseRemoved {
-		t.Fatal("a sandbox the runtime could not be asked about was taken as gone")
-	}
-	if n := strings.Count(buf.String(), "DeadlineExceeded"); n != 1 || !strings.Contains(buf.String(), "s2") {
-		t.Fatalf("the failure to ask for s2 said %d time(s) in 3 passes, want once, naming the sandbox:\n%s", n, buf.String())
 	}
 }
 
