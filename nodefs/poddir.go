@@ -98,8 +98,11 @@ type PodDir struct {
 	Blockers []string
 	// Identities tells apart, by path, the pod dir itself and each of
 	// VolumeDirs and Leftovers it examined (not a mount point, which is
-	// never stat'ed, nor a volumeDevices entry) from one removed and made
-	// again under the same name: its inode number and birth time. The
+	// never stat'ed, nor a volumeDevices entry, nor a leftover inside a
+	// volume dir: that is the workload's file, which a process left in the
+	// pod cgroup may rewrite under the same name at any time, and kubelet
+	// makes nothing there) from one removed and made again under the same
+	// name: its inode number and birth time. The
 	// number alone does not do: a file system hands a freed inode number
 	// out again at once (ext4 gives a directory removed and made again the
 	// same one). Without a birth time (an old kernel, a file system that
@@ -358,13 +361,15 @@ func (in *inspector) identify(rel string, fi fileInfo) {
 	in.d.Identities[in.abs(rel)] = id
 }
 
-func (in *inspector) addLeftover(rel string, fi fileInfo) {
+func (in *inspector) addLeftover(rel string, fi fileInfo, depth int) {
 	if len(in.d.Leftovers) >= maxLeftovers {
 		in.truncated = true
 		return
 	}
 	kind := fi.kind()
-	in.identify(rel, fi)
+	if depth <= volumeDirDepth {
+		in.identify(rel, fi) // where kubelet makes volume dirs, not inside one
+	}
 	in.d.Leftovers = append(in.d.Leftovers, in.abs(rel))
 	in.block("leftover %s %s: volumes/ is only ever cleaned with rmdir, as kubelet does (kubernetes#105536)", kind, rel)
 }
@@ -494,7 +499,7 @@ func (in *inspector) scanVolumes(parentFd int, name, rel string, depth int) erro
 		return err
 	}
 	if fi.mode != unix.S_IFDIR {
-		in.addLeftover(rel, fi)
+		in.addLeftover(rel, fi, depth)
 		return nil
 	}
 	if depth == volumeDirDepth {

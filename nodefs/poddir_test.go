@@ -840,17 +840,21 @@ func TestADeepTreeInVolumesIsABlockerNotAWalk(t *testing.T) {
 	mustExist(t, deep, filepath.Join(pod, termMsg))
 }
 
-// TestIdentitiesTellADirMadeAgainApart: a volume dir, a leftover or the pod
-// dir removed and made again under the same name has another identity,
-// even where the file system hands the same inode number out again (ext4
-// does, at once); one left alone keeps its identity.
+// TestIdentitiesTellADirMadeAgainApart: a volume dir, a leftover where a
+// volume dir belongs or the pod dir removed and made again under the same
+// name has another identity, even where the file system hands the same
+// inode number out again (ext4 does, at once); one left alone keeps its
+// identity. A leftover inside a volume dir (the workload's file, which a
+// process left in the pod cgroup may rewrite at any time) has none.
 func TestIdentitiesTellADirMadeAgainApart(t *testing.T) {
 	ctx := context.Background()
 	n := newKubeletNode(t)
 	pod := filepath.Join(n.pods, testUUID)
 	cleanOrphan(t, pod)
-	leftover := filepath.Join(pod, csiVol, "vol_data.json")
+	leftover := filepath.Join(pod, "volumes", "kubernetes.io~secret", "odd")
 	writeFile(t, leftover, "{}")
+	inside := filepath.Join(pod, csiVol, "vol_data.json")
+	writeFile(t, inside, "{}")
 	before, err := InspectPodDir(ctx, n.root, testUUID)
 	if err != nil {
 		t.Fatal(err)
@@ -860,6 +864,9 @@ func TestIdentitiesTellADirMadeAgainApart(t *testing.T) {
 		if before.Identities[p] == "" {
 			t.Fatalf("no identity for %s: %q", p, before.Identities)
 		}
+	}
+	if id, ok := before.Identities[inside]; ok {
+		t.Errorf("%s, inside a volume dir, has identity %s: the workload's files are not kubelet's", inside, id)
 	}
 	time.Sleep(10 * time.Millisecond) // a birth time apart, whatever the clock's grain
 	if err := os.Remove(x); err != nil {
