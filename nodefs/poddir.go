@@ -102,11 +102,12 @@ type PodDir struct {
 	// volume dir: that is the workload's file, which a process left in the
 	// pod cgroup may rewrite under the same name at any time, and kubelet
 	// makes nothing there) from one removed and made again under the same
-	// name: its inode number and birth time. The
-	// number alone does not do: a file system hands a freed inode number
-	// out again at once (ext4 gives a directory removed and made again the
-	// same one). Without a birth time (an old kernel, a file system that
-	// keeps none) it is the inode number only.
+	// name: its birth time. The inode number does not do: a file system
+	// hands a freed one out again at once (ext4 gives a directory removed
+	// and made again the same one), and overlayfs over layers on different
+	// file systems numbers a directory afresh whenever its inode is evicted
+	// and read again. Without a birth time (an old kernel, a file system
+	// that keeps none) it is the inode number only.
 	Identities map[string]string
 }
 
@@ -354,9 +355,14 @@ func (in *inspector) identify(rel string, fi fileInfo) {
 	if in.d.Identities == nil {
 		in.d.Identities = make(map[string]string)
 	}
-	id := fmt.Sprintf("inode %d", fi.ino)
-	if fi.born != "" {
-		id += ", born " + fi.born
+	// The birth time alone where there is one: overlayfs over layers on
+	// different file systems (xino off) numbers a directory afresh each
+	// time it instantiates its inode again (after an eviction), so the
+	// number changes with nothing made again; the birth time is the upper
+	// layer's and holds.
+	id := "born " + fi.born
+	if fi.born == "" {
+		id = fmt.Sprintf("inode %d", fi.ino)
 	}
 	in.d.Identities[in.abs(rel)] = id
 }

@@ -893,3 +893,56 @@ func TestIdentitiesTellADirMadeAgainApart(t *testing.T) {
 		}
 	}
 }
+
+// TestIdentitiesHoldOnAnOverlayThatNumbersDirsAfresh: on an overlayfs
+// whose layers are on different file systems and that cannot map their
+// inode numbers into one space (xino off, the default build), a directory's
+// st_ino is the overlay inode's own number, handed out afresh each time the
+// kernel instantiates it again (after the inode was evicted from the cache:
+// memory pressure, drop_caches; here, a remount): "the non persistent
+// overlay st_ino for directories" (fs/overlayfs/inode.c). The dirs were
+// not made again: their identities must not change, or every torn-down
+// pod on such a node has its mark dismissed as a re-add and is never
+// reclaimed. Their birth time (the upper layer's) does not change.
+func TestIdentitiesHoldOnAnOverlayThatNumbersDirsAfresh(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	lower, upper, work, root := filepath.Join(base, "lower"), filepath.Join(base, "upper"), filepath.Join(base, "work"), filepath.Join(base, "kubelet")
+	for _, d := range []string{lower, upper, work, root} {
+		mkdirAll(t, d)
+	}
+	mount(t, "tmpfs", lower, "tmpfs") // another file system than upper's
+	mkdirAll(t, filepath.Join(lower, "pods"))
+	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work + ",xino=off"
+	overlay := func() {
+		if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
+			t.Skipf("cannot mount an overlay here: %v", err)
+		}
+	}
+	overlay()
+	pod := filepath.Join(root, "pods", testUUID)
+	cleanOrphan(t, pod)
+	before, err := InspectPodDir(ctx, root, testUUID)
+	if err != nil {
+		unix.Unmount(root, unix.MNT_DETACH)
+		t.Fatal(err)
+	}
+	// The overlay's inodes instantiated again, as after their eviction.
+	if err := unix.Unmount(root, 0); err != nil {
+		t.Fatal(err)
+	}
+	overlay()
+	defer unix.Unmount(root, unix.MNT_DETACH)
+	after, err := InspectPodDir(ctx, root, testUUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{pod, filepath.Join(pod, emptyDirVol), filepath.Join(pod, projectedVol)} {
+		if before.Identities[p] == "" {
+			t.Fatalf("no identity for %s: %q", p, before.Identities)
+		}
+		if after.Identities[p] != before.Identities[p] {
+			t.Errorf("%s, left alone, changed identity: %s, then %s", p, before.Identities[p], after.Identities[p])
+		}
+	}
+}
