@@ -96,7 +96,13 @@ func (l *Loop) restore(ctx context.Context) {
 			continue // this run dropped it: kubelet set up a pod of that UID again
 		}
 		at := clock.at(t.At, t.AtBoot)
-		mark := &tornDownMark{at: at, event: at, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}, dirSeen: true}
+		// Inspected stands for dirSeen, which the file does not hold: a
+		// pod dir is inspected in the first pass that reads it with the
+		// pod unlisted. One restored unchecked goes, as it would have
+		// gone, with podstate's record while the pods dir cannot be read
+		// (a listed pod is in podstate's view again after the restart);
+		// restored as checked, every restart would keep it for good.
+		mark := &tornDownMark{at: at, event: at, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}, dirSeen: t.Inspected}
 		if t.Inspected {
 			mark.seen = make(map[string]bool, len(t.Seen))
 			for _, p := range t.Seen {

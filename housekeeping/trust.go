@@ -94,7 +94,7 @@ type tornDownMark struct {
 	// pod names the pod in logs after podstate has forgotten it.
 	pod gc.PodRef
 	// dirSeen: a readable pods dir had the pod's dir since the mark (or
-	// the mark was restored from the state file). Only a readable pods dir
+	// the mark was restored from the state file with its dir inspected). Only a readable pods dir
 	// drops a mark (its dir gone); one it has never checked is dropped
 	// with podstate's record of the pod while the pods dir cannot be read,
 	// or such marks would only grow.
