@@ -587,9 +587,9 @@ func (e *Executor) destroyPodCgroup(ctx context.Context, a gc.Action) (logrus.Fi
 		return nil, fmt.Errorf("%s: no pod cgroup in the action", a.Key)
 	}
 	d, err := e.files.DestroyPodCgroup(ctx, *a.Cgroup)
-	var detail logrus.Fields
+	detail := logrus.Fields{}
 	if d.Unit != "" {
-		detail = logrus.Fields{fieldSystemdUnit: d.Unit}
+		detail[fieldSystemdUnit] = d.Unit
 	}
 	if err != nil {
 		return detail, fmt.Errorf("%s pod cgroup %s: %w", verbsOf(a).do, a.Path, err)

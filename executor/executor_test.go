@@ -916,6 +916,8 @@ func TestASliceUnitSystemdCouldNotStopIsSaid(t *testing.T) {
 		{"systemd stopped the unit", podcgroups.Destroyed{Unit: unit}, false, false},
 		{"systemd could not", podcgroups.Destroyed{Unit: unit, UnitErr: errors.New("systemd is not reachable over D-Bus")}, false, true},
 		{"systemd could not and the cgroups stay", podcgroups.Destroyed{Unit: unit, UnitErr: errors.New("job failed")}, true, false},
+		// Not what podcgroups says, but no Files may make the step panic.
+		{"an error with no unit named", podcgroups.Destroyed{UnitErr: errors.New("job failed")}, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFake()
@@ -935,7 +937,7 @@ func TestASliceUnitSystemdCouldNotStopIsSaid(t *testing.T) {
 			for _, en := range hook.AllEntries() {
 				if en.Data[logging.FieldAction] == string(gc.RemovePodCgroup) {
 					step = en
-				} else if en.Level == logrus.WarnLevel && en.Data[fieldSystemdUnit] == unit {
+				} else if en.Level == logrus.WarnLevel && en.Data[logging.FieldPodUID] == "u1" {
 					warned = true
 				}
 			}

@@ -251,12 +251,21 @@ func podDirContents(d nodefs.PodDir) map[string]bool {
 func remade(before, now map[string]string) []string {
 	var made []string
 	for p, id := range now {
-		if old, ok := before[p]; ok && old != id {
+		// Only like with like: a file system that gave a birth time on one
+		// look and none on another (NFS) has not made the path again.
+		if old, ok := before[p]; ok && old != id && identityKind(old) == identityKind(id) {
 			made = append(made, p+" (made again)")
 		}
 	}
 	sort.Strings(made)
 	return made
+}
+
+// identityKind is what a nodefs.PodDir identity is made of: "born" (a
+// birth time) or "inode" (an inode number).
+func identityKind(id string) string {
+	kind, _, _ := strings.Cut(id, " ")
+	return kind
 }
 
 func newEntries(before, now map[string]bool) []string {
