@@ -71,12 +71,12 @@ func (p *planner) networkRules() {
 	// Another runtime on a network shows in the namespaces its
 	// attachments ran in. Only a reservation no attachment explains asks,
 	// so the map is made when one first does.
-	var foreign map[string]string // network → a netns outside NetnsDir, quoted
+	var foreign map[string]string // network → a netns containerd did not make, quoted
 	foreignNetns := func(network string) string {
 		if foreign == nil {
 			foreign = make(map[string]string)
 			for _, a := range n.Listing.Attachments {
-				if !directlyIn(a.NetNS, n.NetnsDir) {
+				if !containerdsNetns(a.NetNS, n.NetnsDir) {
 					foreign[a.Network] = fmt.Sprintf("%q", a.NetNS)
 				}
 			}
@@ -116,7 +116,7 @@ func (p *planner) networkRules() {
 		case hold != "":
 			p.keep(object, PodRef{}, "%s", hold)
 			continue
-		case !directlyIn(a.NetNS, n.NetnsDir) || !podnet.IsNetnsName(filepath.Base(a.NetNS)):
+		case !containerdsNetns(a.NetNS, n.NetnsDir):
 			// CRI-O's default is the same dir, with names of its own.
 			p.keep(object, PodRef{}, "it ran in netns %q, not one containerd makes (cni-<uuid> in %s): another runtime's attachment", a.NetNS, n.NetnsDir)
 			continue
@@ -154,7 +154,7 @@ func (p *planner) networkRules() {
 			p.keep(object, PodRef{}, "%s", hold)
 			continue
 		case foreignNetns(r.Network) != "":
-			p.keep(object, PodRef{}, "an attachment of network %s ran in netns %s, outside containerd's: another runtime may use the network", r.Network, foreignNetns(r.Network))
+			p.keep(object, PodRef{}, "an attachment of network %s ran in netns %s, not one containerd makes: another runtime may use the network", r.Network, foreignNetns(r.Network))
 			continue
 		case unknownCache != "":
 			p.keep(object, PodRef{}, "CNI cache entry %s cannot be read and may be its attachment", unknownCache)
@@ -192,6 +192,14 @@ func (p *planner) networkRules() {
 			ContainerID: netnsOwner[ns.Path], DependsOn: netnsDeps[ns.Path],
 			Reason: "network namespace containerd made that no sandbox record names and no process is in"})
 	}
+}
+
+// containerdsNetns reports whether path is a namespace as containerd makes
+// them: named cni-<uuid>, directly in its netns dir. An attachment that ran
+// anywhere else is another runtime's (CRI-O pins /var/run/netns/<uuid>, the
+// same dir without the "cni-"), and so is its network.
+func containerdsNetns(path, netnsDir string) bool {
+	return directlyIn(path, netnsDir) && podnet.IsNetnsName(filepath.Base(path))
 }
 
 // NetworkSuspects returns what of in.Network may be a leak, given the

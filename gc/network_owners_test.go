@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 )
 
@@ -89,6 +90,34 @@ func TestAReservationsGraceStartsAgainWithANewOwner(t *testing.T) {
 		if a.Kind == ReleaseIPReservation && a.Reservation != nil && a.Reservation.IP == "10.0.0.3" {
 			t.Fatalf("the reservation of 10.0.0.3 for newb, first seen in this plan, is due at once (eligible since %s, A's clock): it never waited leak_grace (%s)",
 				a.EligibleSince.Format(time.RFC3339), grace)
+		}
+	}
+}
+
+// TestANetworkWithAnAttachmentInANetnsContainerdDidNotNameGetsNoReservationReleased:
+// an attachment whose namespace is in containerd's netns dir but not named
+// as containerd names its own (CRI-O's /var/run/netns/<uuid>) is another
+// runtime's: the network is shared with it, and a reservation of that
+// network whose owner no containerd source knows may be that runtime's pod
+// being made (host-local has reserved, libcni has not cached yet), so none
+// is released by hand (README: "a network such an attachment is on gets no
+// reservation released by hand").
+func TestANetworkWithAnAttachmentInANetnsContainerdDidNotNameGetsNoReservationReleased(t *testing.T) {
+	in := networkInput()
+	in.Network.NetnsDir = "/var/run/netns"
+	// containerd's own live pod, in containerd's dir.
+	live := "/var/run/netns/" + cniName("live")
+	in.Network.Listing.Attachments[0].NetNS = live
+	in.Network.Listing.Netns[0].Path = live
+	in.Network.Records.Sandboxes["s1"] = cri.SandboxRecord{Namespace: "k8s.io", NetNSPath: live}
+	crio := attachment("crio1", "/var/run/netns/0e3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a3b")
+	in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, crio)
+	// Another CRI-O pod, its ADD under way: reserved, not cached.
+	in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("crio2", "10.0.0.9"))
+	r := Plan(in)
+	for _, k := range networkStepKeys(r) {
+		if strings.HasPrefix(k, "ip-reservation/pods/10.0.0.9/") {
+			t.Fatalf("network pods has CRI-O's attachment (netns %s, not named cni-<uuid>), yet a reservation no containerd source knows is proposed for release: %s", crio.NetNS, k)
 		}
 	}
 }

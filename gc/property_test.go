@@ -230,6 +230,8 @@ func randomNetwork(rng *rand.Rand, in Input) *NetworkInput {
 			return n.NetnsDir + "-other/" + name
 		case 4: // nested under the netns dir
 			return n.NetnsDir + "/sub/" + name
+		case 5: // CRI-O's: the netns dir, without the "cni-"
+			return n.NetnsDir + "/" + strings.TrimPrefix(name, "cni-")
 		}
 		return n.NetnsDir + "/" + name
 	}
@@ -675,7 +677,7 @@ func checkNetwork(t *testing.T, in Input, r Result) {
 	}
 	usedNetns, foreign := map[string]bool{}, map[string]bool{}
 	for _, a := range in.Network.Listing.Attachments {
-		if filepath.Dir(a.NetNS) != in.Network.NetnsDir {
+		if filepath.Dir(a.NetNS) != in.Network.NetnsDir || !podnet.IsNetnsName(filepath.Base(a.NetNS)) {
 			foreign[a.Network] = true
 		}
 		cached[a.Network+"/"+a.ContainerID] = true
@@ -702,8 +704,8 @@ func checkNetwork(t *testing.T, in Input, r Result) {
 			if a.Attachment == nil || known[a.Attachment.ContainerID] {
 				fail("the attachment's owner is known")
 			}
-			if filepath.Dir(a.Attachment.NetNS) != in.Network.NetnsDir {
-				fail("the attachment ran in a netns outside containerd's")
+			if filepath.Dir(a.Attachment.NetNS) != in.Network.NetnsDir || !podnet.IsNetnsName(filepath.Base(a.Attachment.NetNS)) {
+				fail("the attachment ran in a netns containerd did not make")
 			}
 		case ReleaseIPReservation:
 			if a.Reservation == nil || known[a.Reservation.Owner] {
