@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"time"
 
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/types/create"
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
@@ -298,8 +300,12 @@ func parseCacheEntry(path, name string, data []byte, info fs.FileInfo) (a Attach
 	}, ""
 }
 
-// resultIPs are the addresses of a cached CNI result's "ips" (0.3 and
-// later), as net.IP writes them; what does not parse is left out.
+// resultIPs are the addresses of a cached CNI result, without their prefix
+// length, as net.IP writes them; what does not parse is left out. A result
+// of 0.3 or later lists them in "ips"; an older one (0.1, 0.2: "ip4",
+// "ip6") is converted as libcni's DEL converts it before it passes it on as
+// prevResult (to the network's version, which may be newer than the
+// result's when the network was upgraded while the pod ran).
 func resultIPs(raw json.RawMessage) []string {
 	var r struct {
 		IPs []struct {
@@ -313,6 +319,27 @@ func resultIPs(raw json.RawMessage) []string {
 	for _, ip := range r.IPs {
 		if addr, _, err := net.ParseCIDR(ip.Address); err == nil {
 			ips = append(ips, addr.String())
+		}
+	}
+	if len(r.IPs) > 0 {
+		return ips
+	}
+	// No "ips": an older result, or one with no address.
+	res, err := create.CreateFromBytes(raw)
+	if err != nil {
+		return nil // libcni's DEL cannot decode it either: no prevResult
+	}
+	conv, err := res.GetAsVersion(current.ImplementedSpecVersion)
+	if err != nil {
+		return nil
+	}
+	cur, ok := conv.(*current.Result)
+	if !ok {
+		return nil
+	}
+	for _, ip := range cur.IPs {
+		if ip != nil && ip.Address.IP != nil {
+			ips = append(ips, ip.Address.IP.String())
 		}
 	}
 	return ips
