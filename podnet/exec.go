@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -177,4 +178,30 @@ func statInRoot(dir int, root, path string) (unix.Stat_t, error) {
 		return st, &os.PathError{Op: "fstat in " + root, Path: path, Err: err}
 	}
 	return st, nil
+}
+
+// findInRoot is libcni's FindInPath as a process chrooted into root runs
+// it: the first of dirs that has a regular file named plugin, each path
+// resolved in root; "" when none has.
+func findInRoot(root, plugin string, dirs []string) (string, error) {
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("network.exec_root %s cannot be used (/proc/1/root needs hostPID and CAP_SYS_PTRACE): %w", root, &os.PathError{Op: "open", Path: root, Err: err})
+	}
+	defer unix.Close(dir)
+	for _, d := range dirs {
+		path := filepath.Join(d, plugin)
+		st, err := statInRoot(dir, root, path)
+		switch {
+		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
+			continue
+		case errors.Is(err, unix.ENOSYS):
+			return "", refuse(path, "this kernel cannot resolve a path in network.exec_root %s as the chrooted plugin would (openat2 RESOLVE_IN_ROOT, Linux 5.6): set network.exec_root = \"\"", root)
+		case err != nil:
+			return "", fmt.Errorf("looking for plugin %s in network.exec_root %s: %w", plugin, root, err)
+		case st.Mode&unix.S_IFMT == unix.S_IFREG:
+			return path, nil
+		}
+	}
+	return "", nil
 }

@@ -303,3 +303,39 @@ func TestAnExecRootThatCannotBeOpenedIsAnErrorNamingIt(t *testing.T) {
 		t.Fatalf("a DEL ran, or the entry went: %q", calls)
 	}
 }
+
+// TestAnExecRootThatFindsAnotherPluginFirstRefusesTheDEL: containerd has
+// two plugin dirs, and this pod mounts only the second. In the exec root
+// (the node's) the first holds its own IPAM plugin and its own main plugin:
+// the chrooted main plugin runs its IPAM plugin from CNI_PATH, first dir
+// first, and containerd runs the first dir's main plugin. The files the
+// check compared (the second dir's) are not the ones that run, or that
+// containerd runs: the DEL is refused, and nothing runs.
+func TestAnExecRootThatFindsAnotherPluginFirstRefusesTheDEL(t *testing.T) {
+	ctx := context.Background()
+	id := containerID(8)
+	for _, typ := range []string{"fake-ipam", fakeVeth} {
+		t.Run(typ, func(t *testing.T) {
+			n := newNode(t)
+			list := strings.Replace(n.netConfList("pods", nil), `"type": "host-local"`, `"type": "fake-ipam"`, 1)
+			ipam := filepath.Join(pluginDir, "fake-ipam")
+			if err := os.Link(filepath.Join(pluginDir, fakeVeth), ipam); err != nil && !errors.Is(err, os.ErrExist) {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.Remove(ipam) })
+			cfg := n.config(t, map[string]string{"10-pods.conflist": list})
+			first := filepath.Join(n.root, "node-only-bin") // not in this pod
+			cfg.BinDirs = []string{first, pluginDir}
+			root := execRoot(t, n, fakeVeth, fakePortmap, "fake-ipam")
+			mkdirAll(t, filepath.Join(root, first))
+			copyFile(t, filepath.Join(pluginDir, fakeVeth), filepath.Join(root, first, typ))
+			n.add(t, cfg, "pods", id, netnsPath(n.netnsDir, 1))
+			a := onlyAttachment(t, cfg, n, id)
+			err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a)
+			if dels := linesOf(t, filepath.Join(root, n.log)); len(dels) != 0 {
+				t.Errorf("plugins ran in the exec root:\n%s", strings.Join(dels, "\n"))
+			}
+			wantRefused(t, err, a.CacheFile, filepath.Join(first, typ))
+		})
+	}
+}

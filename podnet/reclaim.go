@@ -105,6 +105,16 @@ func (r *Reclaimer) checkExecRoot(list *libcni.NetworkConfigList, netns string) 
 			if err != nil {
 				return err
 			}
+			// containerd, and a chrooted main plugin looking for its IPAM
+			// plugin in CNI_PATH, take the first plugin dir that has it
+			// in the root: the dirs this pod lacks count there too.
+			there, err := findInRoot(r.execRoot, typ, r.cfg.BinDirs)
+			if err != nil {
+				return err
+			}
+			if there != "" && there != path {
+				return refuse(path, "network.exec_root %s has %s, which comes first in the plugin dirs: it is what runs there; mount every plugin dir into this pod at the node's path", r.execRoot, there)
+			}
 			if err := sameInRoot(r.execRoot, path); err != nil {
 				return err
 			}
