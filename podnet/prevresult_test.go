@@ -3,6 +3,7 @@ package podnet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,60 +15,46 @@ import (
 // died frees the IP while libcni keeps the cache entry). The DEL would pass
 // A's cached result on as prevResult, and plugins that act by its IPs (the
 // reference firewall plugin removes the CNI-FORWARD rules of every IP in
-// it) would act on B's address: it is refused, and no plugin runs.
+// it) would act on B's address: it is refused, and no plugin runs. The
+// same with A's result cached by a network that was at CNI 0.2.0 when A was
+// added ("ip4": {"ip": ...}, no "ips") and is at 1.0.0 now (the conf dir
+// upgraded while the pod ran): libcni's DEL converts the cached result to
+// the network's version and passes 10.22.0.5 on all the same.
 func TestNoDELActsOnAnAddressAnotherContainerHoldsNow(t *testing.T) {
-	ctx := context.Background()
-	a, b := containerID(51), containerID(52)
-	n := newNode(t)
-	cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
-	n.add(t, cfg, "pods", a, "/var/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a3b")
-	att := onlyAttachment(t, cfg, n, a)
-	net, _ := cfg.Network("pods")
-	// The fake plugin's ADD result is 10.22.0.5; host-local now has it for B.
-	writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.5"), b+"\r\neth0")
-	before := len(n.pluginCalls(t))
-	err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att)
-	calls := n.pluginCalls(t)[before:]
-	t.Logf("DeleteAttachment: %v; plugin calls:\n%s", err, strings.Join(calls, "\n"))
-	if len(calls) > 0 {
-		t.Fatalf("CNI DEL of %s ran with prevResult IP 10.22.0.5, which host-local reserves for %s now", a[56:], b[56:])
-	}
-	var refused *RefusedError
-	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "10.22.0.5") || !strings.Contains(err.Error(), b) {
-		t.Fatalf("DeleteAttachment = %v; want a refusal naming 10.22.0.5 and %s", err, b)
-	}
-	// Its own again: the DEL runs.
-	writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.5"), a+"\r\neth0")
-	if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att); err != nil {
-		t.Fatalf("DeleteAttachment with the address still its own: %v", err)
-	}
-}
-
-// TestNoDELActsOnAnAddressAnotherContainerHoldsNowWhateverTheResultsVersion:
-// the same, with A's result cached by a network that was at CNI 0.2.0 when
-// A was added ("ip4": {"ip": ...}, no "ips"), and is at 1.0.0 now (the conf
-// dir upgraded while the pod ran). libcni's DEL converts the cached result
-// to the network's version and passes it on as prevResult, with
-// 10.22.0.5 in it: the DEL must be refused all the same.
-func TestNoDELActsOnAnAddressAnotherContainerHoldsNowWhateverTheResultsVersion(t *testing.T) {
-	ctx := context.Background()
-	a, b := containerID(53), containerID(54)
-	n := newNode(t)
-	old := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", map[string]any{"cniVersion": "0.2.0"})})
-	n.add(t, old, "pods", a, "/var/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a3c")
-	cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
-	att := onlyAttachment(t, cfg, n, a)
-	net, _ := cfg.Network("pods")
-	writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.5"), b+"\r\neth0")
-	before := len(n.pluginCalls(t))
-	err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att)
-	calls := n.pluginCalls(t)[before:]
-	t.Logf("DeleteAttachment: %v; plugin calls:\n%s", err, strings.Join(calls, "\n"))
-	if len(calls) > 0 {
-		t.Fatalf("CNI DEL of %s ran with prevResult IP 10.22.0.5 (its cached 0.2.0 result, converted), which host-local reserves for %s now", a[56:], b[56:])
-	}
-	var refused *RefusedError
-	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "10.22.0.5") {
-		t.Fatalf("DeleteAttachment = %v; want a refusal naming 10.22.0.5", err)
+	for i, tc := range []struct {
+		name     string
+		cachedAt map[string]any // the network's conflist when A was added
+	}{
+		{"the result cached at the network's version", nil},
+		{"a 0.2.0 result, the network at 1.0.0 now", map[string]any{"cniVersion": "0.2.0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			a, b := containerID(51+2*i), containerID(52+2*i)
+			n := newNode(t)
+			added := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", tc.cachedAt)})
+			n.add(t, added, "pods", a, fmt.Sprintf("/var/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a3%d", i))
+			cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+			att := onlyAttachment(t, cfg, n, a)
+			net, _ := cfg.Network("pods")
+			// The fake plugin's ADD result is 10.22.0.5; host-local now has it for B.
+			writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.5"), b+"\r\neth0")
+			before := len(n.pluginCalls(t))
+			err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att)
+			calls := n.pluginCalls(t)[before:]
+			t.Logf("DeleteAttachment: %v; plugin calls:\n%s", err, strings.Join(calls, "\n"))
+			if len(calls) > 0 {
+				t.Fatalf("CNI DEL of %s ran with prevResult IP 10.22.0.5, which host-local reserves for %s now", a[56:], b[56:])
+			}
+			var refused *RefusedError
+			if !errors.As(err, &refused) || !strings.Contains(err.Error(), "10.22.0.5") || !strings.Contains(err.Error(), b) {
+				t.Fatalf("DeleteAttachment = %v; want a refusal naming 10.22.0.5 and %s", err, b)
+			}
+			// Its own again: the DEL runs.
+			writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.5"), a+"\r\neth0")
+			if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att); err != nil {
+				t.Fatalf("DeleteAttachment with the address still its own: %v", err)
+			}
+		})
 	}
 }
