@@ -124,8 +124,9 @@ There are no grace clocks between runs, so leak_grace counts from now: with
 the default grace every leak shows as waiting for it; --leak-grace 0s shows
 every leak as due.
 
-Exit status: 0 printed; 1 the listing or the printing failed; 2 a bad flag,
-argument or configuration, or an unusable runtime.endpoint.
+Exit status: 0 printed; 1 the listing or the printing failed, or a signal
+(SIGTERM, SIGINT) stopped it; 2 a bad flag, argument or configuration, or an
+unusable runtime.endpoint.
 
 Flags:
 `
@@ -147,8 +148,9 @@ a moment before its pod dir, and looks gone meanwhile): use it on a node whose
 kubelet is stopped or stuck, after a 'report'.
 
 Exit status: 0 every step taken succeeded (or none was due); 1 the listing
-failed, a step failed, or the pass could not act at all (the reason on
-stderr, such as kubelet's pods dir not found); 2 a bad flag, argument or
+failed, a step failed, the pass could not act at all (the reason on
+stderr, such as kubelet's pods dir not found), or a signal (SIGTERM,
+SIGINT) stopped it before it ended; 2 a bad flag, argument or
 configuration, or an unusable runtime.endpoint.
 
 Flags:

@@ -96,6 +96,7 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	loop.Restore(ctx)
 	defer func() { _ = loop.Close() }()
 	r := loop.Pass(ctx)
+	stopped := ctx.Err() != nil // by SIGTERM or SIGINT, before the pass ended
 	if r.Err != nil {
 		fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, r.Err)
 		return 1
@@ -110,7 +111,18 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, err)
 		return 1
 	}
-	if cmd == "once" && onceSummary(stdout, r.Outcomes, cfg.DryRun) > 0 {
+	failed := 0
+	if cmd == "once" {
+		failed = onceSummary(stdout, r.Outcomes, cfg.DryRun)
+	}
+	if stopped {
+		// SIGTERM or SIGINT during the pass: what it had not reached (a
+		// step skipped, a check cut short, a source read half) is not
+		// done, whatever the steps taken before did.
+		fmt.Fprintf(stderr, "nri-housekeeper %s: stopped by a signal before the pass ended: what it had not reached is not done\n", cmd)
+		return 1
+	}
+	if failed > 0 {
 		return 1
 	}
 	if cmd == "once" && r.Blocked != "" {
