@@ -329,6 +329,12 @@ func (l *Loop) persist(ctx context.Context, now time.Time) {
 	if l.opts.StateFile == "" || l.opts.StateReadOnly {
 		return
 	}
+	if ctx.Err() != nil {
+		// The loop is stopping (a pass cut short): nothing could be
+		// written or locked with ctx, and that is no failure of the file.
+		// Close writes it, with a context of its own.
+		return
+	}
 	if !l.lockStateFile(ctx) && l.stateHeldBy != "" {
 		return
 	}
