@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"time"
@@ -48,10 +49,15 @@ const stalePeriods = 3
 
 // alive is /healthz's verdict at now for a process started at started.
 func (h Health) alive(now, started time.Time) error {
-	limit := stalePeriods * h.Period
+	// Saturated, not overflowed: any period of at least a second is valid,
+	// and three of a huge one would wrap to a negative limit.
+	var limit time.Duration
+	for range stalePeriods {
+		limit = saturatingAdd(limit, h.Period)
+	}
 	last := h.LastPass()
 	if last.IsZero() {
-		limit += h.StartupDelay
+		limit = saturatingAdd(limit, h.StartupDelay)
 		if age := now.Sub(started); age > limit {
 			return fmt.Errorf("no housekeeping pass finished since start-up %s ago (limit %s)", age.Round(time.Millisecond), limit)
 		}
@@ -61,6 +67,15 @@ func (h Health) alive(now, started time.Time) error {
 		return fmt.Errorf("last housekeeping pass finished %s ago (limit %s: %d periods)", since.Round(time.Millisecond), limit, stalePeriods)
 	}
 	return nil
+}
+
+// saturatingAdd is a+b for non-negative durations, at most the longest
+// duration.
+func saturatingAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // Server is a bound, not yet serving, metrics endpoint (Listen). Binding

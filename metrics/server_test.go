@@ -192,6 +192,30 @@ func TestHealthAliveVerdicts(t *testing.T) {
 	}
 }
 
+// TestHealthzWithAHugePeriod: config check accepts any period of at least
+// a second, such as "1000000h" (a loop that passes on events only). Three
+// such periods overflowed time.Duration into a negative limit: /healthz
+// failed a moment after every pass, and the DaemonSet's liveness probe
+// restarted a healthy plugin every minute and a half, for ever.
+func TestHealthzWithAHugePeriod(t *testing.T) {
+	started := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name                 string
+		period, startupDelay time.Duration
+		last                 time.Time
+	}{
+		{"a pass a second ago", 1000000 * time.Hour, 0, started.Add(time.Minute)},
+		{"no pass yet, the longest startup delay", 30 * time.Second, 1<<63 - 1, time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := Health{LastPass: func() time.Time { return tc.last }, Period: tc.period, StartupDelay: tc.startupDelay}
+			if err := h.alive(started.Add(time.Minute+time.Second), started); err != nil {
+				t.Errorf("period %v, startup_delay %v: /healthz fails: %v", tc.period, tc.startupDelay, err)
+			}
+		})
+	}
+}
+
 func TestReadyzReportsWhyNotReady(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
