@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -148,6 +149,9 @@ type Loop struct {
 	wake   chan struct{}
 
 	started time.Time
+	// stepStarted is when the pass under way last started a step (its
+	// re-check): LastProgress.
+	stepStarted atomic.Pointer[time.Time]
 
 	mu       sync.Mutex
 	last     PassResult
@@ -387,6 +391,19 @@ func (l *Loop) LastPassEnd() time.Time {
 		return time.Time{}
 	}
 	return l.last.Started.Add(l.last.Duration)
+}
+
+// LastProgress returns when the loop last showed it is at work: the end of
+// the last pass, or the start of the latest step of the pass under way. A
+// pass reclaiming a mass leak takes minutes (thousands of RemovePodSandbox
+// calls, each a few ms to tens of ms), and a liveness probe must not kill
+// it half way, while a pass stuck on one step still stops making progress.
+func (l *Loop) LastProgress() time.Time {
+	end := l.LastPassEnd()
+	if p := l.stepStarted.Load(); p != nil && p.After(end) {
+		return *p
+	}
+	return end
 }
 
 // NotReady says why the loop cannot act, or not fully ("" when it can): the

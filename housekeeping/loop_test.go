@@ -667,3 +667,62 @@ func TestAPassSaysWhichCgroupHierarchyItListsBetweenFullScans(t *testing.T) {
 		}
 	}
 }
+
+// stepsExecutor runs each action's re-check, a minute apart on clock, and
+// records what the loop's LastProgress says after each.
+type stepsExecutor struct {
+	clock    *time.Time
+	loop     *Loop
+	progress []time.Time
+}
+
+func (f *stepsExecutor) Execute(ctx context.Context, actions []gc.Action, _ time.Time, recheck executor.Recheck) []executor.Outcome {
+	out := make([]executor.Outcome, len(actions))
+	for i, a := range actions {
+		*f.clock = f.clock.Add(time.Minute)
+		_ = recheck(ctx, a)
+		f.progress = append(f.progress, f.loop.LastProgress())
+		out[i] = executor.Outcome{Action: a, Result: executor.Success}
+	}
+	return out
+}
+
+func (f *stepsExecutor) Forget(map[string]time.Time) {}
+
+// TestAPassAtWorkShowsProgress: /healthz asks LastProgress whether the loop
+// is alive. A pass reclaiming a mass leak takes minutes; each step it starts
+// is progress, so a liveness probe does not kill it half way (and restart
+// every grace clock), while a pass stuck on one step makes none.
+func TestAPassAtWorkShowsProgress(t *testing.T) {
+	var sandboxes []cri.Sandbox
+	for i := range 3 {
+		uid := testUID(900 + i)
+		sandboxes = append(sandboxes, cri.Sandbox{ID: fmt.Sprintf("s%d", i), UID: uid, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uid)})
+	}
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now, Sandboxes: sandboxes}, nil)
+	clock := now
+	exec := &stepsExecutor{clock: &clock}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: podDirs(t, testUID(999)), Executor: exec,
+		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	exec.loop = loop
+	loop.now = func() time.Time { return clock }
+	loop.started = now
+	if !loop.LastProgress().IsZero() {
+		t.Fatalf("progress %v before any pass", loop.LastProgress())
+	}
+	loop.Pass(context.Background())
+	if len(exec.progress) != 3 {
+		t.Fatalf("%d steps started, want the 3 sandbox removals", len(exec.progress))
+	}
+	for i, p := range exec.progress {
+		if want := now.Add(time.Duration(i+1) * time.Minute); !p.Equal(want) {
+			t.Errorf("after step %d of the pass, progress %s, want %s: a liveness probe would see no progress since the last pass ended",
+				i+1, p.Format(time.TimeOnly), want.Format(time.TimeOnly))
+		}
+	}
+	if got := loop.LastProgress(); !got.Equal(loop.LastPassEnd()) || !got.Equal(clock) {
+		t.Errorf("after the pass, progress %s, want its end %s", got, clock)
+	}
+}

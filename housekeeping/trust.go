@@ -290,6 +290,8 @@ func newEntries(before, now map[string]bool) []string {
 // are read again. A network step rests on no source knowing its owner.
 func (l *Loop) recheck(taken time.Time) executor.Recheck {
 	return func(ctx context.Context, a gc.Action) error {
+		at := l.now()
+		l.stepStarted.Store(&at)
 		switch a.Rule {
 		case gc.RuleNetworkAttachment, gc.RuleNetworkReservation:
 			return l.recheckUnowned(ctx, a.ContainerID)

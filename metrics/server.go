@@ -29,10 +29,12 @@ const (
 // must be cheap and safe for concurrent use.
 type Health struct {
 	// LastPass returns the end of the last finished housekeeping pass (any
-	// result), zero if none yet.
+	// result), or the start of the latest step of the pass under way if
+	// later (a pass reclaiming a mass leak takes minutes, and makes
+	// progress); zero if none yet.
 	LastPass func() time.Time
-	// Period is housekeeping.period. /healthz fails when no pass finished
-	// within 3 periods.
+	// Period is housekeeping.period. /healthz fails when no pass finished,
+	// and no step started, within 3 periods.
 	Period time.Duration
 	// StartupDelay is housekeeping.startup_delay: before the first pass,
 	// /healthz fails only once the process is older than StartupDelay plus
@@ -64,7 +66,7 @@ func (h Health) alive(now, started time.Time) error {
 		return nil
 	}
 	if since := now.Sub(last); since > limit {
-		return fmt.Errorf("last housekeeping pass finished %s ago (limit %s: %d periods)", since.Round(time.Millisecond), limit, stalePeriods)
+		return fmt.Errorf("no housekeeping pass finished, and no step of one started, for %s (limit %s: %d periods)", since.Round(time.Millisecond), limit, stalePeriods)
 	}
 	return nil
 }

@@ -126,7 +126,7 @@ func TestHealthzFailsAfterThreePeriodsWithoutAPass(t *testing.T) {
 	if elapsed := time.Since(start); elapsed < stalePeriods*period {
 		t.Errorf("/healthz failed after %s, before %d periods", elapsed, stalePeriods)
 	}
-	if !strings.Contains(body, "last housekeeping pass finished") {
+	if !strings.Contains(body, "no housekeeping pass finished, and no step of one started") {
 		t.Errorf("/healthz %d body %q does not say why", code, body)
 	}
 

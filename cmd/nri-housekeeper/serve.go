@@ -138,7 +138,7 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	go watchTaskExits(ctx, client, cfg.Runtime.Namespace, loop, log)
 	if cfg.Metrics.Address != "" {
 		srv, err := m.Listen(ctx, cfg.Metrics.Address, metrics.Health{
-			LastPass: loop.LastPassEnd, Period: cfg.Housekeeping.Period, StartupDelay: cfg.Housekeeping.StartupDelay,
+			LastPass: loop.LastProgress, Period: cfg.Housekeeping.Period, StartupDelay: cfg.Housekeeping.StartupDelay,
 			Ready: func() error { return readiness(nri, loop) },
 		})
 		if err != nil {
