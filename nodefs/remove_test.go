@@ -719,3 +719,17 @@ func TestRemoveRacingSymlinkSwap(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovePodLogDirRefusesAPathBelowAPodLogDir: a pod log dir is a direct
+// child of a root. A container's dir inside one, whose first component
+// parses as a pod log dir name, is refused and nothing is removed: the rule
+// is on the whole path, not on its first component.
+func TestRemovePodLogDirRefusesAPathBelowAPodLogDir(t *testing.T) {
+	tr := newTree(t)
+	pod := filepath.Join(tr.podLogs, podDirName)
+	writeFile(t, filepath.Join(pod, "nginx", "0.log"), "live")
+	for _, p := range []string{filepath.Join(pod, "nginx"), filepath.Join(pod, "nginx", "0.log")} {
+		wantRefused(t, tr.r.RemovePodLogDir(context.Background(), p), p)
+	}
+	mustExist(t, filepath.Join(pod, "nginx", "0.log"))
+}
