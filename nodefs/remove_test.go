@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -732,4 +733,29 @@ func TestRemovePodLogDirRefusesAPathBelowAPodLogDir(t *testing.T) {
 		wantRefused(t, tr.r.RemovePodLogDir(context.Background(), p), p)
 	}
 	mustExist(t, filepath.Join(pod, "nginx", "0.log"))
+}
+
+// TestWithoutMountIDsTheMountTableIsReadAfresh: where the kernel gives no
+// mount IDs, a same-device bind mount made after the shared table was read
+// is seen only in the table, so a removal reads it again rather than reuse
+// the one read a moment ago.
+func TestWithoutMountIDsTheMountTableIsReadAfresh(t *testing.T) {
+	tr := newTree(t)
+	pod := filepath.Join(tr.podLogs, podDirName)
+	mnt := filepath.Join(pod, "c")
+	mkdirAll(t, mnt)
+	// A table read a moment ago, before the mount.
+	tr.r.mounts, tr.r.mountsAt = []string{}, time.Now()
+	mount(t, "tmpfs", mnt, "tmpfs")
+	rootFd, err := openRoot(tr.podLogs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(rootFd)
+	info, err := statAt(rootFd, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info.mntID = 0 // a kernel (or seccomp filter) that gives no mount IDs
+	wantRefused(t, tr.r.refuseMountsAt(rootFd, info, tr.podLogs, []string{podDirName}, pod), mnt)
 }
