@@ -256,3 +256,26 @@ func immutable(t *testing.T, path string) {
 	}
 	t.Cleanup(func() { _ = exec.Command("chattr", "-i", path).Run() })
 }
+
+// TestRemoveContainerLogFilesRefusesAPathOfAnotherShape: a container's log
+// file is exactly <pod log dir>/<container name>/<n>.log below a root. A
+// path with fewer or more components is refused, never half-parsed, and
+// nothing is removed.
+func TestRemoveContainerLogFilesRefusesAPathOfAnotherShape(t *testing.T) {
+	tr := newTree(t)
+	pod := filepath.Join(tr.podLogs, podDirName)
+	writeFile(t, filepath.Join(pod, "nginx", "1.log"), "live")
+	writeFile(t, filepath.Join(pod, "nginx", "1.log.20261124-101010"), "live")
+	writeFile(t, filepath.Join(pod, "1.log"), "odd")
+	for _, p := range []string{
+		filepath.Join(pod, "1.log"),
+		filepath.Join(pod, "nginx", "1.log", "1.log"),
+	} {
+		removed, err := tr.r.RemoveContainerLogFiles(context.Background(), ContainerLog{Path: p, PodUID: testUUID, ContainerName: "nginx"}, nil)
+		wantRefused(t, err, p)
+		if len(removed) != 0 {
+			t.Errorf("%s: removed %v", p, removed)
+		}
+	}
+	mustExist(t, filepath.Join(pod, "nginx", "1.log"), filepath.Join(pod, "nginx", "1.log.20261124-101010"), filepath.Join(pod, "1.log"))
+}
