@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestRemoveContainerLogFiles(t *testing.T) {
@@ -278,4 +280,30 @@ func TestRemoveContainerLogFilesRefusesAPathOfAnotherShape(t *testing.T) {
 		}
 	}
 	mustExist(t, filepath.Join(pod, "nginx", "1.log"), filepath.Join(pod, "nginx", "1.log.20261124-101010"), filepath.Join(pod, "1.log"))
+}
+
+// TestRemoveContainerLogFilesNeverEntersAPodLogDirThatIsAMount: the walk
+// down checks every directory on the way by device and mount ID, so a pod
+// log dir mounted after the shared mount table was read (which would show
+// it) is still not entered.
+func TestRemoveContainerLogFilesNeverEntersAPodLogDirThatIsAMount(t *testing.T) {
+	tr := newTree(t)
+	pod := filepath.Join(tr.podLogs, podDirName)
+	mkdirAll(t, pod)
+	if _, err := tr.r.mountTable(true); err != nil {
+		t.Fatal(err)
+	}
+	read := tr.r.mountsAt
+	mount(t, "tmpfs", pod, "tmpfs")
+	dir := filepath.Join(pod, "nginx")
+	writeFile(t, filepath.Join(dir, "1.log"), "on another file system")
+	removed, err := tr.r.RemoveContainerLogFiles(context.Background(), ContainerLog{Path: filepath.Join(dir, "1.log"), PodUID: testUUID, ContainerName: "nginx"}, nil)
+	if root, _ := statAt(unix.AT_FDCWD, tr.podLogs); root.mntID != 0 && !tr.r.mountsAt.Equal(read) {
+		t.Fatal("the table was read again within a second: the test proves nothing")
+	}
+	wantRefused(t, err, pod)
+	if len(removed) != 0 {
+		t.Errorf("removed %v", removed)
+	}
+	mustExist(t, filepath.Join(dir, "1.log"))
 }
