@@ -517,3 +517,40 @@ func TestDestroyRefusesAPodCgroupNotAsInspected(t *testing.T) {
 		t.Fatalf("destroy without inode numbers: %v (still there: %v), want a refusal", err, exists(p))
 	}
 }
+
+// madeAgainWith replaces the directory p by a new one (another inode) whose
+// container cgroup lists pid: kubelet making the pod's cgroup again, and a
+// process of the new pod in it.
+func madeAgainWith(t *testing.T, p string, pid int) error {
+	again := p + ".new"
+	cgroup(t, filepath.Join(again, ctrID), pid)
+	if err := os.RemoveAll(p); err != nil {
+		return err
+	}
+	return os.Rename(again, p)
+}
+
+// TestDestroyKillsNothingInACgroupMadeAgainDuringSystemdsStop: the check
+// after systemd's stop comes before the first kill, not only before the
+// removal: a process of a pod of that UID made again meanwhile lives.
+func TestDestroyKillsNothingInACgroupMadeAgainDuringSystemdsStop(t *testing.T) {
+	mp := t.TempDir()
+	rel, err := podRel(DriverSystemd, "kubepods", QOSBurstable, uidA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(mp, "memory", rel)
+	dirs(t, p)
+	pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverSystemd, Root: "kubepods", Paths: []string{p}})
+	live := startSleeper(t)
+	h := (&fakeHost{}).host()
+	h.stopUnit = func(context.Context, string) error { return madeAgainWith(t, p, live.cmd.Process.Pid) }
+	_, err = h.destroy(context.Background(), pod)
+	var refused *RefusedError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "made again since it was inspected") {
+		t.Fatalf("destroy = %v; want a refusal: the cgroup at %s is not the one inspected", err, p)
+	}
+	if live.killedWithin(300*time.Millisecond) || !live.alive() {
+		t.Fatalf("PID %d, in the pod cgroup made again during systemd's stop, was killed", live.cmd.Process.Pid)
+	}
+}
