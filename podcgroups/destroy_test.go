@@ -554,3 +554,32 @@ func TestDestroyKillsNothingInACgroupMadeAgainDuringSystemdsStop(t *testing.T) {
 		t.Fatalf("PID %d, in the pod cgroup made again during systemd's stop, was killed", live.cmd.Process.Pid)
 	}
 }
+
+// TestDestroyKillsNothingInACgroupMadeAgainBetweenKillPasses: every kill
+// pass after the first checks the paths again: kubelet may make a pod of
+// that UID again while the last pass's processes exit.
+func TestDestroyKillsNothingInACgroupMadeAgainBetweenKillPasses(t *testing.T) {
+	mp := t.TempDir()
+	p := filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidA)
+	leaked, live := startSleeper(t), startSleeper(t)
+	cgroup(t, filepath.Join(p, ctrID), leaked.cmd.Process.Pid)
+	pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{p}})
+	madeAgain := make(chan error, 1)
+	go func() {
+		// The first pass killed the leaked process; the next comes
+		// killPassDelay later.
+		<-leaked.exited
+		madeAgain <- madeAgainWith(t, p, live.cmd.Process.Pid)
+	}()
+	_, err := (&fakeHost{}).host().destroy(context.Background(), pod)
+	if err := <-madeAgain; err != nil {
+		t.Fatal(err)
+	}
+	var refused *RefusedError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "made again since it was inspected") {
+		t.Fatalf("destroy = %v; want a refusal: the cgroup at %s is not the one inspected", err, p)
+	}
+	if live.killedWithin(300*time.Millisecond) || !live.alive() {
+		t.Fatalf("PID %d, in the pod cgroup made again between kill passes, was killed", live.cmd.Process.Pid)
+	}
+}
