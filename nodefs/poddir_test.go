@@ -946,3 +946,18 @@ func TestIdentitiesHoldOnAnOverlayThatNumbersDirsAfresh(t *testing.T) {
 		}
 	}
 }
+
+// TestASubpathStepErrorStopsBeforeTheOneFilesystemRemoval: as in kubelet,
+// an error removing the subpath entries stops the removal before the rest
+// of the pod dir is removed recursively: a non-empty subpath entry that
+// appeared after the inspection keeps what it holds.
+func TestASubpathStepErrorStopsBeforeTheOneFilesystemRemoval(t *testing.T) {
+	n := newKubeletNode(t)
+	pod := filepath.Join(n.pods, testUUID)
+	cleanOrphan(t, pod)
+	writeFile(t, filepath.Join(pod, "volume-subpaths/config/app/2/data"), "keep")
+	p := openTestPods(t, n)
+	err := p.removePodDir(context.Background(), testUUID, pod)
+	wantRefused(t, err, filepath.Join(pod, "volume-subpaths/config/app/2"))
+	mustExist(t, filepath.Join(pod, "volume-subpaths/config/app/2/data"), filepath.Join(pod, etcHosts))
+}
