@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,12 +22,27 @@ import (
 // upgraded while the pod ran): libcni's DEL converts the cached result to
 // the network's version and passes 10.22.0.5 on all the same.
 func TestNoDELActsOnAnAddressAnotherContainerHoldsNow(t *testing.T) {
+	ownedBy := func(id string) func(t *testing.T, path string) {
+		return func(t *testing.T, path string) { writeFile(t, path, id+"\r\neth0") }
+	}
 	for i, tc := range []struct {
 		name     string
-		cachedAt map[string]any // the network's conflist when A was added
+		cachedAt map[string]any                  // the network's conflist when A was added
+		held     func(t *testing.T, path string) // what host-local has at the address now (nil: B's reservation)
+		want     string                          // in the refusal ("": B's ID)
 	}{
-		{"the result cached at the network's version", nil},
-		{"a 0.2.0 result, the network at 1.0.0 now", map[string]any{"cniVersion": "0.2.0"}},
+		{"the result cached at the network's version", nil, nil, ""},
+		{"a 0.2.0 result, the network at 1.0.0 now", map[string]any{"cniVersion": "0.2.0"}, nil, ""},
+		// Who holds it cannot be told: as good as another's.
+		{"a reservation that cannot be read", nil, func(t *testing.T, path string) {
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("/etc/hostname", path); err != nil {
+				t.Fatal(err)
+			}
+		}, "cannot tell who holds 10.22.0.5"},
+		{"a reservation that names no owner", nil, func(t *testing.T, path string) { writeFile(t, path, "not an ID\r\neth0") }, "cannot tell who holds 10.22.0.5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -38,20 +54,28 @@ func TestNoDELActsOnAnAddressAnotherContainerHoldsNow(t *testing.T) {
 			att := onlyAttachment(t, cfg, n, a)
 			net, _ := cfg.Network("pods")
 			// The fake plugin's ADD result is 10.22.0.5; host-local now has it for B.
-			writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.5"), b+"\r\neth0")
+			reservation := filepath.Join(net.HostLocalDir, "10.22.0.5")
+			held, want := tc.held, tc.want
+			if held == nil {
+				held, want = ownedBy(b), b
+			}
+			held(t, reservation)
 			before := len(n.pluginCalls(t))
 			err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att)
 			calls := n.pluginCalls(t)[before:]
 			t.Logf("DeleteAttachment: %v; plugin calls:\n%s", err, strings.Join(calls, "\n"))
 			if len(calls) > 0 {
-				t.Fatalf("CNI DEL of %s ran with prevResult IP 10.22.0.5, which host-local reserves for %s now", a[56:], b[56:])
+				t.Fatalf("CNI DEL of %s ran with prevResult IP 10.22.0.5, which host-local holds for %s (or cannot say for whom) now", a[56:], b[56:])
 			}
 			var refused *RefusedError
-			if !errors.As(err, &refused) || !strings.Contains(err.Error(), "10.22.0.5") || !strings.Contains(err.Error(), b) {
-				t.Fatalf("DeleteAttachment = %v; want a refusal naming 10.22.0.5 and %s", err, b)
+			if !errors.As(err, &refused) || !strings.Contains(err.Error(), "10.22.0.5") || !strings.Contains(err.Error(), want) {
+				t.Fatalf("DeleteAttachment = %v; want a refusal naming 10.22.0.5 and %q", err, want)
 			}
 			// Its own again: the DEL runs.
-			writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.5"), a+"\r\neth0")
+			if err := os.Remove(reservation); err != nil {
+				t.Fatal(err)
+			}
+			ownedBy(a)(t, reservation)
 			if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att); err != nil {
 				t.Fatalf("DeleteAttachment with the address still its own: %v", err)
 			}
