@@ -583,3 +583,33 @@ func TestDestroyKillsNothingInACgroupMadeAgainBetweenKillPasses(t *testing.T) {
 		t.Fatalf("PID %d, in the pod cgroup made again between kill passes, was killed", live.cmd.Process.Pid)
 	}
 }
+
+// TestOnlyACgroupHierarchysMountIsAHierarchy: on the real host, a path on
+// another file system (/proc) is no pod cgroup, and a directory inside a
+// cgroup hierarchy is not a hierarchy: a pod cgroup nested there (another
+// agent's tree) is not where kubelet puts one. An empty child cgroup is
+// made for it, and removed.
+func TestOnlyACgroupHierarchysMountIsAHierarchy(t *testing.T) {
+	if _, err := cgroupVersion("/proc", "/proc/self"); err == nil || !strings.Contains(err.Error(), "not on a cgroup file system") {
+		t.Errorf("/proc taken for a cgroup hierarchy: %v", err)
+	}
+	var mount string
+	for _, h := range []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		if _, err := cgroupVersion(h, h); err == nil {
+			mount = h
+			break
+		}
+	}
+	if mount == "" {
+		t.Skip("no cgroup hierarchy mounted at /sys/fs/cgroup here")
+	}
+	// An empty child cgroup, removed again (rmdir).
+	nested := filepath.Join(mount, fmt.Sprintf("nrihk-unit-%d", os.Getpid()))
+	if err := os.Mkdir(nested, 0o755); err != nil {
+		t.Skipf("cannot make a child cgroup in %s (not root?): %v", mount, err)
+	}
+	t.Cleanup(func() { _ = os.Remove(nested) })
+	if _, err := cgroupVersion(nested, nested); err == nil || !strings.Contains(err.Error(), "not a cgroup hierarchy's mount point") {
+		t.Errorf("%s, a cgroup inside the hierarchy %s, taken for a hierarchy: %v", nested, mount, err)
+	}
+}
