@@ -259,6 +259,17 @@ func TestInspectPodDir(t *testing.T) {
 			volumesExist: true,
 		},
 		{
+			rule: "a plugin entry in volumeDevices that is not a dir is a volume dir and a blocker too",
+			setup: func(t *testing.T, n kubeletNode, pod string) {
+				minimalPod(t, pod)
+				writeFile(t, filepath.Join(n.outside, "dev"), "")
+				symlink(t, filepath.Join(n.outside, "dev"), filepath.Join(pod, "volumeDevices", "kubernetes.io~csi"))
+			},
+			volumeDirs:   []string{"volumeDevices/kubernetes.io~csi"},
+			blockers:     []string{"block volume kubernetes.io~csi may still be mapped"},
+			volumesExist: true,
+		},
+		{
 			rule: "a pod dir that is itself a symlink is a blocker and is not followed",
 			setup: func(t *testing.T, n kubeletNode, pod string) {
 				writeFile(t, filepath.Join(n.outside, "target", csiVol, "vol_data.json"), "{}")
