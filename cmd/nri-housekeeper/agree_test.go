@@ -170,8 +170,21 @@ func TestOnceThatCannotActDoesNotExitZero(t *testing.T) {
 		}
 	}
 	// kubelet_root has no pods/ dir: kubelet_root is wrong.
-	text := "[runtime]\nendpoint = \"" + serveExitedRuntime(t) + "\"\n" +
-		"[housekeeping]\nstate_file = \"\"\n" +
+	path := writeOnceConfig(t, dir, serveExitedRuntime(t), "")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"once", "--config", path, "--leak-grace", "0s"}, &stdout, &stderr)
+	if code == 0 {
+		t.Errorf("once exited 0 although its pass could not act; stdout:\n%s", stdout.String())
+	}
+}
+
+// writeOnceConfig writes dir/c.toml for a once against endpoint: the node's
+// dirs under dir (kubelet, pods-logs, containers), no state file, only the
+// CRI side on, housekeeping the rest of its section.
+func writeOnceConfig(t *testing.T, dir, endpoint, housekeeping string) string {
+	t.Helper()
+	text := "[runtime]\nendpoint = \"" + endpoint + "\"\n" +
+		"[housekeeping]\nstate_file = \"\"\n" + housekeeping +
 		"[pods]\nkubelet_root = \"" + filepath.Join(dir, "kubelet") + "\"\n" +
 		"[logs]\npod_logs_dir = \"" + filepath.Join(dir, "pods-logs") + "\"\ncontainer_logs_dir = \"" + filepath.Join(dir, "containers") + "\"\n" +
 		"[cgroups]\nenabled = false\n[network]\nenabled = false\n[log]\ntarget = \"stderr\"\n"
@@ -179,11 +192,7 @@ func TestOnceThatCannotActDoesNotExitZero(t *testing.T) {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr bytes.Buffer
-	code := run([]string{"once", "--config", path, "--leak-grace", "0s"}, &stdout, &stderr)
-	if code == 0 {
-		t.Errorf("once exited 0 although its pass could not act; stdout:\n%s", stdout.String())
-	}
+	return path
 }
 
 // TestACgroupRootConfigCheckAcceptsIsOneTheAutoDriverCanFind:

@@ -80,15 +80,7 @@ func TestOnceStoppedBySignalDoesNotExitZero(t *testing.T) {
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Stop()
 
-	text := "[runtime]\nendpoint = \"unix://" + sock + "\"\n" +
-		"[housekeeping]\nstate_file = \"\"\nmax_parallel = 1\n" +
-		"[pods]\nkubelet_root = \"" + filepath.Join(dir, "kubelet") + "\"\n" +
-		"[logs]\npod_logs_dir = \"" + filepath.Join(dir, "pods-logs") + "\"\ncontainer_logs_dir = \"" + filepath.Join(dir, "containers") + "\"\n" +
-		"[cgroups]\nenabled = false\n[network]\nenabled = false\n[log]\ntarget = \"stderr\"\n"
-	path := filepath.Join(dir, "c.toml")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeOnceConfig(t, dir, "unix://"+sock, "max_parallel = 1\n")
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"once", "--config", path, "--leak-grace", "0s"}, &stdout, &stderr)
 	for _, g := range gone {
