@@ -613,3 +613,44 @@ func TestOnlyACgroupHierarchysMountIsAHierarchy(t *testing.T) {
 		t.Errorf("%s, a cgroup inside the hierarchy %s, taken for a hierarchy: %v", nested, mount, err)
 	}
 }
+
+// TestDestroyRemovesNothingMadeAgainAfterTheKill: the paths are checked
+// again right before the rmdirs, after the kill: a pod cgroup kubelet made
+// again there since (still empty: it makes the cgroup before anything runs
+// in it) is not the one inspected, and is left.
+func TestDestroyRemovesNothingMadeAgainAfterTheKill(t *testing.T) {
+	mp := t.TempDir()
+	rel := filepath.Join("kubepods", "burstable", "pod"+uidA)
+	p1, p2 := filepath.Join(mp, "cpu", rel), filepath.Join(mp, "memory", rel)
+	dirs(t, p1, p2)
+	pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{p1, p2}})
+	h := (&fakeHost{}).host()
+	version, calls := h.cgroupVersion, 0
+	h.cgroupVersion = func(hierarchy, path string) (Version, error) {
+		// The first look is 2 calls; no process, so one kill pass with no
+		// look of its own; the third call is the look before the rmdirs,
+		// at p1, before p2 is checked.
+		if calls++; calls == 3 {
+			again := p2 + ".new"
+			dirs(t, again)
+			if err := os.Remove(p2); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(again, p2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return version(hierarchy, path)
+	}
+	_, err := h.destroy(context.Background(), pod)
+	if calls < 3 {
+		t.Fatalf("cgroupVersion called %d times: the paths (%s among them) were not looked at again before the rmdirs", calls, p2)
+	}
+	var refused *RefusedError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "made again since it was inspected") {
+		t.Fatalf("destroy = %v; want a refusal: the cgroup at %s is not the one inspected", err, p2)
+	}
+	if !exists(p2) {
+		t.Fatalf("the pod cgroup made again at %s after the kill was removed", p2)
+	}
+}
