@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -302,6 +303,37 @@ func TestReleaseReservation(t *testing.T) {
 				if !exists(t, filepath.Join(dir, keep)) {
 					t.Errorf("host-local's %s is gone", keep)
 				}
+			}
+		})
+	}
+}
+
+// TestReleaseReservationWhenLibcnisCacheCannotBeRead: whether libcni still
+// caches the owner's attachment (whose DEL releases the IP) cannot be told,
+// so nothing is released.
+func TestReleaseReservationWhenLibcnisCacheCannotBeRead(t *testing.T) {
+	id := containerID(1)
+	for _, ifName := range []string{"eth0", ""} {
+		t.Run("interface "+strconv.Quote(ifName), func(t *testing.T) {
+			n, cfg, r := reservationNode(t, id)
+			if ifName == "" {
+				writeFile(t, r.Path, id)
+			}
+			r.IfName = ifName
+			// The results dir is a file: every look into it fails, and
+			// not with "does not exist".
+			results := filepath.Join(n.cacheDir, "results")
+			if err := os.RemoveAll(results); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, results, "")
+			err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r)
+			if err == nil {
+				t.Fatal("released, though libcni's cache could not be read")
+			}
+			t.Logf("error as wanted: %v", err)
+			if !exists(t, r.Path) {
+				t.Fatalf("%s was removed", r.Path)
 			}
 		})
 	}
