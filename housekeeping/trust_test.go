@@ -288,6 +288,11 @@ func TestANodeStepIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"kubelet's pods dir can no longer be read (its disk unmounted, say)", func(t *testing.T, _ *podstate.State, _ *fakeRuntime, root string) {
+			if err := os.Rename(filepath.Join(root, "pods"), filepath.Join(root, "pods.away")); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := podDirs(t)
