@@ -553,6 +553,41 @@ func TestRemoveNetns(t *testing.T) {
 			}
 		})
 	}
+
+	// Whether a cached attachment names the namespace (its DEL comes
+	// first) cannot be told: the namespace stays.
+	cannotTell := []struct {
+		rule   string
+		change func(t *testing.T, n node, tn *testNetns)
+	}{
+		{"libcni's cache dir cannot be read", func(t *testing.T, n node, tn *testNetns) {
+			results := filepath.Join(n.cacheDir, "results")
+			if err := os.RemoveAll(results); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, results, "")
+		}},
+		{"a cache entry cannot be read", func(t *testing.T, n node, tn *testNetns) {
+			// Bigger than libcni ever writes, and naming the namespace
+			// past what may be read of it.
+			big := strings.Repeat(" ", maxCacheEntrySize) + tn.Path
+			writeFile(t, filepath.Join(n.cacheDir, "results", "pods-"+containerID(1)+"-eth0"), big)
+		}},
+	}
+	for _, tt := range cannotTell {
+		t.Run("when "+tt.rule+", the namespace is not removed", func(t *testing.T) {
+			n, cfg, tn, ns := setup(t, false)
+			tt.change(t, n, tn)
+			err := NewReclaimer(cfg, n.cacheDir, "").RemoveNetns(ctx, ns)
+			if err == nil {
+				t.Fatal("removed, though libcni's cache could not be read")
+			}
+			t.Logf("error as wanted: %v", err)
+			if !isMounted(t, tn.Path) || !exists(t, tn.Path) {
+				t.Fatalf("%s changed", tn.Path)
+			}
+		})
+	}
 }
 
 // TestNetnsOutsideTheNodesPIDNamespace runs List and RemoveNetns in a child
