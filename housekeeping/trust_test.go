@@ -846,3 +846,40 @@ func TestGistDropsFiguresAndParenthesizedLists(t *testing.T) {
 		}
 	}
 }
+
+// The check right before a node step refuses a step it has nothing to rest
+// on: one that names no pod, a pod-gone rule while pods.source is "none"
+// (no pod is ever gone), an orphaned-pod rule of a pod no longer seen torn
+// down, and a rule no node step rests on.
+func TestANodeStepWithNothingToRestOnIsAborted(t *testing.T) {
+	uid := testUID(5)
+	for _, tc := range []struct {
+		name           string
+		podDirs        []string
+		oracleDisabled bool
+		a              gc.Action
+	}{
+		{"an action that names no pod", nil, false,
+			gc.Action{Kind: gc.RemovePodCgroup, Rule: gc.RuleCgroupPodGone}},
+		{"a pod-gone rule while pods.source is none", nil, true,
+			gc.Action{Kind: gc.RemovePodCgroup, Rule: gc.RuleCgroupPodGone, Pod: gc.PodRef{UID: uid}}},
+		{"an orphaned-pod rule of a pod not seen torn down", []string{uid}, false,
+			gc.Action{Kind: gc.RemovePodDir, Rule: gc.RuleOrphanedPodDir, Pod: gc.PodRef{UID: uid}}},
+		{"a rule no node step rests on", nil, false,
+			gc.Action{Kind: gc.RemovePodDir, Rule: "pod-dirs.made-up", Pod: gc.PodRef{UID: uid}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := podDirs(t, tc.podDirs...)
+			rt := &fakeRuntime{}
+			rt.set(cri.Snapshot{TakenAt: now}, nil)
+			log, _ := testLogger()
+			loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, OracleDisabled: tc.oracleDisabled,
+				Executor: &fakeExecutor{}, Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+			err := loop.recheck(now)(context.Background(), tc.a)
+			if err == nil {
+				t.Fatalf("%s (%s) passed its check", tc.a.Kind, tc.a.Rule)
+			}
+			t.Logf("aborted as wanted: %v", err)
+		})
+	}
+}
