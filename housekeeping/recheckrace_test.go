@@ -225,6 +225,13 @@ func TestANetworkStepIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 			defer ctrd.mu.Unlock()
 			ctrd.records.Sandboxes = map[string]cri.SandboxRecord{leaked: {Namespace: "k8s.io"}, lost: {Namespace: "k8s.io"}}
 		}, nil},
+		{"a record of another sandbox names the namespace: the owners' leaks are reclaimed, the namespace stays", func(_ *testing.T, _ *podstate.State, ctrd *fakeContainerd, n netNode) {
+			ctrd.mu.Lock()
+			defer ctrd.mu.Unlock()
+			ctrd.records.Sandboxes = map[string]cri.SandboxRecord{"5a3e000000000000000000000000000000000000000000000000000000000001": {Namespace: "k8s.io", NetNSPath: n.netnsOf(leaked)}}
+		}, func(n netNode) []string {
+			return []string{"DeleteCNIAttachment " + leaked, "ReleaseIPReservation 10.9.0.3"}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNetNode(t)
