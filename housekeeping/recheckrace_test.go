@@ -380,6 +380,11 @@ func TestAVolumeMadeBetweenPlanAndStepKeepsAnOrphanedPodsDirAndCgroup(t *testing
 		{name: "dirs reported only, a volume dir the first look saw, gone at the plan, is back before the step",
 			first: volume("x"), before: removeVolume("x"), race: volume("x"),
 			planned: []gc.Kind{gc.RemovePodCgroup}},
+		{name: "dirs reported only, kubelet's pods dir cannot be read before the step", race: func(t *testing.T, root string) {
+			if err := os.Rename(filepath.Join(root, "pods"), filepath.Join(root, "pods.away")); err != nil {
+				t.Fatal(err)
+			}
+		}, planned: []gc.Kind{gc.RemovePodCgroup}},
 		{name: "dirs reported only, volumes remain: only the CPU is reduced", first: volume("x"),
 			planned: []gc.Kind{gc.ReducePodCgroupCPU}, want: []string{"ReducePodCgroupCPU " + uid}},
 		{name: "dirs reported only, volumes remain, another volume dir is made before the step", first: volume("x"), race: volume("y"),
