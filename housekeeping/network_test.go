@@ -35,6 +35,8 @@ type fakeContainerd struct {
 	cniconfig  string
 	statusErr  error
 	statusRead int
+	// recordsErr fails Records, existsErr RecordExists.
+	recordsErr, existsErr error
 }
 
 func (f *fakeContainerd) NetworkStatus(context.Context) (cri.NetworkStatus, error) {
@@ -56,7 +58,11 @@ func (f *fakeContainerd) Records(context.Context) (cri.Records, error) {
 	}
 	hook := f.afterRecords
 	f.afterRecords = nil
+	err := f.recordsErr
 	f.mu.Unlock()
+	if err != nil {
+		return cri.Records{}, err
+	}
 	if hook != nil {
 		defer hook()
 	}
@@ -66,6 +72,9 @@ func (f *fakeContainerd) Records(context.Context) (cri.Records, error) {
 func (f *fakeContainerd) RecordExists(_ context.Context, id string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.existsErr != nil {
+		return false, f.existsErr
+	}
 	_, ok := f.records.Sandboxes[id]
 	return ok, nil
 }

@@ -2,6 +2,7 @@ package housekeeping
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -225,6 +226,18 @@ func TestANetworkStepIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 			defer ctrd.mu.Unlock()
 			ctrd.records.Sandboxes = map[string]cri.SandboxRecord{leaked: {Namespace: "k8s.io"}, lost: {Namespace: "k8s.io"}}
 		}, nil},
+		{"containerd cannot be asked for the owners again", func(_ *testing.T, _ *podstate.State, ctrd *fakeContainerd, _ netNode) {
+			ctrd.mu.Lock()
+			defer ctrd.mu.Unlock()
+			ctrd.existsErr = errors.New("containerd is restarting")
+		}, nil},
+		{"containerd's sandbox records cannot be read again: the owners' leaks are reclaimed, the namespace stays", func(_ *testing.T, _ *podstate.State, ctrd *fakeContainerd, _ netNode) {
+			ctrd.mu.Lock()
+			defer ctrd.mu.Unlock()
+			ctrd.recordsErr = errors.New("containerd is restarting")
+		}, func(n netNode) []string {
+			return []string{"DeleteCNIAttachment " + leaked, "ReleaseIPReservation 10.9.0.3"}
+		}},
 		{"a record of another sandbox names the namespace: the owners' leaks are reclaimed, the namespace stays", func(_ *testing.T, _ *podstate.State, ctrd *fakeContainerd, n netNode) {
 			ctrd.mu.Lock()
 			defer ctrd.mu.Unlock()
