@@ -534,6 +534,11 @@ func TestRemoveNetns(t *testing.T) {
 		{"a namespace a cached attachment names is refused: DEL comes first", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			n.add(t, cfg, "pods", containerID(1), tn.Path)
 		}, "CNI DEL that attachment first"},
+		{"a namespace a cache entry names under another spelling of its dir is refused: DEL comes first", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
+			// containerd's /var/run/netns is /run/netns on most nodes.
+			writeFile(t, filepath.Join(n.cacheDir, "results", "pods-"+containerID(1)+"-eth0"),
+				`{"kind":"cniCacheV1","netns":"/var/run/netns/`+filepath.Base(tn.Path)+`"}`)
+		}, "CNI DEL that attachment first"},
 		{"a path not named like containerd's is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			ns.Path = filepath.Join(filepath.Dir(tn.Path), "mine")
 		}, "not named like containerd's"},
