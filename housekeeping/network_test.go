@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -52,7 +53,7 @@ func (f *fakeContainerd) NetworkStatus(context.Context) (cri.NetworkStatus, erro
 func (f *fakeContainerd) Records(context.Context) (cri.Records, error) {
 	f.mu.Lock()
 	f.recordsRead++
-	recs := cri.Records{Sandboxes: map[string]cri.SandboxRecord{}, Containers: map[string]string{}}
+	recs := cri.Records{Sandboxes: map[string]cri.SandboxRecord{}, Containers: map[string]string{}, Unreadable: slices.Clone(f.records.Unreadable)}
 	for id, s := range f.records.Sandboxes {
 		recs.Sandboxes[id] = s
 	}

@@ -238,6 +238,13 @@ func TestANetworkStepIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 		}, func(n netNode) []string {
 			return []string{"DeleteCNIAttachment " + leaked, "ReleaseIPReservation 10.9.0.3"}
 		}},
+		{"a sandbox record of containerd cannot be read again: the owners' leaks are reclaimed, the namespace stays", func(_ *testing.T, _ *podstate.State, ctrd *fakeContainerd, _ netNode) {
+			ctrd.mu.Lock()
+			defer ctrd.mu.Unlock()
+			ctrd.records.Unreadable = []string{"sandbox 5a3e0000000: cannot decode its netns"}
+		}, func(n netNode) []string {
+			return []string{"DeleteCNIAttachment " + leaked, "ReleaseIPReservation 10.9.0.3"}
+		}},
 		{"a record of another sandbox names the namespace: the owners' leaks are reclaimed, the namespace stays", func(_ *testing.T, _ *podstate.State, ctrd *fakeContainerd, n netNode) {
 			ctrd.mu.Lock()
 			defer ctrd.mu.Unlock()
