@@ -288,6 +288,9 @@ func TestANodeStepIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"the runtime cannot list the pod's sandboxes and containers again", func(_ *testing.T, _ *podstate.State, rt *fakeRuntime, _ string) {
+			rt.set(cri.Snapshot{TakenAt: now.Add(time.Second)}, errors.New("CRI unavailable"))
+		}},
 		{"kubelet's pods dir can no longer be read (its disk unmounted, say)", func(t *testing.T, _ *podstate.State, _ *fakeRuntime, root string) {
 			if err := os.Rename(filepath.Join(root, "pods"), filepath.Join(root, "pods.away")); err != nil {
 				t.Fatal(err)
