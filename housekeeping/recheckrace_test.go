@@ -442,3 +442,37 @@ func TestAVolumeMadeBetweenPlanAndStepKeepsAnOrphanedPodsDirAndCgroup(t *testing
 		})
 	}
 }
+
+// The destroy of an orphaned pod's cgroup rests on its pod cgroup not made
+// again since the teardown: when the cgroups cannot be looked up right
+// before, it is not done.
+func TestAnOrphanedPodsCgroupThatCannotBeLookedUpAgainIsKept(t *testing.T) {
+	uid := testUID(641)
+	root := podDirs(t, uid)
+	cg := fakeCgroups(t, uid)
+	o := newOrphanedPod(t, uid, root, cg, false)
+	o.pass(0)
+	o.pass(3 * time.Minute)
+	o.race = func() {
+		// The QoS level's dir is no longer a dir: every look fails, and
+		// not with "does not exist".
+		qos := filepath.Join(cg.Mountpoint, "memory", "kubepods", "besteffort")
+		if err := os.RemoveAll(qos); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(qos, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := o.pass(6 * time.Minute)
+	var planned []gc.Kind
+	for _, a := range r.Plan.Actions {
+		planned = append(planned, a.Kind)
+	}
+	if !slices.Equal(planned, []gc.Kind{gc.RemovePodCgroup}) || r.Blocked != "" {
+		t.Fatalf("planned %v (blocked %q): the test proves nothing (kept %+v)", planned, r.Blocked, r.Plan.Kept)
+	}
+	if len(o.files.done) > 0 {
+		t.Fatalf("node steps %v, though the pod cgroup could not be looked up again (outcomes %+v)", o.files.done, r.Outcomes)
+	}
+}
