@@ -137,9 +137,9 @@ func pluginError(err error, stdout, stderr []byte) error {
 // none: a plugin run in root would act on something this process never
 // looked at.
 func sameInRoot(root, path string) error {
-	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	dir, err := openRoot(root)
 	if err != nil {
-		return fmt.Errorf("network.exec_root %s cannot be used (/proc/1/root needs hostPID and CAP_SYS_PTRACE): %w", root, &os.PathError{Op: "open", Path: root, Err: err})
+		return err
 	}
 	defer unix.Close(dir)
 	var here unix.Stat_t
@@ -151,7 +151,7 @@ func sameInRoot(root, path string) error {
 		return refuse(path, "network.exec_root %s has no such file: mount it into this pod at the node's path", root)
 	}
 	if errors.Is(err, unix.ENOSYS) {
-		return refuse(path, "this kernel cannot resolve a path in network.exec_root %s as the chrooted plugin would (openat2 RESOLVE_IN_ROOT, Linux 5.6): set network.exec_root = \"\"", root)
+		return noResolveInRoot(root, path)
 	}
 	if err != nil {
 		return fmt.Errorf("checking %s in network.exec_root %s: %w", path, root, err)
@@ -160,6 +160,21 @@ func sameInRoot(root, path string) error {
 		return refuse(path, "it is another file in network.exec_root %s than here: mount it into this pod at the node's path", root)
 	}
 	return nil
+}
+
+// openRoot opens network.exec_root for statInRoot.
+func openRoot(root string) (int, error) {
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("network.exec_root %s cannot be used (/proc/1/root needs hostPID and CAP_SYS_PTRACE): %w", root, &os.PathError{Op: "open", Path: root, Err: err})
+	}
+	return dir, nil
+}
+
+// noResolveInRoot refuses path on a kernel without openat2's
+// RESOLVE_IN_ROOT (statInRoot failed with ENOSYS).
+func noResolveInRoot(root, path string) error {
+	return refuse(path, "this kernel cannot resolve a path in network.exec_root %s as the chrooted plugin would (openat2 RESOLVE_IN_ROOT, Linux 5.6): set network.exec_root = \"\"", root)
 }
 
 // statInRoot stats path resolved as a process chrooted into root (open as
@@ -184,9 +199,9 @@ func statInRoot(dir int, root, path string) (unix.Stat_t, error) {
 // it: the first of dirs that has a regular file named plugin, each path
 // resolved in root; "" when none has.
 func findInRoot(root, plugin string, dirs []string) (string, error) {
-	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	dir, err := openRoot(root)
 	if err != nil {
-		return "", fmt.Errorf("network.exec_root %s cannot be used (/proc/1/root needs hostPID and CAP_SYS_PTRACE): %w", root, &os.PathError{Op: "open", Path: root, Err: err})
+		return "", err
 	}
 	defer unix.Close(dir)
 	for _, d := range dirs {
@@ -196,7 +211,7 @@ func findInRoot(root, plugin string, dirs []string) (string, error) {
 		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 			continue
 		case errors.Is(err, unix.ENOSYS):
-			return "", refuse(path, "this kernel cannot resolve a path in network.exec_root %s as the chrooted plugin would (openat2 RESOLVE_IN_ROOT, Linux 5.6): set network.exec_root = \"\"", root)
+			return "", noResolveInRoot(root, path)
 		case err != nil:
 			return "", fmt.Errorf("looking for plugin %s in network.exec_root %s: %w", plugin, root, err)
 		case st.Mode&unix.S_IFMT == unix.S_IFREG:
