@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -54,6 +55,9 @@ type Reclaimer struct {
 	execRoot string
 	// stepTimeout bounds a CNI DEL and the wait for host-local's lock.
 	stepTimeout time.Duration
+	// threads is the node's threads' network namespaces, read again
+	// right before each DEL, one read shared by the DELs of a second.
+	threads recentThreads
 }
 
 // StepTimeout bounds one CNI DEL (its plugins are killed then) and the wait
@@ -77,7 +81,8 @@ func NewReclaimer(cfg Config, cacheDir, execRoot string) *Reclaimer {
 	// plugin's children (see rootedExec).
 	exec := &rootedExec{root: execRoot}
 	return &Reclaimer{cfg: cfg, cacheDir: cacheDir, cni: libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cacheDir, exec),
-		execRoot: execRoot, stepTimeout: StepTimeout}
+		execRoot: execRoot, stepTimeout: StepTimeout,
+		threads: recentThreads{read: netnsInUse, now: time.Now, maxAge: threadsMaxAge}}
 }
 
 // checkExecRoot refuses a DEL whose plugins, or whose namespace, are not
@@ -161,7 +166,12 @@ func (r *Reclaimer) network(path, name string) (Network, error) {
 //     race) or holds exactly what was listed: namespace path, CNI_ARGS and
 //     capability args (else RefusedError);
 //   - no address of its cached result is reserved by another container on
-//     the network's host-local dir (else RefusedError; see ipsStillItsOwn).
+//     the network's host-local dir (else RefusedError; see ipsStillItsOwn);
+//   - while its namespace is still mounted, no thread on the node is in it
+//     (else RefusedError, also when that cannot be told): the plan saw it
+//     unused when the pass began, but network steps run last, after the
+//     pass's CRI steps, which can take minutes. The threads are read at
+//     most threadsMaxAge before the DEL (see recentThreads).
 //
 // It never sends the CNI GC verb: the spec forbids GC while ADD or DEL may
 // run on the network, and containerd's ADDs cannot be stopped; a DEL of one
@@ -194,7 +204,7 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 	if err := ipsStillItsOwn(n, cur); err != nil {
 		return refuse(path, "%v", err)
 	}
-	netns, err := netnsForDel(cur.NetNS)
+	netns, netnsIno, err := netnsForDel(cur.NetNS)
 	if err != nil {
 		return fmt.Errorf("CNI DEL of %s: %w", path, err)
 	}
@@ -204,6 +214,18 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 			return refuse(path, "CNI DEL would run with %s: %s", refused.Path, refused.Reason)
 		}
 		return fmt.Errorf("CNI DEL of %s: %w", path, err)
+	}
+	if netns != "" {
+		inUse, err := r.threads.get(ctx)
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return fmt.Errorf("CNI DEL of %s: %w", path, ctxErr)
+		}
+		switch {
+		case err != nil:
+			return refuse(path, "its namespace %s: %v", netns, err)
+		case inUse[netnsIno]:
+			return refuse(path, "a thread is in its namespace %s (net:[%d]) now: something runs there again", netns, netnsIno)
+		}
 	}
 	rt := &libcni.RuntimeConf{
 		ContainerID:    cur.ContainerID,
@@ -382,21 +404,62 @@ func (r *Reclaimer) cachedAttachment(ctx context.Context, network, owner, ifName
 // namespace be gone by DEL, and containerd's own teardown passes "" then
 // (v2.4.2 sandbox_stop.go): some plugins (host-device) fail a DEL whose
 // path cannot be opened, which would keep the attachment, and its IP, for
-// ever (after a reboot, every leaked namespace is gone).
-func netnsForDel(path string) (string, error) {
+// ever (after a reboot, every leaked namespace is gone). ino is the
+// namespace's inode when the path is returned.
+func netnsForDel(path string) (netns string, ino uint64, err error) {
 	if path == "" {
-		return "", nil
+		return "", 0, nil
 	}
-	_, _, onNsfs, err := nsfsStat(path)
+	ino, _, onNsfs, err := nsfsStat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return "", nil
+		return "", 0, nil
 	case err != nil:
-		return "", fmt.Errorf("cannot tell whether its namespace %s is still there: %w", path, err)
+		return "", 0, fmt.Errorf("cannot tell whether its namespace %s is still there: %w", path, err)
 	case !onNsfs:
-		return "", nil
+		return "", 0, nil
 	}
-	return path, nil
+	return path, ino, nil
+}
+
+// threadsMaxAge is how old a read of every thread's network namespace may
+// be for a DEL to rest on it. A read costs ~13 µs a thread here
+// (BenchmarkNetnsInUse), tens of milliseconds on a node of a few thousand
+// threads: one per DEL would add minutes of CPU to a mass reclaim; one a
+// second adds a few percent of a core while DELs run, and leaves a window
+// of a second, not of the pass.
+const threadsMaxAge = time.Second
+
+// recentThreads shares one read of the node's threads' network namespaces
+// among the DELs that start within maxAge of the read's start. DELs that
+// find it too old wait for one new read, not one each. A failed read is not
+// kept.
+type recentThreads struct {
+	read   func(context.Context) (map[uint64]bool, error)
+	now    func() time.Time
+	maxAge time.Duration
+
+	mu    sync.Mutex
+	at    time.Time       // when the kept read started
+	inUse map[uint64]bool // nil: no read kept
+}
+
+// get returns the inodes of the network namespaces some thread is in, as
+// read no earlier than maxAge ago.
+func (t *recentThreads) get(ctx context.Context) (map[uint64]bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	start := t.now()
+	if age := start.Sub(t.at); t.inUse != nil && age >= 0 && age < t.maxAge {
+		return t.inUse, nil
+	}
+	inUse, err := t.read(ctx)
+	if err != nil {
+		t.inUse = nil
+		return nil, err
+	}
+	t.at, t.inUse = start, inUse
+	return inUse, nil
 }
 
 // lockHostLocal takes host-local's lock on its network dir the way host-local

@@ -178,6 +178,89 @@ func TestDeleteAttachment(t *testing.T) {
 	}
 }
 
+// TestADELRereadsTheThreadsOfItsNamespaceRightBefore: the plan saw the
+// attachment's namespace unused when its pass began; network steps run
+// last, after the pass's CRI steps. A DEL whose namespace a thread is in
+// now, or of which that cannot be told, is refused before any plugin runs.
+func TestADELRereadsTheThreadsOfItsNamespaceRightBefore(t *testing.T) {
+	ctx := context.Background()
+	id := containerID(1)
+	cases := []struct {
+		rule   string
+		change func(t *testing.T, r *Reclaimer, netns string)
+		want   string
+	}{
+		{"a namespace a process entered since the listing is refused", func(t *testing.T, r *Reclaimer, netns string) {
+			enterNetns(t, netns)
+		}, "a thread is in its namespace"},
+		{"a namespace whose threads cannot be told is refused", func(t *testing.T, r *Reclaimer, netns string) {
+			r.threads.read = func(context.Context) (map[uint64]bool, error) {
+				return nil, errors.New("cannot tell whether a thread is in it: this process is in PID namespace pid:[1], not the node's")
+			}
+		}, "cannot tell whether a thread is in it"},
+	}
+	for _, tt := range cases {
+		t.Run(tt.rule+", without a DEL", func(t *testing.T) {
+			n := newNode(t)
+			cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+			netns := newNetns(t, netnsPath(n.netnsDir, 3), false).Path
+			n.add(t, cfg, "pods", id, netns)
+			a := onlyAttachment(t, cfg, n, id)
+			r := NewReclaimer(cfg, n.cacheDir, "")
+			tt.change(t, r, netns)
+			before := len(n.pluginCalls(t))
+			wantRefused(t, r.DeleteAttachment(ctx, a), a.CacheFile, tt.want)
+			if calls := n.pluginCalls(t); len(calls) != before {
+				t.Errorf("plugins ran: %s", strings.Join(calls[before:], "\n"))
+			}
+			if !exists(t, a.CacheFile) {
+				t.Errorf("%s is gone", a.CacheFile)
+			}
+		})
+	}
+}
+
+// TestDELsShareARecentReadOfTheThreads: reading every thread costs ~13 µs
+// each; the DELs of one second share one read, and none rests on an older
+// one, a failed one, or one from a clock that went back.
+func TestDELsShareARecentReadOfTheThreads(t *testing.T) {
+	ctx := context.Background()
+	start := time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)
+	cases := []struct {
+		rule      string
+		secondAt  time.Duration // after the first get
+		firstFail bool
+		wantReads int
+	}{
+		{"a read less than maxAge old is shared", 999 * time.Millisecond, false, 1},
+		{"a read maxAge old is read again", time.Second, false, 2},
+		{"a read from the future (the clock went back) is read again", -time.Millisecond, false, 2},
+		{"a failed read is not kept", time.Millisecond, true, 2},
+	}
+	for _, tt := range cases {
+		t.Run(tt.rule, func(t *testing.T) {
+			now, reads := start, 0
+			th := recentThreads{maxAge: time.Second, now: func() time.Time { return now },
+				read: func(context.Context) (map[uint64]bool, error) {
+					reads++
+					if tt.firstFail && reads == 1 {
+						return nil, errors.New("cannot tell")
+					}
+					return map[uint64]bool{uint64(reads): true}, nil
+				}}
+			_, err := th.get(ctx)
+			if (err != nil) != tt.firstFail {
+				t.Fatalf("first get: %v", err)
+			}
+			now = now.Add(tt.secondAt)
+			got, err := th.get(ctx)
+			if err != nil || reads != tt.wantReads || !got[uint64(reads)] {
+				t.Fatalf("second get %v later: %v, %v after %d reads; want the result of read %d", tt.secondAt, got, err, reads, tt.wantReads)
+			}
+		})
+	}
+}
+
 // rewriteEntry changes a libcni cache entry in place.
 func rewriteEntry(t *testing.T, path string, change func(map[string]any)) {
 	t.Helper()
