@@ -89,6 +89,12 @@ type Options struct {
 	// moves (package bootclock); nil dates them on the wall clock only, as
 	// after a reboot.
 	BootClock func() (bootclock.Reading, error)
+	// CompareBirthTimes: a torn-down pod's dir, volume dir or leftover born
+	// (statx) after the pod's removal is evidence of a re-add. Birth times
+	// are on the node's wall clock: so must the loop's clock and podstate's
+	// event times be, as they are in the plugin (tests that fake them
+	// leave this off).
+	CompareBirthTimes bool
 }
 
 // Observer is told about every pass (package metrics implements it).

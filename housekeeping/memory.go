@@ -102,7 +102,7 @@ func (l *Loop) restore(ctx context.Context) {
 		// gone, with podstate's record while the pods dir cannot be read
 		// (a listed pod is in podstate's view again after the restart);
 		// restored as checked, every restart would keep it for good.
-		mark := &tornDownMark{at: at, event: at, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}, dirSeen: t.Inspected}
+		mark := &tornDownMark{at: at, event: at, removed: at, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}, dirSeen: t.Inspected}
 		if t.Inspected {
 			mark.seen = make(map[string]bool, len(t.Seen))
 			for _, p := range t.Seen {

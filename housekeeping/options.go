@@ -25,6 +25,8 @@ func OptionsFromConfig(cfg config.Config) Options {
 		KubeletRoot:     cfg.Pods.KubeletRoot,
 		StateFile:       cfg.Housekeeping.StateFile,
 		BootClock:       bootclock.Read,
+		// The plugin's clock and NRI events' times are the wall clock.
+		CompareBirthTimes: true,
 		Policy: gc.Policy{
 			LeakGrace:          cfg.Housekeeping.LeakGrace,
 			MinAge:             cfg.Containers.MinAge,

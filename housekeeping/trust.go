@@ -1,6 +1,7 @@
 package housekeeping
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,9 +90,16 @@ func (l *Loop) confirmGone(ctx context.Context, missing []podstate.NRISandbox) [
 // tornDownMark is a pod this plugin saw torn down.
 type tornDownMark struct {
 	at time.Time // when it was first seen torn down (a listing's time)
-	// event is the pod's last life event in podstate when it was marked:
-	// the teardown itself (or at, for a mark restored from the state file).
+	// event is the pod's last life event in podstate when it was marked
+	// (its last sandbox run or container start; at, for a mark restored
+	// from the state file): a later one starts the mark over.
 	event time.Time
+	// removed is when the pod's last sandbox was removed (podstate's
+	// RemovedSince; at, for a mark restored from the state file). kubelet
+	// makes nothing in a pod's dir once its sandboxes are removed (it
+	// waits for the volumes to unmount before that): what was born later
+	// was made for a pod of that UID again (Options.CompareBirthTimes).
+	removed time.Time
 	// pod names the pod in logs after podstate has forgotten it.
 	pod gc.PodRef
 	// dirSeen: a readable pods dir had the pod's dir since the mark (or
@@ -136,10 +145,16 @@ func (l *Loop) noteTeardown(p podstate.PodView, now time.Time) {
 			return
 		}
 		delete(l.dismissed, p.UID)
-		l.tornDown[p.UID] = &tornDownMark{at: now, event: p.LastLifeEvent, pod: gc.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}}
+		l.tornDown[p.UID] = newTornDownMark(p, now)
 	case p.LastLifeEvent.After(mark.at):
-		l.tornDown[p.UID] = &tornDownMark{at: now, event: p.LastLifeEvent, pod: gc.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}}
+		l.tornDown[p.UID] = newTornDownMark(p, now)
 	}
+}
+
+// newTornDownMark is the mark of p, first seen torn down at now.
+func newTornDownMark(p podstate.PodView, now time.Time) *tornDownMark {
+	return &tornDownMark{at: now, event: p.LastLifeEvent, removed: cmp.Or(p.RemovedSince, now),
+		pod: gc.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}}
 }
 
 // dismissTeardown drops a pod's torn-down mark for good: only a newer
@@ -161,11 +176,15 @@ func (l *Loop) compareWithTeardown(d nodefs.PodDir) {
 		return
 	}
 	now := podDirContents(d)
-	if mark.seen == nil {
+	grown := l.bornSinceRemoval(mark, d)
+	if mark.seen == nil && len(grown) == 0 {
 		mark.seen, mark.made = now, d.Identities
 		return
 	}
-	if grown := append(newEntries(mark.seen, now), remade(mark.made, d.Identities)...); len(grown) > 0 {
+	if mark.seen != nil {
+		grown = append(grown, append(newEntries(mark.seen, now), remade(mark.made, d.Identities)...)...)
+	}
+	if len(grown) > 0 {
 		l.dismissTeardown(d.UID)
 		l.log.WithFields(logrus.Fields{logging.FieldPodUID: d.UID, "path": d.Path, "new": strings.Join(grown, ", ")}).
 			Info("the pod dir of a pod seen torn down has grown since: kubelet may be adding a pod of that UID again; its dir and cgroup are no longer treated as orphaned")
@@ -259,6 +278,43 @@ func remade(before, now map[string]string) []string {
 	}
 	sort.Strings(made)
 	return made
+}
+
+// bornSinceRemoval are the paths of d (the pod dir, its volume dirs and
+// the leftovers above them: nodefs.PodDir.Identities) born after mark's pod
+// was removed: made for a pod of that UID again. Unlike a changed identity,
+// this needs no look before the re-add: it holds for a pod put back before
+// the first pass after its teardown, or while the plugin was down. A path
+// with no birth time (an old kernel, a file system that keeps none) tells
+// nothing.
+func (l *Loop) bornSinceRemoval(mark *tornDownMark, d nodefs.PodDir) []string {
+	if !l.opts.CompareBirthTimes || mark.removed.IsZero() {
+		return nil
+	}
+	var made []string
+	for p, id := range d.Identities {
+		if born, ok := birthTime(id); ok && born.After(mark.removed) {
+			made = append(made, fmt.Sprintf("%s (made %s, after the pod's removal at %s)",
+				p, born.UTC().Format(time.RFC3339Nano), mark.removed.UTC().Format(time.RFC3339Nano)))
+		}
+	}
+	sort.Strings(made)
+	return made
+}
+
+// birthTime reads a nodefs.PodDir identity of kind "born".
+func birthTime(id string) (time.Time, bool) {
+	kind, value, _ := strings.Cut(id, " ")
+	sec, nsec, ok := strings.Cut(value, ".")
+	if kind != "born" || !ok {
+		return time.Time{}, false
+	}
+	s, err1 := strconv.ParseInt(sec, 10, 64)
+	ns, err2 := strconv.ParseInt(nsec, 10, 64)
+	if err1 != nil || err2 != nil || ns < 0 || ns >= 1e9 {
+		return time.Time{}, false
+	}
+	return time.Unix(s, ns), true
 }
 
 // identityKind is what a nodefs.PodDir identity is made of: "born" (a
@@ -375,11 +431,13 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 	case err != nil:
 		return fmt.Errorf("cannot inspect the pod dir again: %w", err)
 	}
+	grown := l.bornSinceRemoval(mark, d)
 	if mark.seen != nil {
-		if grown := append(newEntries(mark.seen, podDirContents(d)), remade(mark.made, d.Identities)...); len(grown) > 0 {
-			return fmt.Errorf("the pod dir has grown since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
-				strings.Join(grown, ", "))
-		}
+		grown = append(grown, append(newEntries(mark.seen, podDirContents(d)), remade(mark.made, d.Identities)...)...)
+	}
+	if len(grown) > 0 {
+		return fmt.Errorf("the pod dir has grown since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
+			strings.Join(grown, ", "))
 	}
 	if l.opts.Cgroups != nil && mark.cgroups != nil {
 		pod, _, err := podcgroups.Find(ctx, *l.opts.Cgroups, uid)

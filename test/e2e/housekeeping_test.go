@@ -110,6 +110,8 @@ func startHousekeeperWrapped(t *testing.T, l *lab.Lab, k *kubelet, configure fun
 	opts := housekeeping.Options{
 		Period: testPeriod, SlowPassWarning: 5 * time.Second, Debounce: 200 * time.Millisecond,
 		KubeletRoot: k.root,
+		// The lab runs on the node's wall clock, as the plugin does.
+		CompareBirthTimes: true,
 		Policy: gc.Policy{LeakGrace: testGrace, MaxPerPodContainer: 1, MaxContainers: -1,
 			StopTimeout: time.Second, Budget: gc.Budget{MaxPerPass: 3, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 1000},
 			PodLogsDir: l.LogRoot, ContainerLogsDir: k.linksDir},
