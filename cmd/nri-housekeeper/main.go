@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"syscall"
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/plugin"
@@ -269,9 +267,6 @@ func runPlugin(args []string, stdout, stderr io.Writer) int {
 	if code, done := parseFlags(fs, args, stdout, stderr); done {
 		return code
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
 	cfg, source := config.Default(), "built-in defaults"
 	if *configPath != "" {
 		if plugin.PreRegistered() {
@@ -285,5 +280,5 @@ func runPlugin(args []string, stdout, stderr io.Writer) int {
 			cfg, source = c, *configPath
 		}
 	}
-	return serve(ctx, cfg, source, stderr)
+	return serve(context.Background(), cfg, source, stderr, os.Exit)
 }

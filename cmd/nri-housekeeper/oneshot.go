@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
@@ -66,7 +64,9 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	for _, n := range cfg.Notices { // deprecated keys, and what they do here
 		log.Warn(n)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// Stopped after Close (deferred below, so run first) wrote the state
+	// file: a second signal while it writes still exits at once.
+	ctx, stop := stopOnSignal(context.Background(), "nri-housekeeper "+cmd, log, stderr, os.Exit)
 	defer stop()
 
 	client, err := cri.Dial(cfg.Runtime.Endpoint, cfg.Runtime.RPCTimeout)
@@ -96,7 +96,7 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	loop.Restore(ctx)
 	defer func() { _ = loop.Close() }()
 	r := loop.Pass(ctx)
-	stopped := ctx.Err() != nil // by SIGTERM or SIGINT, before the pass ended
+	stopped := ctx.Err() != nil // by SIGTERM, SIGINT or SIGHUP, before the pass ended
 	if r.Err != nil {
 		fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, r.Err)
 		return 1
@@ -116,10 +116,11 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 		failed = onceSummary(stdout, r.Outcomes, cfg.DryRun)
 	}
 	if stopped {
-		// SIGTERM or SIGINT during the pass: what it had not reached (a
-		// step skipped, a check cut short, a source read half) is not
-		// done, whatever the steps taken before did.
-		fmt.Fprintf(stderr, "nri-housekeeper %s: stopped by a signal before the pass ended: what it had not reached is not done\n", cmd)
+		// A signal during the pass: what it had not reached (a step
+		// skipped, a check cut short, a source read half) is not done,
+		// whatever the steps taken before did.
+		fmt.Fprintf(stderr, "nri-housekeeper %s: stopped by a signal (%v) before the pass ended: what it had not reached is not done\n",
+			cmd, context.Cause(ctx))
 		return 1
 	}
 	if failed > 0 {

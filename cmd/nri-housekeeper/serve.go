@@ -28,9 +28,10 @@ import (
 // preRegisteredSource names the configuration containerd passes to Configure.
 const preRegisteredSource = "containerd plugin config"
 
-// serve wires the plugin together and runs it until ctx ends or, when
+// serve wires the plugin together and runs it until ctx ends, a signal
+// stops it (stopOnSignal, whose second signal exits through exit) or, when
 // containerd launched it, until containerd goes away.
-func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writer) int {
+func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writer, exit func(code int)) int {
 	preRegistered := plugin.PreRegistered()
 	log, closeLog, err := logging.New(logOptions(cfg, stderr))
 	if err != nil {
@@ -38,6 +39,10 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 		return 2
 	}
 	defer func() { _ = closeLog() }()
+	// Here, once there is a log to say the signal in; stopped after Close
+	// (deferred below, so run first) wrote the state file.
+	ctx, stop := stopOnSignal(ctx, "nri-housekeeper", log, stderr, exit)
+	defer stop()
 
 	state := podstate.New(0)
 	waker := &loopWaker{}
