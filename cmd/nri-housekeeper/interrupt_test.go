@@ -6,6 +6,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,15 +18,19 @@ import (
 
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nri-housekeeper/nri-housekeeper/statefile"
 )
 
 // signalledRuntime is a CRI runtime with nothing listed. Asked for one
-// pod's sandboxes (the check right before a step), it sends this process
-// SIGTERM, as systemd, a Job's deadline or an operator's Ctrl-C would, and
-// answers once the caller gave up.
+// pod's sandboxes (the check right before a step), it closes signalled and
+// calls signal, if set, which sends the signal (as systemd, a Job's
+// deadline or an operator's Ctrl-C would), and answers once the caller gave
+// up.
 type signalledRuntime struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	signalled chan struct{}
+	signal    func()
 }
 
 func (signalledRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
@@ -39,7 +45,9 @@ func (r signalledRuntime) ListPodSandbox(ctx context.Context, req *runtimeapi.Li
 	case <-r.signalled:
 	default:
 		close(r.signalled)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		if r.signal != nil {
+			r.signal()
+		}
 	}
 	select {
 	case <-ctx.Done():
@@ -76,7 +84,10 @@ func TestOnceStoppedBySignalDoesNotExitZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(srv, signalledRuntime{signalled: make(chan struct{})})
+	runtimeapi.RegisterRuntimeServiceServer(srv, signalledRuntime{
+		signalled: make(chan struct{}),
+		signal:    func() { _ = syscall.Kill(os.Getpid(), syscall.SIGTERM) },
+	})
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Stop()
 
@@ -94,4 +105,224 @@ func TestOnceStoppedBySignalDoesNotExitZero(t *testing.T) {
 	if !strings.Contains(stderr.String(), "stopped by a signal") {
 		t.Errorf("stderr does not say once was stopped by a signal:\n%s", tail(stderr.String(), 600))
 	}
+}
+
+// TestOnceStoppedBySIGHUPStopsGracefully: SIGHUP (containerd and kubelet
+// end on it too) stops once as SIGTERM does: the pass is cut short, Close
+// writes the state file, once says a signal stopped it and exits 1. Go's
+// default for an unhandled SIGHUP is to end the process at once, as
+// SIGKILL would: no state file written, no word said.
+func TestOnceStoppedBySIGHUPStopsGracefully(t *testing.T) {
+	dir := t.TempDir()
+	gone := []string{"ns_gone-a_0b1e5e54-5b2b-4b0e-9f3a-1c2d3e4f5a6b", "ns_gone-b_1b1e5e54-5b2b-4b0e-9f3a-1c2d3e4f5a6b"}
+	for _, d := range []string{
+		"kubelet/pods/2b1e5e54-5b2b-4b0e-9f3a-1c2d3e4f5a6b", // a live pod: the pods dir is not empty
+		"containers", "pods-logs/" + gone[0], "pods-logs/" + gone[1],
+	} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := signalledRuntime{signalled: make(chan struct{})}
+	stateFile := filepath.Join(dir, "state", "state.json")
+	path := writeChildConfig(t, dir, serveRuntime(t, rt), "max_parallel = 1\nstate_file = \""+stateFile+"\"\n", "")
+
+	c := startChild(t, "once", "--config", path, "--leak-grace", "0s")
+	select {
+	case <-rt.signalled: // in the check right before its first step
+	case <-c.exited:
+		t.Fatalf("once exited before its first step; stderr:\n%s", tail(c.Stderr(), 1500))
+	case <-time.After(4 * time.Second):
+		t.Fatalf("once did not reach its first step; stderr:\n%s", tail(c.Stderr(), 1500))
+	}
+	c.signal(t, syscall.SIGHUP)
+	code := c.wait(t, 4*time.Second)
+
+	for _, g := range gone {
+		if _, err := os.Stat(filepath.Join(dir, "pods-logs", g)); err != nil {
+			t.Fatalf("pod log dir %s was removed (%v): the signal did not cut the pass short, the test proves nothing", g, err)
+		}
+	}
+	if code != 1 {
+		t.Errorf("once exited %d after SIGHUP cut its pass short, want 1 (as for SIGTERM); stdout:\n%s", code, c.stdout.String())
+	}
+	if stderr := c.Stderr(); !strings.Contains(stderr, "stopped by a signal (hangup)") || !containsAll(stderr, `msg="stopping`, "signal=hangup") {
+		t.Errorf("stderr does not say SIGHUP (hangup) stopped once:\n%s", tail(stderr, 1500))
+	}
+	// The state file was written before the steps, counting both; the
+	// write at Close gives back the units of steps that never ran.
+	s, err := statefile.Load(context.Background(), stateFile)
+	if err != nil {
+		t.Fatalf("state file: %v", err)
+	}
+	if len(s.Spent) != 0 {
+		t.Errorf("the state file still counts %d budgeted step(s) that never ran: Close did not write it", len(s.Spent))
+	}
+}
+
+// TestRunStoppedBySIGHUPStopsGracefully: the plugin stops on SIGHUP as on
+// SIGTERM, saying which signal, and exits 0 after writing the state file.
+// Before, SIGHUP ended it at once, as SIGKILL would.
+func TestRunStoppedBySIGHUPStopsGracefully(t *testing.T) {
+	dir := t.TempDir()
+	stateFile := filepath.Join(dir, "state", "state.json")
+	// No containerd at the NRI socket: the plugin waits, reconnecting, and
+	// its loop waits for the startup delay; neither holds a stop.
+	path := writeChildConfig(t, dir, serveRuntime(t, signalledRuntime{signalled: make(chan struct{})}),
+		"state_file = \""+stateFile+"\"\n", "[nri]\nsocket = \""+filepath.Join(dir, "nri.sock")+"\"\n[metrics]\naddress = \"\"\n")
+
+	c := startChild(t, "run", "--config", path)
+	if !c.waitLine(4*time.Second, "nri-housekeeper starting") {
+		t.Fatalf("run did not start; stderr:\n%s", tail(c.Stderr(), 1500))
+	}
+	c.signal(t, syscall.SIGHUP)
+	if code := c.wait(t, 4*time.Second); code != 0 {
+		t.Errorf("run exited %d after SIGHUP, want 0 (as for SIGTERM)", code)
+	}
+	stderr := c.Stderr()
+	if !containsAll(stderr, `level=info msg="stopping`, "signal=hangup") || !strings.Contains(stderr, `msg="nri-housekeeper stopped"`) {
+		t.Errorf("the log does not say it stopped on SIGHUP (hangup):\n%s", tail(stderr, 1500))
+	}
+	if _, err := statefile.Load(context.Background(), stateFile); err != nil {
+		t.Errorf("state file not written at the stop: %v", err)
+	}
+}
+
+// TestASecondSignalExitsAtOnce: a pass stuck in a read that does not heed
+// its context (here a pod cgroup's cpu.weight that is a FIFO nobody writes
+// to; on a node, a hung NFS volume) holds a stopping process: the first
+// signal only ends the context. A second SIGINT/SIGTERM/SIGHUP exits at
+// once, with status 1, saying it did not wait for the pass and did not
+// write the state file. Before, the second signal was swallowed, and only
+// SIGKILL (systemd's, after TimeoutStopSec) ended the process.
+func TestASecondSignalExitsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		cmd           string
+		first, second syscall.Signal
+	}{
+		{"once", syscall.SIGTERM, syscall.SIGINT},
+		{"report", syscall.SIGHUP, syscall.SIGHUP},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, d := range []string{"kubelet/pods", "containers", "pods-logs"} {
+				if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A pure cgroup v2 mount with one pod cgroup, of a pod nothing
+			// lists (so it is looked into); reading its cpu.weight blocks.
+			mnt := filepath.Join(dir, "cgroup")
+			pod := filepath.Join(mnt, "kubepods", "besteffort", "pod0b1e5e54-5b2b-4b0e-9f3a-1c2d3e4f5a6b")
+			if err := os.MkdirAll(pod, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(mnt, "cgroup.controllers"), []byte("cpu\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fifo := filepath.Join(pod, "cpu.weight")
+			if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// Opened for writing, the FIFO's open returns once the child
+			// opened it to read: it is then in the read, which blocks
+			// for as long as the FIFO is held open here with nothing
+			// written.
+			inRead := make(chan *os.File, 1)
+			go func() {
+				f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+				if err != nil {
+					t.Error(err)
+				}
+				inRead <- f
+			}()
+			t.Cleanup(func() {
+				// Lets the open above return if the child never came.
+				if f, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+					f.Close()
+				}
+				if f := <-inRead; f != nil {
+					f.Close()
+				}
+			})
+			stateFile := filepath.Join(dir, "state", "state.json")
+			cgroups := "[cgroups]\nenabled = true\ndriver = \"cgroupfs\"\nmountpoint = \"" + mnt + "\"\nroot = \"kubepods\"\n"
+			path := writeChildConfig(t, dir, serveRuntime(t, signalledRuntime{signalled: make(chan struct{})}),
+				"state_file = \""+stateFile+"\"\n", cgroups)
+
+			c := startChild(t, tc.cmd, "--config", path)
+			var held *os.File
+			select {
+			case held = <-inRead:
+				inRead <- held // for the cleanup
+			case <-c.exited:
+				t.Fatalf("%s exited before it read the pod cgroup; stderr:\n%s", tc.cmd, tail(c.Stderr(), 1500))
+			case <-time.After(4 * time.Second):
+				t.Fatalf("%s did not read the pod cgroup; stderr:\n%s", tc.cmd, tail(c.Stderr(), 1500))
+			}
+			c.signal(t, tc.first)
+			// The second must come after the first was taken: two of one
+			// kind pending at once are one.
+			if !c.waitLine(2*time.Second, `msg="stopping`, "signal="+tc.first.String()) {
+				t.Errorf("stderr does not say it is stopping, and which signal:\n%s", tail(c.Stderr(), 1500))
+			}
+			select {
+			case <-c.exited:
+				t.Fatalf("%s ended at the first signal (%v): the signal is not handled, or its pass was not stuck and the test proves nothing; stderr:\n%s",
+					tc.cmd, c.cmd.ProcessState, tail(c.Stderr(), 1500))
+			default:
+			}
+			sent := time.Now()
+			c.signal(t, tc.second)
+			code := c.wait(t, 2*time.Second)
+			t.Logf("exited %v after the second signal", time.Since(sent).Round(time.Millisecond))
+			if code != 1 {
+				t.Errorf("exit %d after a second signal, want 1", code)
+			}
+			want := "nri-housekeeper " + tc.cmd + ": a second signal (" + tc.second.String() + ") while stopping: exiting at once (status 1), " +
+				"without waiting for the pass in progress to end and without writing the state file"
+			if stderr := c.Stderr(); !strings.Contains(stderr, want) {
+				t.Errorf("stderr does not say %q:\n%s", want, tail(stderr, 1500))
+			}
+			if _, err := os.Stat(stateFile); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("state file: %v; want none: it exited without writing it", err)
+			}
+		})
+	}
+}
+
+// serveRuntime serves rt on a unix socket until the test ends, and
+// returns its endpoint.
+func serveRuntime(t *testing.T, rt runtimeapi.RuntimeServiceServer) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "cri.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(srv, rt)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return "unix://" + sock
+}
+
+// writeChildConfig writes the configuration of a child's command under dir
+// (see writeOnceConfig), with housekeeping in [housekeeping] and the
+// sections given added ([cgroups] disabled unless given).
+func writeChildConfig(t *testing.T, dir, endpoint, housekeeping, sections string) string {
+	t.Helper()
+	if !strings.Contains(sections, "[cgroups]") {
+		sections += "[cgroups]\nenabled = false\n"
+	}
+	text := "[runtime]\nendpoint = \"" + endpoint + "\"\n" +
+		"[housekeeping]\n" + housekeeping +
+		"[pods]\nkubelet_root = \"" + filepath.Join(dir, "kubelet") + "\"\n" +
+		"[logs]\npod_logs_dir = \"" + filepath.Join(dir, "pods-logs") + "\"\ncontainer_logs_dir = \"" + filepath.Join(dir, "containers") + "\"\n" +
+		sections + "[network]\nenabled = false\n[log]\ntarget = \"stderr\"\n"
+	path := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
