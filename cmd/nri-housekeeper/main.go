@@ -58,6 +58,17 @@ Modes:
                   (default /var/log/nri-housekeeper.log). Exits when containerd
                   goes away; containerd starts it again.
 
+Signals:
+  SIGTERM, SIGINT and SIGHUP stop run, report and once gracefully: the pass
+  in progress is cut short at its next safe point and the state file is
+  written (report and a dry run never write it); run then exits 0, report
+  and once exit 1 when it cut their pass short. SIGHUP does not reload the
+  configuration, which is read only at start: restart the plugin to apply
+  a change. A second signal while it stops exits at once with status 1,
+  without waiting for the pass to end (a read of a hung volume can hold
+  it) and without writing the state file; the budgeted steps were written
+  to it before they ran.
+
 Configuration keys, defaults and meaning: 'nri-housekeeper config example'.
 Logs go to journald when its socket exists (journalctl -t nri-housekeeper),
 else to stderr; see log.target.
@@ -123,8 +134,9 @@ the default grace every leak shows as waiting for it; --leak-grace 0s shows
 every leak as due.
 
 Exit status: 0 printed; 1 the listing or the printing failed, or a signal
-(SIGTERM, SIGINT) stopped it; 2 a bad flag, argument or configuration, or an
-unusable runtime.endpoint.
+(SIGTERM, SIGINT, SIGHUP) stopped it, gracefully or, at a second signal,
+at once; 2 a bad flag, argument or configuration, or an unusable
+runtime.endpoint.
 
 Flags:
 `
@@ -148,8 +160,9 @@ kubelet is stopped or stuck, after a 'report'.
 Exit status: 0 every step taken succeeded (or none was due); 1 the listing
 failed, a step failed, the pass could not act at all (the reason on
 stderr, such as kubelet's pods dir not found), or a signal (SIGTERM,
-SIGINT) stopped it before it ended; 2 a bad flag, argument or
-configuration, or an unusable runtime.endpoint.
+SIGINT, SIGHUP) stopped it before it ended, gracefully or, at a second
+signal, at once (see 'nri-housekeeper help', Signals); 2 a bad flag,
+argument or configuration, or an unusable runtime.endpoint.
 
 Flags:
 `
