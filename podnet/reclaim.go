@@ -171,7 +171,9 @@ func (r *Reclaimer) network(path, name string) (Network, error) {
 //     (else RefusedError, also when that cannot be told): the plan saw it
 //     unused when the pass began, but network steps run last, after the
 //     pass's CRI steps, which can take minutes. The threads are read at
-//     most threadsMaxAge before the DEL (see recentThreads).
+//     most threadsMaxAge before the DEL (see recentThreads), and the path
+//     must still hold the namespace they were read for (else
+//     RefusedError).
 //
 // It never sends the CNI GC verb: the spec forbids GC while ADD or DEL may
 // run on the network, and containerd's ADDs cannot be stopped; a DEL of one
@@ -225,6 +227,16 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 			return refuse(path, "its namespace %s: %v", netns, err)
 		case inUse[netnsIno]:
 			return refuse(path, "a thread is in its namespace %s (net:[%d]) now: something runs there again", netns, netnsIno)
+		}
+		// The threads were read for the namespace a stat found on the
+		// path before; the plugins are handed the path. Another one
+		// mounted there meanwhile (the read may wait for another DEL's)
+		// is one whose threads were not looked for.
+		switch ino, _, onNsfs, err := nsfsStat(netns); {
+		case err != nil:
+			return refuse(path, "cannot tell whether its namespace %s is still net:[%d], whose threads were read: %v", netns, netnsIno, err)
+		case !onNsfs || ino != netnsIno:
+			return refuse(path, "another namespace, or none, is mounted on %s now (nsfs %v, inode %d), not net:[%d], whose threads were read", netns, onNsfs, ino, netnsIno)
 		}
 	}
 	rt := &libcni.RuntimeConf{

@@ -728,3 +728,36 @@ func childListAndRemove(t *testing.T, netnsDir string) {
 	r := NewReclaimer(Config{}, t.TempDir(), "")
 	wantRefused(t, r.RemoveNetns(context.Background(), Netns{Path: path, Inode: st.Ino}), path, "not the node's")
 }
+
+// TestADELRefusesANamespaceMountedAgainWhileItsThreadsWereRead: the
+// threads are read for the namespace a stat of the path found; the DEL
+// hands the plugins the path. Another namespace mounted there meanwhile
+// (the read may wait for another DEL's, and costs tens of milliseconds on
+// a big node) is one whose threads were not looked for: refused, no
+// plugin run.
+func TestADELRefusesANamespaceMountedAgainWhileItsThreadsWereRead(t *testing.T) {
+	ctx := context.Background()
+	id := containerID(1)
+	n := newNode(t)
+	cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+	netns := newNetns(t, netnsPath(n.netnsDir, 3), false).Path
+	other := newNetns(t, netnsPath(t.TempDir(), 4), true) // a thread is in it
+	n.add(t, cfg, "pods", id, netns)
+	a := onlyAttachment(t, cfg, n, id)
+	r := NewReclaimer(cfg, n.cacheDir, "")
+	read := r.threads.read
+	r.threads.read = func(ctx context.Context) (map[uint64]bool, error) {
+		if err := unix.Mount(other.Path, netns, "", unix.MS_BIND, ""); err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { _ = unix.Unmount(netns, unix.MNT_DETACH) }) // before newNetns's own
+		return read(ctx)
+	}
+	before := len(n.pluginCalls(t))
+	err := r.DeleteAttachment(ctx, a)
+	if calls := n.pluginCalls(t); len(calls) != before {
+		t.Fatalf("the DEL ran in net:[%d], mounted on %s while the threads of the namespace listed there were read, with a thread in it (err %v):\n%s",
+			other.Inode, netns, err, strings.Join(calls[before:], "\n"))
+	}
+	wantRefused(t, err, a.CacheFile, "is mounted on")
+}
