@@ -761,3 +761,82 @@ func TestADELRefusesANamespaceMountedAgainWhileItsThreadsWereRead(t *testing.T) 
 	}
 	wantRefused(t, err, a.CacheFile, "is mounted on")
 }
+
+// TestADELRestsOnAReadOfTheThreadsAtMostASecondOld: the README promises
+// the threads are read at most a second before a DEL. A Reclaimer's
+// second DEL a second after its first reads them again, and sees a thread
+// that entered the second DEL's namespace since.
+func TestADELRestsOnAReadOfTheThreadsAtMostASecondOld(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t)
+	cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+	first, second := containerID(1), containerID(2)
+	n.add(t, cfg, "pods", first, newNetns(t, netnsPath(n.netnsDir, 3), false).Path)
+	secondNetns := newNetns(t, netnsPath(n.netnsDir, 4), false).Path
+	n.add(t, cfg, "pods", second, secondNetns)
+	a, b := onlyAttachment(t, cfg, n, first), onlyAttachment(t, cfg, n, second)
+	r := NewReclaimer(cfg, n.cacheDir, "")
+	now := time.Now()
+	r.threads.now = func() time.Time { return now }
+	if err := r.DeleteAttachment(ctx, a); err != nil {
+		t.Fatalf("first DEL: %v", err)
+	}
+	enterNetns(t, secondNetns)
+	now = now.Add(time.Second)
+	wantRefused(t, r.DeleteAttachment(ctx, b), b.CacheFile, "a thread is in its namespace")
+}
+
+// TestASharedReadOfTheThreadsAgesFromItsStart: a read that takes a while
+// (rereads of unreadable threads, a big node) is as old as its start: a
+// thread may have entered a namespace it had already read past.
+func TestASharedReadOfTheThreadsAgesFromItsStart(t *testing.T) {
+	ctx := context.Background()
+	now, reads := time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC), 0
+	th := recentThreads{maxAge: time.Second, now: func() time.Time { return now },
+		read: func(context.Context) (map[uint64]bool, error) {
+			reads++
+			now = now.Add(600 * time.Millisecond) // the read takes 600 ms
+			return map[uint64]bool{}, nil
+		}}
+	if _, err := th.get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(400 * time.Millisecond) // a second after the read started
+	if _, err := th.get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if reads != 2 {
+		t.Fatalf("%d reads: a get a second after a read started rested on it", reads)
+	}
+}
+
+// TestConcurrentDELsShareOneReadOfTheThreads: DELs run up to max_parallel
+// at once; under -race, their gets share one read.
+func TestConcurrentDELsShareOneReadOfTheThreads(t *testing.T) {
+	ctx := context.Background()
+	reads := 0
+	th := recentThreads{maxAge: time.Hour, now: time.Now,
+		read: func(context.Context) (map[uint64]bool, error) {
+			reads++
+			time.Sleep(10 * time.Millisecond)
+			return map[uint64]bool{7: true}, nil
+		}}
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() {
+			got, err := th.get(ctx)
+			if err == nil && !got[7] {
+				err = errors.New("the read's result is not the one returned")
+			}
+			errs <- err
+		}()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if reads != 1 {
+		t.Errorf("%d reads, want 1", reads)
+	}
+}
