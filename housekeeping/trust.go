@@ -100,6 +100,12 @@ type tornDownMark struct {
 	// waits for the volumes to unmount before that): what was born later
 	// was made for a pod of that UID again (Options.CompareBirthTimes).
 	removed time.Time
+	// bornAhead are the identities (by path) whose birth time was after
+	// the look that saw them: made under a wall clock since set back (an
+	// RTC ahead until NTP corrected it), so their birth, then or at any
+	// later look, tells nothing of whether they were made after the
+	// removal.
+	bornAhead map[string]string
 	// pod names the pod in logs after podstate has forgotten it.
 	pod gc.PodRef
 	// dirSeen: a readable pods dir had the pod's dir since the mark (or
@@ -176,7 +182,7 @@ func (l *Loop) compareWithTeardown(d nodefs.PodDir) {
 		return
 	}
 	now := podDirContents(d)
-	grown := l.bornSinceRemoval(mark, d)
+	grown := l.bornSinceRemoval(mark, d, l.now())
 	if mark.seen == nil && len(grown) == 0 {
 		mark.seen, mark.made = now, d.Identities
 		return
@@ -286,14 +292,24 @@ func remade(before, now map[string]string) []string {
 // this needs no look before the re-add: it holds for a pod put back before
 // the first pass after its teardown, or while the plugin was down. A path
 // with no birth time (an old kernel, a file system that keeps none) tells
-// nothing.
-func (l *Loop) bornSinceRemoval(mark *tornDownMark, d nodefs.PodDir) []string {
+// nothing; neither does one born after now, the time of this look (kept in
+// mark.bornAhead for the later looks): the wall clock was set back since
+// it was made, and it may have been made before the removal.
+func (l *Loop) bornSinceRemoval(mark *tornDownMark, d nodefs.PodDir, now time.Time) []string {
 	if !l.opts.CompareBirthTimes || mark.removed.IsZero() {
 		return nil
 	}
 	var made []string
 	for p, id := range d.Identities {
-		if born, ok := birthTime(id); ok && born.After(mark.removed) {
+		born, ok := birthTime(id)
+		switch {
+		case !ok:
+		case born.After(now) || mark.bornAhead[p] == id:
+			if mark.bornAhead == nil {
+				mark.bornAhead = make(map[string]string)
+			}
+			mark.bornAhead[p] = id
+		case born.After(mark.removed):
 			made = append(made, fmt.Sprintf("%s (made %s, after the pod's removal at %s)",
 				p, born.UTC().Format(time.RFC3339Nano), mark.removed.UTC().Format(time.RFC3339Nano)))
 		}
@@ -431,7 +447,7 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 	case err != nil:
 		return fmt.Errorf("cannot inspect the pod dir again: %w", err)
 	}
-	grown := l.bornSinceRemoval(mark, d)
+	grown := l.bornSinceRemoval(mark, d, l.now())
 	if mark.seen != nil {
 		grown = append(grown, append(newEntries(mark.seen, podDirContents(d)), remade(mark.made, d.Identities)...)...)
 	}

@@ -1,0 +1,67 @@
+package housekeeping
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/cri"
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// TestAPodDirBornUnderAClockSinceSetBackIsNoEvidenceOfAReAdd: a node that
+// boots with its RTC ahead runs pods until NTP sets the clock back. A pod
+// dir made before that, of a pod removed a little after it, has a birth
+// time after the pod's removal, on the clock as it reads now: it was not
+// made again. Its birth time is after the look that sees it, which no
+// file made since can be: it tells nothing, at that look or a later one,
+// and the dir the teardown left is reclaimed after leak_grace.
+func TestAPodDirBornUnderAClockSinceSetBackIsNoEvidenceOfAReAdd(t *testing.T) {
+	uid := testUID(504)
+	root := podDirs(t)
+	dir := filepath.Join(root, "pods", uid)
+	if err := os.MkdirAll(filepath.Join(dir, "volumes", "kubernetes.io~empty-dir", "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if ids := inspectedIdentities(t, root, uid); !strings.HasPrefix(ids[dir], "born ") {
+		t.Skipf("the test dir's file system keeps no birth time (%q)", ids[dir])
+	}
+	// Made now; the clock is then set back 3 minutes, and the pod removed
+	// a minute later: 2 minutes before now, as the clock reads then.
+	removed := time.Now().Add(-2 * time.Minute)
+	state := podstate.New(0)
+	for _, ev := range []podstate.Event{
+		{Kind: podstate.RunPodSandbox, At: removed.Add(-time.Hour), Pod: ident(uid), SandboxID: "first"},
+		{Kind: podstate.StopPodSandbox, At: removed, Pod: ident(uid), SandboxID: "first"},
+		{Kind: podstate.RemovePodSandbox, At: removed, Pod: ident(uid), SandboxID: "first"},
+	} {
+		if err := state.Apply(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := &podDirRemover{root: root}
+	rt := &fakeRuntime{}
+	opts := Options{Period: 30 * time.Second, KubeletRoot: root, Synchronized: func() bool { return true },
+		CompareBirthTimes: true, Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+		Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, RemoveOrphanedPodDirs: true,
+			PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(),
+			Budget: gc.Budget{MaxPerPass: 10, MaxFraction: 1, MinPerPass: 10, MaxPerHour: 100}}}
+	log, buf := testLogger()
+	loop := New(state, rt, opts, log)
+	loop.started = removed.Add(-time.Hour)
+	for at := 30 * time.Second; at <= 8*time.Minute; at += 30 * time.Second {
+		now := removed.Add(at)
+		rt.set(cri.Snapshot{TakenAt: now}, nil)
+		loop.now = func() time.Time { return now }
+		loop.Pass(context.Background())
+	}
+	if len(files.done) == 0 {
+		t.Fatalf("a pod dir the teardown left, made before the clock was set back, was not reclaimed 8 minutes after the pod's removal (leak_grace 5m); torn-down mark: %v\n%s",
+			loop.tornDown[uid] != nil, buf.String())
+	}
+}
