@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
@@ -63,5 +64,15 @@ func TestAPodDirBornUnderAClockSinceSetBackIsNoEvidenceOfAReAdd(t *testing.T) {
 	if len(files.done) == 0 {
 		t.Fatalf("a pod dir the teardown left, made before the clock was set back, was not reclaimed 8 minutes after the pod's removal (leak_grace 5m); torn-down mark: %v\n%s",
 			loop.tornDown[uid] != nil, buf.String())
+	}
+}
+
+// TestThePluginComparesBirthTimes: the plugin's clock and NRI events'
+// times are the wall clock, as birth times are; only tests that fake the
+// clock leave the comparison off. Flipped off, the plugin would lose the
+// only evidence of a re-add no look saw, and no other test would fail.
+func TestThePluginComparesBirthTimes(t *testing.T) {
+	if !OptionsFromConfig(config.Default()).CompareBirthTimes {
+		t.Fatal("OptionsFromConfig leaves CompareBirthTimes off")
 	}
 }
