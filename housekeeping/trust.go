@@ -96,9 +96,13 @@ type tornDownMark struct {
 	event time.Time
 	// removed is when the pod's last sandbox was removed (podstate's
 	// RemovedSince; at, for a mark restored from the state file). kubelet
-	// makes nothing in a pod's dir once its sandboxes are removed (it
-	// waits for the volumes to unmount before that): what was born later
-	// was made for a pod of that UID again (Options.CompareBirthTimes).
+	// makes nothing in a pod's dir once its sandboxes are removed: its
+	// container GC may remove them before the volumes are unmounted (a
+	// deleted pod's once its containers stopped, kubelet v1.37.2
+	// ShouldPodContentBeRemoved), but volume teardown only removes (the
+	// emptyDir's is os.RemoveAll, the CSI one's removes vol_data.json
+	// and the dir). What was born later was made for a pod of that UID
+	// again (Options.CompareBirthTimes).
 	removed time.Time
 	// bornAhead are the identities (by path) whose birth time was after
 	// the look that saw them: made under a wall clock since set back (an
