@@ -134,11 +134,30 @@ func (tr *tracker) mismatches(t *testing.T) []string {
 	return tr.state.View().Mismatches(tr.listing(t))
 }
 
-// requireMatch fails unless podstate matches a fresh listing right now.
+// listingSettle is how long a listing may lag the CRI call before it: the
+// call returned, and containerd's own store has not caught up yet.
+// StopPodSandbox returns once the sandbox controller saw its task exit,
+// while the sandbox's state is set NotReady by another goroutine, the exit
+// monitor (containerd v2.4.2 internal/cri/server/events.go,
+// handleSandboxExit): a listing right after it can still say Ready, while
+// NRI already reported the stop.
+const listingSettle = 2 * time.Second
+
+// requireMatch fails unless podstate matches a fresh listing, once the
+// listing caught up with the CRI calls before it (listingSettle). podstate
+// does not change meanwhile: no event comes, and no pass runs.
 func (tr *tracker) requireMatch(t *testing.T, checkpoint string) {
 	t.Helper()
-	if m := tr.mismatches(t); len(m) > 0 {
-		t.Fatalf("%s: podstate differs from the CRI listing:\n  %s", checkpoint, strings.Join(m, "\n  "))
+	before := tr.state.View()
+	m := tr.mismatches(t)
+	for deadline := time.Now().Add(listingSettle); len(m) > 0 && time.Now().Before(deadline); m = tr.mismatches(t) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(m) > 0 {
+		t.Fatalf("%s: podstate differs from the CRI listing %s after the call:\n  %s", checkpoint, listingSettle, strings.Join(m, "\n  "))
+	}
+	if after := tr.state.View(); after.Seq != before.Seq {
+		t.Fatalf("%s: podstate changed (seq %d → %d) while the listing caught up: the match proves nothing", checkpoint, before.Seq, after.Seq)
 	}
 }
 
