@@ -72,30 +72,39 @@ func mountsIn(dir string) (map[string][]mountEntry, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for sc.Scan() {
-		line := sc.Text()
-		// <id> <parent> <major:minor> <root> <mount point> <options> [<optional>...] - <fstype> <source> <super options>
-		fields := strings.Fields(line)
-		sep := -1
-		for i := 6; i < len(fields); i++ {
-			if fields[i] == "-" {
-				sep = i
-				break
-			}
+		point, m, err := parseMountLine(sc.Text())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", mountInfoPath, err)
 		}
-		if len(fields) < 7 || sep < 0 || sep+1 >= len(fields) {
-			return nil, fmt.Errorf("%s: malformed line %q", mountInfoPath, line)
-		}
-		point := nodefs.UnescapeMountPath(fields[4])
 		if filepath.Dir(point) != dir || point == dir {
 			continue
 		}
 		name := filepath.Base(point)
-		found[name] = append(found[name], mountEntry{id: fields[0], parent: fields[1], root: nodefs.UnescapeMountPath(fields[3]), fstype: fields[sep+1]})
+		found[name] = append(found[name], m)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", mountInfoPath, err)
 	}
 	return found, nil
+}
+
+// parseMountLine reads one line of the mount table: its mount point,
+// unescaped, and the parts of the mount used here.
+func parseMountLine(line string) (point string, m mountEntry, err error) {
+	// <id> <parent> <major:minor> <root> <mount point> <options> [<optional>...] - <fstype> <source> <super options>
+	fields := strings.Fields(line)
+	sep := -1
+	for i := 6; i < len(fields); i++ {
+		if fields[i] == "-" {
+			sep = i
+			break
+		}
+	}
+	if len(fields) < 7 || sep < 0 || sep+1 >= len(fields) {
+		return "", mountEntry{}, fmt.Errorf("malformed line %q", line)
+	}
+	m = mountEntry{id: fields[0], parent: fields[1], root: nodefs.UnescapeMountPath(fields[3]), fstype: fields[sep+1]}
+	return nodefs.UnescapeMountPath(fields[4]), m, nil
 }
 
 // netnsInode returns the inode of the network namespace an nsfs mount
