@@ -171,3 +171,53 @@ func FuzzLogLinkTargetsStayInsideThePodLogsDir(f *testing.F) {
 		}
 	})
 }
+
+// kernelEscape escapes a path as the kernel writes it into the mount table
+// (fs/proc_namespace.c, mangle_path and seq_path_root with " \t\n\\"): those
+// four bytes become \ooo, every other byte is written as it is.
+func kernelEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case ' ', '\t', '\n', '\\':
+			b.WriteString("\\" + string('0'+c>>6) + string('0'+c>>3&7) + string('0'+c&7))
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// FuzzMountPointField: a mount table line never panics the parser, and the
+// mount point of a line as the kernel writes it (fields separated by one
+// space, paths escaped) comes back exactly, whatever bytes its root and mount
+// point hold (a path is any bytes but NUL). A mount point misread is a mount
+// below a pod dir that the removal does not see.
+func FuzzMountPointField(f *testing.F) {
+	for _, s := range [][3]string{
+		{"/", "/var/lib/kubelet/pods/" + testUUID + "/volumes/kubernetes.io~empty-dir/cache", ""},
+		{"/data/a b", "/var/lib/kubelet/pods/x\ty", ""},
+		{`/a\b`, `/c\040d`, ""},
+		{"", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue"},
+		{"", "", "36 35 98:0 /mnt1"},
+		{"", "", ""},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, root, point, line string) {
+		if p, err := mountPointField(line); err == nil && p == "" {
+			t.Fatalf("%q parsed with an empty mount point", line)
+		}
+		if root == "" || point == "" || strings.ContainsRune(root+point, 0) {
+			return
+		}
+		if got := UnescapeMountPath(kernelEscape(point)); got != point {
+			t.Fatalf("%q escaped as %q unescapes to %q", point, kernelEscape(point), got)
+		}
+		line = "36 25 0:4 " + kernelEscape(root) + " " + kernelEscape(point) + " rw,nosuid shared:5 - ext4 /dev/sda1 rw"
+		got, err := mountPointField(line)
+		if err != nil || got != point {
+			t.Fatalf("%q: mount point %q, %v; want %q", line, got, err, point)
+		}
+	})
+}
