@@ -198,6 +198,9 @@ func FuzzMountPointField(f *testing.F) {
 		{"/", "/var/lib/kubelet/pods/" + testUUID + "/volumes/kubernetes.io~empty-dir/cache", ""},
 		{"/data/a b", "/var/lib/kubelet/pods/x\ty", ""},
 		{`/a\b`, `/c\040d`, ""},
+		// Paths with white space the kernel does not escape.
+		{"/data/my\u00a0dir", "/var/lib/kubelet/pods/" + testUUID + "/volumes/kubernetes.io~empty-dir/cache", ""},
+		{"/", "/var/lib/kubelet/pods/" + testUUID + "/volumes/a\rb", ""},
 		{"", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue"},
 		{"", "", "36 35 98:0 /mnt1"},
 		{"", "", ""},

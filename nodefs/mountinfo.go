@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -86,11 +87,52 @@ func readMountPoints() ([]string, error) {
 // mountPointField returns the mount point (the fifth field) of one
 // mountinfo line, unescaped.
 func mountPointField(line string) (string, error) {
-	fields := strings.Fields(line)
-	if len(fields) < 5 {
-		return "", fmt.Errorf("malformed line %q", line)
+	m, err := ParseMountInfoLine(line)
+	if err != nil {
+		return "", err
 	}
-	return UnescapeMountPath(fields[4]), nil
+	return m.MountPoint, nil
+}
+
+// MountInfo is one line of a mountinfo file (proc_pid_mountinfo(5)), the
+// parts of it this project reads.
+type MountInfo struct {
+	ID, Parent string // mount IDs: the mount's and the one it is on
+	Root       string // the path in its file system the mount shows, unescaped
+	MountPoint string // unescaped
+	FSType     string
+}
+
+// ParseMountInfoLine parses one line of a mountinfo file:
+//
+//	<id> <parent> <major:minor> <root> <mount point> <options> [<optional>...] - <fstype> <source> <super options>
+//
+// The kernel separates the fields with one space and escapes only space,
+// tab, newline and backslash in them (fs/proc_namespace.c), so a path may
+// hold any other byte, \r, \v, \f and Unicode spaces included. The line is
+// split at single spaces only: split at every white space (strings.Fields),
+// a root or mount point holding such a byte falls in two and every later
+// field shifts, so that a mount below a pod dir is read as mounted
+// elsewhere, or a part of a path is read as the file system type.
+func ParseMountInfoLine(line string) (MountInfo, error) {
+	fields := strings.Split(line, " ")
+	sep := -1
+	for i := 6; i < len(fields); i++ {
+		if fields[i] == "-" {
+			sep = i
+			break
+		}
+	}
+	if sep < 0 || sep+1 >= len(fields) || fields[sep+1] == "" || slices.Contains(fields[:6], "") {
+		return MountInfo{}, fmt.Errorf("malformed line %q", line)
+	}
+	return MountInfo{
+		ID:         fields[0],
+		Parent:     fields[1],
+		Root:       UnescapeMountPath(fields[3]),
+		MountPoint: UnescapeMountPath(fields[4]),
+		FSType:     fields[sep+1],
+	}, nil
 }
 
 // UnescapeMountPath undoes the kernel's octal escaping of space, tab,

@@ -3,6 +3,7 @@ package nodefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -758,4 +759,49 @@ func TestWithoutMountIDsTheMountTableIsReadAfresh(t *testing.T) {
 	}
 	info.mntID = 0 // a kernel (or seccomp filter) that gives no mount IDs
 	wantRefused(t, tr.r.refuseMountsAt(rootFd, info, tr.podLogs, []string{podDirName}, pod), mnt)
+}
+
+// TestParseMountInfoLineSplitsAtSpacesOnly: the kernel separates mountinfo
+// fields with one space and escapes only space, tab, newline and backslash,
+// so any other white space in a root or mount point is part of the path.
+// Split at it, a bind mount from a dir named "my<NBSP>dir" onto a pod's
+// volume was read as mounted on "dir", and the removal of the pod dir did
+// not see it.
+func TestParseMountInfoLineSplitsAtSpacesOnly(t *testing.T) {
+	pod := "/var/lib/kubelet/pods/" + testUUID + "/volumes/kubernetes.io~empty-dir/cache"
+	for _, tt := range []struct {
+		rule, line string
+		want       MountInfo
+		wantErr    bool
+	}{
+		{"a plain line", "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue",
+			MountInfo{ID: "36", Parent: "35", Root: "/mnt1", MountPoint: "/mnt2", FSType: "ext3"}, false},
+		{"no optional fields", "36 35 98:0 / /mnt2 rw - ext3 /dev/root rw",
+			MountInfo{ID: "36", Parent: "35", Root: "/", MountPoint: "/mnt2", FSType: "ext3"}, false},
+		{"an empty source", "36 35 0:5 / /mnt2 rw - tmpfs  rw",
+			MountInfo{ID: "36", Parent: "35", Root: "/", MountPoint: "/mnt2", FSType: "tmpfs"}, false},
+		{"escaped paths", `36 35 98:0 /a\040b /c\011d rw - ext3 /dev/root rw`,
+			MountInfo{ID: "36", Parent: "35", Root: "/a b", MountPoint: "/c\td", FSType: "ext3"}, false},
+		{"a no-break space in the root", "36 35 98:0 /data/my\u00a0dir " + pod + " rw - ext4 /dev/sda1 rw",
+			MountInfo{ID: "36", Parent: "35", Root: "/data/my\u00a0dir", MountPoint: pod, FSType: "ext4"}, false},
+		{"a carriage return in the mount point", "36 35 98:0 / /mnt/a\rb rw - ext4 /dev/sda1 rw",
+			MountInfo{ID: "36", Parent: "35", Root: "/", MountPoint: "/mnt/a\rb", FSType: "ext4"}, false},
+		{"a vertical tab and dash in the mount point", "36 35 0:4 / /run/netns/a\vx\v-\vnsfs rw - tmpfs tmpfs rw",
+			MountInfo{ID: "36", Parent: "35", Root: "/", MountPoint: "/run/netns/a\vx\v-\vnsfs", FSType: "tmpfs"}, false},
+		{"too few fields", "36 35 98:0 /mnt1", MountInfo{}, true},
+		{"no separator", "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 ext3 /dev/root rw", MountInfo{}, true},
+		{"no type", "36 35 98:0 /mnt1 /mnt2 rw -", MountInfo{}, true},
+		{"an empty mount point", "36 35 98:0 /mnt1  rw - ext3 /dev/root rw", MountInfo{}, true},
+		{"an empty line", "", MountInfo{}, true},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			got, err := ParseMountInfoLine(tt.line)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Fatalf("ParseMountInfoLine(%q) = %+v, %v; want %+v (error %v)", tt.line, got, err, tt.want, tt.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("%q", tt.line)) {
+				t.Fatalf("error %q does not name the line", err)
+			}
+		})
+	}
 }

@@ -36,6 +36,10 @@ func FuzzParseMountLine(f *testing.F) {
 		{"net:[4026532177]", "/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a30", "nsfs", ""},
 		{"/", "/run/netns", "tmpfs", ""},
 		{"/data/a b", "/run/netns/x\ty", "ext4", ""},
+		// Paths with white space the kernel does not escape.
+		{"/a\rb", "/run/netns/c\u00a0d", "xfs", ""},
+		{"net:[1]", "/run/netns/a\v-\vnsfs", "tmpfs", ""},
+		{"/x\vy", "/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a30\fq\f-\fnsfs", "tmpfs", ""},
 		{"", "", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue"},
 		{"", "", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime - ext3 /dev/root rw"},
 		{"", "", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 -"},

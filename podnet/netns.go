@@ -91,20 +91,11 @@ func mountsIn(dir string) (map[string][]mountEntry, error) {
 // parseMountLine reads one line of the mount table: its mount point,
 // unescaped, and the parts of the mount used here.
 func parseMountLine(line string) (point string, m mountEntry, err error) {
-	// <id> <parent> <major:minor> <root> <mount point> <options> [<optional>...] - <fstype> <source> <super options>
-	fields := strings.Fields(line)
-	sep := -1
-	for i := 6; i < len(fields); i++ {
-		if fields[i] == "-" {
-			sep = i
-			break
-		}
+	mi, err := nodefs.ParseMountInfoLine(line)
+	if err != nil {
+		return "", mountEntry{}, err
 	}
-	if len(fields) < 7 || sep < 0 || sep+1 >= len(fields) {
-		return "", mountEntry{}, fmt.Errorf("malformed line %q", line)
-	}
-	m = mountEntry{id: fields[0], parent: fields[1], root: nodefs.UnescapeMountPath(fields[3]), fstype: fields[sep+1]}
-	return nodefs.UnescapeMountPath(fields[4]), m, nil
+	return mi.MountPoint, mountEntry{id: mi.ID, parent: mi.Parent, root: mi.Root, fstype: mi.FSType}, nil
 }
 
 // netnsInode returns the inode of the network namespace an nsfs mount
