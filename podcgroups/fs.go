@@ -88,6 +88,12 @@ func readPids(dir string) ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup %s: %w", dir, err)
 	}
+	return parsePids(dir, data)
+}
+
+// parsePids reads the PIDs in data, the content of dir's cgroup.procs: one
+// decimal PID a line.
+func parsePids(dir string, data []byte) ([]int, error) {
 	var pids []int
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
