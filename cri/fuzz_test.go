@@ -1,6 +1,7 @@
 package cri
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"testing"
 
@@ -12,7 +13,8 @@ import (
 // FuzzCriNetNSPath: a sandbox record's metadata extension never panics the
 // reader; a netns path read from it is absolute or none (a relative one
 // would be compared with the namespaces of the netns dir in another
-// spelling), and none is read from an extension of another type.
+// spelling), and none is read from an extension of another type or from
+// anything but containerd's v1 metadata.
 func FuzzCriNetNSPath(f *testing.F) {
 	for _, s := range [][2]string{
 		{criMetadataType, `{"Version":"v1","Metadata":{"ID":"abc","NetNSPath":"/run/containerd/netns/cni-1"}}`},
@@ -36,6 +38,12 @@ func FuzzCriNetNSPath(f *testing.F) {
 		}
 		if typeURL != criMetadataType && got != "" {
 			t.Fatalf("netns path %q read from an extension of type %q", got, typeURL)
+		}
+		// A netns path, or none, is read only from what containerd
+		// itself reads: its metadata version "v1".
+		var v struct{ Version string }
+		if typeURL == criMetadataType && (json.Unmarshal(value, &v) != nil || v.Version != "v1") {
+			t.Fatalf("netns path %q read from %q, not containerd's v1 metadata", got, value)
 		}
 	})
 }

@@ -27,6 +27,9 @@ const CRINamespace = "k8s.io"
 const (
 	criMetadataKey  = "metadata"
 	criMetadataType = "github.com/containerd/cri/pkg/store/sandbox/Metadata"
+	// criMetadataVersion is the only version containerd writes into it
+	// (the sandbox store's metadataVersion, 1.7 and 2.x alike).
+	criMetadataVersion = "v1"
 )
 
 // Records are what containerd's own stores hold, in every namespace: the
@@ -196,6 +199,12 @@ func criNetNSPath(typeURL string, value []byte) (string, error) {
 	}
 	if err := json.Unmarshal(value, &v); err != nil {
 		return "", fmt.Errorf("extension %q: %w", criMetadataKey, err)
+	}
+	// Anything but version "v1" ("null", "{}", another version) is not
+	// a record containerd wrote, and read as "no netns" it would leave
+	// the sandbox's netns unrecorded: one for a namespace removal to take.
+	if v.Version != criMetadataVersion {
+		return "", fmt.Errorf("extension %q: metadata version %q, not containerd's %q", criMetadataKey, v.Version, criMetadataVersion)
 	}
 	if v.Metadata.NetNSPath != "" && !filepath.IsAbs(v.Metadata.NetNSPath) {
 		return "", fmt.Errorf("extension %q: netns path %q is not absolute", criMetadataKey, v.Metadata.NetNSPath)

@@ -23,7 +23,13 @@ func TestTheNetnsPathIsReadFromCRIsSandboxMetadata(t *testing.T) {
 		{name: "not a CRI sandbox: no extension"},
 		{name: "another type under the key", typeURL: "example.com/Other", value: `{}`, wantErr: "has type"},
 		{name: "not JSON", typeURL: criMetadataType, value: `{`, wantErr: "unexpected end"},
-		{name: "a relative netns path", typeURL: criMetadataType, value: `{"Metadata":{"NetNSPath":"cni-1"}}`, wantErr: "not absolute"},
+		{name: "a relative netns path", typeURL: criMetadataType, value: `{"Version":"v1","Metadata":{"NetNSPath":"cni-1"}}`, wantErr: "not absolute"},
+		// containerd refuses every version but v1 itself (sandbox store
+		// Metadata.UnmarshalJSON): none of these says "no netns".
+		{name: "null metadata", typeURL: criMetadataType, value: `null`, wantErr: `metadata version ""`},
+		{name: "empty metadata", typeURL: criMetadataType, value: `{}`, wantErr: `metadata version ""`},
+		{name: "no version", typeURL: criMetadataType, value: `{"Metadata":{"NetNSPath":"/run/netns/cni-1"}}`, wantErr: `metadata version ""`},
+		{name: "another version", typeURL: criMetadataType, value: `{"Version":"v2","Metadata":{"NetNSPath":"/run/netns/cni-1"}}`, wantErr: `metadata version "v2"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := criNetNSPath(tc.typeURL, []byte(tc.value))
