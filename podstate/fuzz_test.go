@@ -24,6 +24,10 @@ func FuzzMalformedNRIDataKeepsTheStateConsistent(f *testing.F) {
 		uids := []string{"", "u1", "u2"}
 		sandboxes := []string{"", "x1", "x2", "x3"}
 		containers := []string{"", "x2", "c1", "c2"}
+		// The states the plugin's syncedState and housekeeping's
+		// ToListing give: never Removed.
+		synced := []ContainerState{ContainerCreated, ContainerRunning, ContainerExited}
+		listed := []ContainerState{ContainerCreated, ContainerRunning, ContainerUnknown, ContainerExited}
 		s := New(time.Minute)
 		now := t0
 		for i := 0; i+6 <= len(data) && i < 6*200; i += 6 {
@@ -45,7 +49,7 @@ func FuzzMalformedNRIDataKeepsTheStateConsistent(f *testing.F) {
 			case 4:
 				s.Synchronize(now,
 					[]SyncedSandbox{{Pod: pod, SandboxID: sid}, {Pod: PodIdentity{UID: uids[b[1]%3]}, SandboxID: sandboxes[b[1]%4]}},
-					[]SyncedContainer{{Pod: pod, SandboxID: sandboxes[b[1]%4], ID: cid, Name: "app", State: ContainerState(b[1] % 6)}})
+					[]SyncedContainer{{Pod: pod, SandboxID: sandboxes[b[1]%4], ID: cid, Name: "app", State: synced[b[1]%3]}})
 			case 5:
 				l := Listing{StartSeq: s.Seq()}
 				if uid != "" && sid != "" {
@@ -53,7 +57,7 @@ func FuzzMalformedNRIDataKeepsTheStateConsistent(f *testing.F) {
 				}
 				if other := uids[1+b[1]%2]; cid != "" && sandboxes[b[1]%4] != "" {
 					l.Containers = append(l.Containers, ListedContainer{Pod: PodIdentity{UID: other, Namespace: "ns", Name: "pod-" + other},
-						ID: cid, SandboxID: sandboxes[b[1]%4], Name: "app", State: ContainerState(b[1] % 6), CreatedAt: now})
+						ID: cid, SandboxID: sandboxes[b[1]%4], Name: "app", State: listed[b[1]%4], CreatedAt: now})
 				}
 				if b[1]&0x80 != 0 {
 					l.Unreadable = append(l.Unreadable, "x3")
