@@ -242,6 +242,11 @@ func (s *State) Reconcile(l Listing, now time.Time) ReconcileResult {
 		}
 		s.listSandbox(sb, want, l.StartSeq, now, &r)
 		touched[p] = struct{}{}
+		// The record's own pod too: a listing that names another pod UID
+		// for a known sandbox must not leave that pod's phase stale, or
+		// a pod Removed for the retention is forgotten with the sandbox
+		// this listing has just seen.
+		touched[s.pods[sb.PodUID]] = struct{}{}
 	}
 	for _, in := range l.Containers {
 		seenContainers[in.ID] = struct{}{}

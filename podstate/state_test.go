@@ -589,3 +589,19 @@ func TestConcurrentApplyReconcileAndView(t *testing.T) {
 		t.Fatalf("pods = %d, want 200", c.Pods)
 	}
 }
+
+// TestAListedSandboxIsNotForgottenUnderAnotherPodUID: NRI removed sandbox x
+// of pod u1; longer than the retention later, a listing shows x Ready under
+// pod UID u2 (malformed: a sandbox's labels never change). The listing
+// brings x back to Ready in u1, its record's pod, and that pod must not then
+// be forgotten as Removed with it.
+func TestAListedSandboxIsNotForgottenUnderAnotherPodUID(t *testing.T) {
+	s := New(time.Minute)
+	mustApply(t, s, podEvent(RemovePodSandbox, "u1", "x", 0))
+	now := t0.Add(2 * time.Minute)
+	s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{{Pod: ident("u2"), ID: "x", Ready: true, CreatedAt: now}}}, now)
+	p, ok := s.Pod("u1")
+	if !ok || len(p.Sandboxes) != 1 || p.Sandboxes[0].State != SandboxReady || p.Phase != PhaseRunning {
+		t.Fatalf("pod u1 after the listing: %+v (known %v), want it Running with sandbox x Ready", p, ok)
+	}
+}
