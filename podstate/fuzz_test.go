@@ -14,7 +14,7 @@ import (
 // pod, the pod of its UID; a pod with a Ready sandbox is Running; a pod is
 // TornDown only with every sandbox removed with evidence of a teardown; and
 // after a fresh listing every listed object has a record that is not
-// Removed.
+// Removed (but by an NRI removal younger than SettleTime).
 func FuzzMalformedNRIDataKeepsTheStateConsistent(f *testing.F) {
 	f.Add([]byte{0, 1, 1, 1, 0, 0, 3, 4, 1, 1, 1, 1, 5, 0, 0, 0, 0, 0})
 	f.Add([]byte{0, 1, 1, 1, 1, 0, 0, 1, 2, 1, 1, 0, 5, 2, 2, 2, 1, 0, 7, 200, 0, 0, 0, 0})
@@ -65,12 +65,12 @@ func FuzzMalformedNRIDataKeepsTheStateConsistent(f *testing.F) {
 				s.Reconcile(l, now)
 				v := s.View()
 				for _, in := range l.Sandboxes {
-					if sb, ok := findSandbox(v, in.ID); !ok || sb.State == SandboxRemoved {
+					if sb, ok := findSandbox(v, in.ID); !ok || sb.State == SandboxRemoved && !youngRemoval(sb.Removal, sb.StateSince, now) {
 						t.Fatalf("step %d: sandbox %s listed, its record %+v (found %v)", i/6, in.ID, sb, ok)
 					}
 				}
 				for _, in := range l.Containers {
-					if c, ok := findContainer(v, in.ID); !ok || c.State == ContainerRemoved {
+					if c, ok := findContainer(v, in.ID); !ok || c.State == ContainerRemoved && !youngRemoval(c.Removal, c.StateSince, now) {
 						t.Fatalf("step %d: container %s listed, its record %+v (found %v)", i/6, in.ID, c, ok)
 					}
 				}
@@ -82,6 +82,13 @@ func FuzzMalformedNRIDataKeepsTheStateConsistent(f *testing.F) {
 			checkConsistent(t, i/6, s.View())
 		}
 	})
+}
+
+// youngRemoval: an NRI removal less than SettleTime old, which a listing
+// that still has the object does not correct yet (containerd may send the
+// event before its store shows it).
+func youngRemoval(r Removal, since, now time.Time) bool {
+	return r == RemovedByEvent && now.Sub(since) < SettleTime
 }
 
 func findSandbox(v View, id string) (Sandbox, bool) {
