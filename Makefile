@@ -50,6 +50,17 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(or $(FUZZTIME),300000x) ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzPlanKeepsTheSafetyContract$$' -fuzztime $(or $(FUZZTIME),10000x) ./gc/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNeverPanics$$' -fuzztime $(or $(FUZZTIME),100000x) ./statefile/
+	# The runtime data the plugin reads: the mount table, libcni's cache,
+	# host-local's reservations, cgroup.procs, containerd's records, CRI
+	# listings and NRI's reports (each found a defect when first run).
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMountLine$$' -fuzztime $(or $(FUZZTIME),50000x) ./podnet/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCacheEntry$$' -fuzztime $(or $(FUZZTIME),50000x) ./podnet/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseReservation$$' -fuzztime $(or $(FUZZTIME),50000x) ./podnet/
+	$(GO) test -run '^$$' -fuzz '^FuzzMountPointField$$' -fuzztime $(or $(FUZZTIME),50000x) ./nodefs/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePids$$' -fuzztime $(or $(FUZZTIME),50000x) ./podcgroups/
+	$(GO) test -run '^$$' -fuzz '^FuzzCriNetNSPath$$' -fuzztime $(or $(FUZZTIME),50000x) ./cri/
+	$(GO) test -run '^$$' -fuzz '^FuzzConvert$$' -fuzztime $(or $(FUZZTIME),50000x) ./cri/
+	$(GO) test -run '^$$' -fuzz '^FuzzMalformedNRIDataKeepsTheStateConsistent$$' -fuzztime $(or $(FUZZTIME),10000x) ./podstate/
 
 # The alerting rules: promtool checks them and runs their unit tests
 # (alerts_test.yaml). prometheus-tools installs Debian's prometheus package
