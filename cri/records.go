@@ -209,7 +209,12 @@ func criNetNSPath(typeURL string, value []byte) (string, error) {
 	if v.Metadata.NetNSPath != "" && !filepath.IsAbs(v.Metadata.NetNSPath) {
 		return "", fmt.Errorf("extension %q: netns path %q is not absolute", criMetadataKey, v.Metadata.NetNSPath)
 	}
-	return v.Metadata.NetNSPath, nil
+	if v.Metadata.NetNSPath == "" {
+		return "", nil
+	}
+	// Clean: the path is compared with the namespaces of the netns dir,
+	// which are clean; "/var/run/netns//cni-x" names the same one.
+	return filepath.Clean(v.Metadata.NetNSPath), nil
 }
 
 // NetworkStatus is what containerd's CRI Status (verbose) says of pod

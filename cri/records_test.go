@@ -19,6 +19,8 @@ func TestTheNetnsPathIsReadFromCRIsSandboxMetadata(t *testing.T) {
 	}{
 		{name: "a pod network sandbox", typeURL: criMetadataType,
 			value: `{"Version":"v1","Metadata":{"ID":"abc","NetNSPath":"/run/containerd/netns/cni-1"}}`, want: "/run/containerd/netns/cni-1"},
+		{name: "a netns path spelt uncleanly is read clean, as the netns dir's namespaces are named", typeURL: criMetadataType,
+			value: `{"Version":"v1","Metadata":{"ID":"abc","NetNSPath":"/run/containerd//netns/./cni-1"}}`, want: "/run/containerd/netns/cni-1"},
 		{name: "a host network sandbox", typeURL: criMetadataType, value: `{"Version":"v1","Metadata":{"ID":"abc","NetNSPath":""}}`},
 		{name: "not a CRI sandbox: no extension"},
 		{name: "another type under the key", typeURL: "example.com/Other", value: `{}`, wantErr: "has type"},
