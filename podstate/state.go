@@ -100,6 +100,13 @@ func (s *State) Apply(ev Event) error {
 		// Evidence of a teardown, also for a record one absence from a
 		// listing marked Removed already.
 		sb := s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At)
+		if sb.State == SandboxRemoved && sb.Removal != RemovedByEvent {
+			// The removal is NRI's claim from now on: a newer listing
+			// that still shows the sandbox SettleTime later corrects
+			// it, as any event's (listSandbox), rather than leaving a
+			// listed sandbox Removed, and its pod torn down, for good.
+			s.setSandbox(sb, SandboxRemoved, ev.At, true)
+		}
 		sb.Removal = RemovedByEvent
 		s.advanceSandbox(sb, SandboxRemoved, ev.At)
 	default:
@@ -107,6 +114,11 @@ func (s *State) Apply(ev Event) error {
 		// event about a forgotten pod), so it creates no sandbox record.
 		c := s.containerFor(p, ev.SandboxID, ev.ContainerID, ev.ContainerName, SourceEvent, ev.At)
 		if ev.Kind == RemoveContainer {
+			if c.State == ContainerRemoved && c.Removal != RemovedByEvent {
+				// As for a sandbox: NRI's claim, which a newer listing
+				// may correct.
+				s.setContainer(c, ContainerRemoved, ev.At, true)
+			}
 			c.Removal = RemovedByEvent
 		}
 		s.advanceContainer(c, eventContainerState[ev.Kind], ev.At)

@@ -605,3 +605,24 @@ func TestAListedSandboxIsNotForgottenUnderAnotherPodUID(t *testing.T) {
 		t.Fatalf("pod u1 after the listing: %+v (known %v), want it Running with sandbox x Ready", p, ok)
 	}
 }
+
+// TestAListingCorrectsAnNRIRemovalOfARecordAnAbsenceRemoved: a listing
+// lacked sandbox s1 and container c1 (Removed by absence), then NRI
+// reported their removal, then a listing taken more than SettleTime after
+// it still shows them. The removal is NRI's claim like any other, and the
+// newer listing corrects it: the pod is Running, not torn down.
+func TestAListingCorrectsAnNRIRemovalOfARecordAnAbsenceRemoved(t *testing.T) {
+	s := New(time.Minute)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(StartContainer, "u", "s1", "c1", 0))
+	s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(10*time.Second))
+	mustApply(t, s, podEvent(RemovePodSandbox, "u", "s1", 20*time.Second), ctrEvent(RemoveContainer, "u", "s1", "c1", 20*time.Second))
+	now := t0.Add(30 * time.Second)
+	l := Listing{StartSeq: s.Seq(),
+		Sandboxes:  []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: true, CreatedAt: t0}},
+		Containers: []ListedContainer{{Pod: ident("u"), ID: "c1", SandboxID: "s1", Name: "app", State: ContainerRunning, CreatedAt: t0}}}
+	s.Reconcile(l, now)
+	p, _ := s.Pod("u")
+	if p.Phase != PhaseRunning || p.TornDown || len(s.View().Mismatches(l)) != 0 {
+		t.Fatalf("pod after the listing: phase %s, torn down %v, mismatches %q; want Running as listed", p.Phase, p.TornDown, s.View().Mismatches(l))
+	}
+}
