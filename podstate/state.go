@@ -87,6 +87,10 @@ func (s *State) Apply(ev Event) error {
 	if ev.Kind == RunPodSandbox || ev.Kind == StartContainer {
 		p.lastLifeEvent = ev.At
 	}
+	// The pod of the record the event changed: the event's own, but for
+	// an event that names another pod UID for a known record (malformed:
+	// a sandbox's or container's pod never changes).
+	owner := p
 	switch ev.Kind {
 	case RunPodSandbox:
 		// A new sandbox starts Ready.
@@ -96,6 +100,7 @@ func (s *State) Apply(ev Event) error {
 		sb := s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At)
 		sb.StopSeen = true
 		s.advanceSandbox(sb, SandboxNotReady, ev.At)
+		owner = s.pods[sb.PodUID]
 	case RemovePodSandbox:
 		// Evidence of a teardown, also for a record one absence from a
 		// listing marked Removed already.
@@ -109,6 +114,7 @@ func (s *State) Apply(ev Event) error {
 		}
 		sb.Removal = RemovedByEvent
 		s.advanceSandbox(sb, SandboxRemoved, ev.At)
+		owner = s.pods[sb.PodUID]
 	default:
 		// A container event does not prove its sandbox exists (it may be a late
 		// event about a forgotten pod), so it creates no sandbox record.
@@ -122,8 +128,12 @@ func (s *State) Apply(ev Event) error {
 			c.Removal = RemovedByEvent
 		}
 		s.advanceContainer(c, eventContainerState[ev.Kind], ev.At)
+		owner = s.pods[c.PodUID]
 	}
 	s.refreshPhase(p, ev.At)
+	// The record's pod too, or it would stay Removed with no RemovedSince
+	// and never be forgotten.
+	s.refreshPhase(owner, ev.At)
 	return nil
 }
 
@@ -185,6 +195,11 @@ func (s *State) Synchronize(at time.Time, sandboxes []SyncedSandbox, containers 
 			s.setSandbox(sb, to, at, true)
 		}
 		touched[p] = struct{}{}
+		// The record's pod too: a report that names another pod UID
+		// for a known sandbox (malformed) must not leave the pod the
+		// sandbox came back in Removed since before, or it would be
+		// forgotten with a live sandbox.
+		touched[s.pods[sb.PodUID]] = struct{}{}
 	}
 	for _, in := range containers {
 		if in.Pod.UID == "" || in.SandboxID == "" || in.ID == "" {
@@ -204,6 +219,8 @@ func (s *State) Synchronize(at time.Time, sandboxes []SyncedSandbox, containers 
 			s.advanceContainer(c, ContainerRunning, at)
 		}
 		touched[p] = struct{}{}
+		// The container's pod too, as for a sandbox above.
+		touched[s.pods[c.PodUID]] = struct{}{}
 	}
 	for p := range touched {
 		s.refreshPhase(p, at)

@@ -626,3 +626,38 @@ func TestAListingCorrectsAnNRIRemovalOfARecordAnAbsenceRemoved(t *testing.T) {
 		t.Fatalf("pod after the listing: phase %s, torn down %v, mismatches %q; want Running as listed", p.Phase, p.TornDown, s.View().Mismatches(l))
 	}
 }
+
+// TestAnEventUnderAnotherPodUIDKeepsTheRecordsPodCurrent: NRI removes
+// sandbox s1 of pod u1 naming pod u2 (malformed: a sandbox's pod never
+// changes). u1 has nothing left: it is Removed from then on, and forgotten
+// after the retention, not kept forever with no RemovedSince.
+func TestAnEventUnderAnotherPodUIDKeepsTheRecordsPodCurrent(t *testing.T) {
+	s := New(time.Minute)
+	mustApply(t, s, podEvent(RunPodSandbox, "u1", "s1", 0), podEvent(RemovePodSandbox, "u2", "s1", time.Second))
+	if p, _ := s.Pod("u1"); p.Phase != PhaseRemoved || !p.RemovedSince.Equal(t0.Add(time.Second)) {
+		t.Fatalf("pod u1: phase %s, removed since %v; want Removed since %v", p.Phase, p.RemovedSince, t0.Add(time.Second))
+	}
+	s.Forget(t0.Add(2 * time.Minute))
+	if _, ok := s.Pod("u1"); ok {
+		t.Fatal("pod u1 still known after the retention")
+	}
+}
+
+// TestASynchronizeUnderAnotherPodUIDKeepsTheRecordsPodCurrent: a listing
+// lacked sandbox s1 of pod u1 (Removed by absence, so u1 is Removed), then
+// NRI Synchronize reports s1 under pod u2 (malformed). s1 is back Ready in
+// u1, its record's pod: u1 is Running, and not forgotten after the retention
+// of the removal that no longer holds.
+func TestASynchronizeUnderAnotherPodUIDKeepsTheRecordsPodCurrent(t *testing.T) {
+	s := New(time.Minute)
+	mustApply(t, s, podEvent(RunPodSandbox, "u1", "s1", 0))
+	s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(10*time.Second))
+	s.Synchronize(t0.Add(20*time.Second), []SyncedSandbox{{Pod: ident("u2"), SandboxID: "s1"}}, nil)
+	if p, _ := s.Pod("u1"); p.Phase != PhaseRunning || !p.RemovedSince.IsZero() {
+		t.Fatalf("pod u1: phase %s, removed since %v; want Running, not Removed", p.Phase, p.RemovedSince)
+	}
+	s.Forget(t0.Add(2 * time.Minute))
+	if p, ok := s.Pod("u1"); !ok || p.Phase != PhaseRunning {
+		t.Fatalf("pod u1 after Forget: %+v (known %v), want it Running with s1 Ready", p, ok)
+	}
+}
