@@ -227,16 +227,24 @@ func (m *model) reconcile(l Listing, startOp int, now time.Time) {
 		if want == SandboxNotReady {
 			sb.stopSeen = true
 		}
+		corrected := false
 		switch {
 		case !known:
 		case sb.state == SandboxRemoved && sb.removal != RemovedByEvent && sb.changed <= startOp:
 			m.setSandbox(sb, want, now, false)
+			corrected = true
 		case want == sb.state:
 			sb.claim = false
 		case want > sb.state:
 			m.setSandbox(sb, want, now, false)
 		case sb.claim && sb.changed <= startOp && now.Sub(sb.since) >= SettleTime:
 			m.setSandbox(sb, want, now, false)
+			corrected = true
+		}
+		// A sandbox a listing shows Ready against an earlier claim was
+		// not stopped: its stop is void.
+		if corrected && want == SandboxReady {
+			sb.stopSeen = false
 		}
 	}
 	for _, in := range l.Containers {

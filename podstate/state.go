@@ -334,19 +334,29 @@ func (s *State) listSandbox(sb *Sandbox, want SandboxState, startSeq uint64, now
 	switch {
 	case sb.State == SandboxRemoved && sb.Removal != RemovedByEvent && sb.seq <= startSeq:
 		// Removed because a listing lacked it; this newer listing has it.
-		s.setSandbox(sb, want, now, false)
-		r.Updated++
-		r.Corrected++
+		s.correctSandbox(sb, want, now, r)
 	case want == sb.State:
 		sb.fromEvent = false
 	case want > sb.State:
 		s.setSandbox(sb, want, now, false)
 		r.Updated++
 	case sb.fromEvent && sb.seq <= startSeq && now.Sub(sb.StateSince) >= settleTime:
-		s.setSandbox(sb, want, now, false)
-		r.Updated++
-		r.Corrected++
+		s.correctSandbox(sb, want, now, r)
 	}
+}
+
+// correctSandbox sets sb back to want, what a listing shows against an
+// earlier claim. Shown Ready again, a stop seen before is void: the
+// runtime never makes a stopped sandbox Ready, so the stop did not take
+// (or the data that said so was wrong), and a later absence of a sandbox
+// last listed Ready is one absence, no evidence of a teardown.
+func (s *State) correctSandbox(sb *Sandbox, want SandboxState, now time.Time, r *ReconcileResult) {
+	s.setSandbox(sb, want, now, false)
+	if want == SandboxReady {
+		sb.StopSeen = false
+	}
+	r.Updated++
+	r.Corrected++
 }
 
 func (s *State) listContainer(c *Container, want ContainerState, startSeq uint64, now time.Time, r *ReconcileResult) {

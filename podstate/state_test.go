@@ -627,6 +627,42 @@ func TestAListingCorrectsAnNRIRemovalOfARecordAnAbsenceRemoved(t *testing.T) {
 	}
 }
 
+// TestAStopAListingShowsUndoneIsNoEvidenceOfATeardown: NRI reported sandbox
+// s1 stopped (or a listing showed it NotReady), then listings SettleTime
+// later show it Ready: the stop did not take. One absence after that is one
+// absence, as for any sandbox last listed Ready: never a teardown, so the
+// pod's dir and cgroup are not "orphaned" on it.
+func TestAStopAListingShowsUndoneIsNoEvidenceOfATeardown(t *testing.T) {
+	for _, tc := range []struct {
+		rule string
+		stop func(s *State)
+	}{
+		{"an NRI stop", func(s *State) {
+			mustApply(t, s, podEvent(StopPodSandbox, "u", "s1", time.Second))
+		}},
+		{"a listing that showed it NotReady", func(s *State) {
+			s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: false, CreatedAt: t0}}},
+				t0.Add(time.Second))
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(2*time.Second)) // lacked once: removed by absence
+		}},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			s := New(time.Hour)
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
+			tc.stop(s)
+			ready := Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: true, CreatedAt: t0}}}
+			s.Reconcile(ready, t0.Add(time.Minute))
+			if p, _ := s.Pod("u"); p.Phase != PhaseRunning {
+				t.Fatalf("after a listing showing s1 Ready: phase %s, want Running: the test proves nothing", p.Phase)
+			}
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(2*time.Minute)) // one absence
+			if p, _ := s.Pod("u"); p.TornDown {
+				t.Fatalf("one absence of a sandbox last listed Ready made pod u torn down (%+v): the stop the listing undid was taken for evidence", p.Sandboxes)
+			}
+		})
+	}
+}
+
 // TestAnEventUnderAnotherPodUIDKeepsTheRecordsPodCurrent: NRI removes
 // sandbox s1 of pod u1 naming pod u2 (malformed: a sandbox's pod never
 // changes). u1 has nothing left: it is Removed from then on, and forgotten

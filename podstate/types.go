@@ -195,7 +195,8 @@ type Sandbox struct {
 	// Session is the NRI session (State.Syncs) of the last report.
 	Session uint64
 	// StopSeen: an NRI StopPodSandbox arrived, or a listing showed the
-	// sandbox NotReady.
+	// sandbox NotReady; until a listing corrects the sandbox back to Ready
+	// (see Reconcile).
 	StopSeen bool
 	// Removal is the evidence of the removal; meaningful when State is
 	// SandboxRemoved.
