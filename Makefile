@@ -56,7 +56,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMountLine$$' -fuzztime $(or $(FUZZTIME),50000x) ./podnet/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCacheEntry$$' -fuzztime $(or $(FUZZTIME),50000x) ./podnet/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseReservation$$' -fuzztime $(or $(FUZZTIME),50000x) ./podnet/
-	$(GO) test -run '^$$' -fuzz '^FuzzMountPointField$$' -fuzztime $(or $(FUZZTIME),50000x) ./nodefs/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMountInfoLine$$' -fuzztime $(or $(FUZZTIME),50000x) ./nodefs/
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePids$$' -fuzztime $(or $(FUZZTIME),50000x) ./podcgroups/
 	$(GO) test -run '^$$' -fuzz '^FuzzCriNetNSPath$$' -fuzztime $(or $(FUZZTIME),50000x) ./cri/
 	$(GO) test -run '^$$' -fuzz '^FuzzConvert$$' -fuzztime $(or $(FUZZTIME),50000x) ./cri/

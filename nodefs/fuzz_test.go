@@ -188,39 +188,54 @@ func kernelEscape(s string) string {
 	return b.String()
 }
 
-// FuzzMountPointField: a mount table line never panics the parser, and the
-// mount point of a line as the kernel writes it (fields separated by one
-// space, paths escaped) comes back exactly, whatever bytes its root and mount
-// point hold (a path is any bytes but NUL). A mount point misread is a mount
-// below a pod dir that the removal does not see.
-func FuzzMountPointField(f *testing.F) {
-	for _, s := range [][3]string{
-		{"/", "/var/lib/kubelet/pods/" + testUUID + "/volumes/kubernetes.io~empty-dir/cache", ""},
-		{"/data/a b", "/var/lib/kubelet/pods/x\ty", ""},
-		{`/a\b`, `/c\040d`, ""},
+// FuzzParseMountInfoLine: a mount table line never panics the parser, and
+// the mount IDs, root, mount point and file system type of a line as the
+// kernel writes it (fields separated by one space, paths escaped) come back
+// exactly, whatever bytes its root and mount point hold (a path is any bytes
+// but NUL). A mount point misread is a mount below a pod dir that the
+// removal does not see; a root or type misread pins a namespace mount
+// (podnet) to the wrong thing.
+func FuzzParseMountInfoLine(f *testing.F) {
+	for _, s := range [][4]string{
+		{"/", "/var/lib/kubelet/pods/" + testUUID + "/volumes/kubernetes.io~empty-dir/cache", "ext4", ""},
+		{"/data/a b", "/var/lib/kubelet/pods/x\ty", "ext4", ""},
+		{`/a\b`, `/c\040d`, "ext4", ""},
+		{"net:[4026532177]", "/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a30", "nsfs", ""},
 		// Paths with white space the kernel does not escape.
-		{"/data/my\u00a0dir", "/var/lib/kubelet/pods/" + testUUID + "/volumes/kubernetes.io~empty-dir/cache", ""},
-		{"/", "/var/lib/kubelet/pods/" + testUUID + "/volumes/a\rb", ""},
-		{"", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue"},
-		{"", "", "36 35 98:0 /mnt1"},
-		{"", "", ""},
+		{"/data/my\u00a0dir", "/var/lib/kubelet/pods/" + testUUID + "/volumes/kubernetes.io~empty-dir/cache", "ext4", ""},
+		{"/", "/var/lib/kubelet/pods/" + testUUID + "/volumes/a\rb", "ext4", ""},
+		{"/a\rb", "/run/netns/c\u00a0d", "xfs", ""},
+		{"net:[1]", "/run/netns/a\v-\vnsfs", "tmpfs", ""},
+		{"/x\vy", "/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a30\fq\f-\fnsfs", "tmpfs", ""},
+		{"", "", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue"},
+		{"", "", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 -"},
+		{"", "", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime - tmpfs  rw"},
+		{"", "", "", "1 2 3 4 5 6 - "},
+		{"", "", "", "36 35 98:0 /mnt1"},
+		{"", "", "", ""},
 	} {
-		f.Add(s[0], s[1], s[2])
+		f.Add(s[0], s[1], s[2], s[3])
 	}
-	f.Fuzz(func(t *testing.T, root, point, line string) {
-		if p, err := mountPointField(line); err == nil && p == "" {
-			t.Fatalf("%q parsed with an empty mount point", line)
+	f.Fuzz(func(t *testing.T, root, point, fstype, line string) {
+		// Any line: an error, or every part it names.
+		if m, err := ParseMountInfoLine(line); err == nil && (m.ID == "" || m.Parent == "" || m.MountPoint == "" || m.FSType == "") {
+			t.Fatalf("%q parsed with an empty part: %+v", line, m)
 		}
-		if root == "" || point == "" || strings.ContainsRune(root+point, 0) {
+		// A line the kernel could write.
+		if root == "" || point == "" || fstype == "" || strings.ContainsRune(root+point+fstype, 0) || strings.ContainsAny(fstype, " \t\n\\") {
 			return
 		}
 		if got := UnescapeMountPath(kernelEscape(point)); got != point {
 			t.Fatalf("%q escaped as %q unescapes to %q", point, kernelEscape(point), got)
 		}
-		line = "36 25 0:4 " + kernelEscape(root) + " " + kernelEscape(point) + " rw,nosuid shared:5 - ext4 /dev/sda1 rw"
-		got, err := mountPointField(line)
-		if err != nil || got != point {
-			t.Fatalf("%q: mount point %q, %v; want %q", line, got, err, point)
+		line = "36 25 0:4 " + kernelEscape(root) + " " + kernelEscape(point) + " rw,nosuid shared:5 - " + fstype + " /dev/sda1 rw"
+		m, err := ParseMountInfoLine(line)
+		want := MountInfo{ID: "36", Parent: "25", Root: root, MountPoint: point, FSType: fstype}
+		if err != nil || m != want {
+			t.Fatalf("%q parsed as %+v, %v; want %+v", line, m, err, want)
+		}
+		if p, err := mountPointField(line); err != nil || p != point {
+			t.Fatalf("%q: mount point %q, %v; want %q", line, p, err, point)
 		}
 	})
 }

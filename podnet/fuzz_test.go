@@ -8,65 +8,31 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 )
 
-// kernelEscape escapes a path as the kernel writes it into the mount table
-// (fs/proc_namespace.c, mangle_path and seq_path_root with " \t\n\\"): those
-// four bytes become \ooo, every other byte is written as it is.
-func kernelEscape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case ' ', '\t', '\n', '\\':
-			b.WriteString("\\" + string('0'+c>>6) + string('0'+c>>3&7) + string('0'+c&7))
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
-// FuzzParseMountLine: a mount table line never panics the parser, and the
-// root, mount point and file system type of a line as the kernel writes it
-// (its fields separated by one space, its paths escaped) come back exactly,
-// whatever bytes the paths hold: a path is any bytes but NUL, and a wrong
-// mount point or root would pin a namespace mount to the wrong name.
+// FuzzParseMountLine: a mount table line never panics the reader, and
+// what it keeps of a line is what nodefs.ParseMountInfoLine (fuzzed with
+// kernel-written lines there) reads in it, or the line is an error.
 func FuzzParseMountLine(f *testing.F) {
-	for _, s := range [][4]string{
-		{"net:[4026532177]", "/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a30", "nsfs", ""},
-		{"/", "/run/netns", "tmpfs", ""},
-		{"/data/a b", "/run/netns/x\ty", "ext4", ""},
-		// Paths with white space the kernel does not escape.
-		{"/a\rb", "/run/netns/c\u00a0d", "xfs", ""},
-		{"net:[1]", "/run/netns/a\v-\vnsfs", "tmpfs", ""},
-		{"/x\vy", "/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a30\fq\f-\fnsfs", "tmpfs", ""},
-		{"", "", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue"},
-		{"", "", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime - ext3 /dev/root rw"},
-		{"", "", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 -"},
-		{"", "", "", "36 35 98:0 /mnt1 /mnt2 rw,noatime - tmpfs  rw"},
-		{"", "", "", "1 2 3 4 5 6 - "},
-		{"", "", "", ""},
+	for _, line := range []string{
+		"36 25 0:4 net:[4026532177] /run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a30 rw,nosuid shared:5 - nsfs nsfs rw",
+		"36 25 0:4 /a\rb /run/netns/c\u00a0d rw,nosuid shared:5 - xfs nsfs rw",
+		"36 35 98:0 /mnt1 /mnt2 rw,noatime - tmpfs  rw",
+		"1 2 3 4 5 6 - ",
+		"",
 	} {
-		f.Add(s[0], s[1], s[2], s[3])
+		f.Add(line)
 	}
-	f.Fuzz(func(t *testing.T, root, point, fstype, line string) {
-		// Any line: an error, or what it names.
-		if p, m, err := parseMountLine(line); err == nil {
-			if m.id == "" || m.parent == "" || m.fstype == "" || p == "" {
-				t.Fatalf("%q parsed with an empty part: point %q, %+v", line, p, m)
-			}
+	f.Fuzz(func(t *testing.T, line string) {
+		point, m, err := parseMountLine(line)
+		mi, miErr := nodefs.ParseMountInfoLine(line)
+		if (err != nil) != (miErr != nil) {
+			t.Fatalf("%q: %v, but nodefs says %v", line, err, miErr)
 		}
-		// A line the kernel could write.
-		if root == "" || point == "" || fstype == "" || strings.ContainsRune(root+point+fstype, 0) || strings.ContainsAny(fstype, " \t\n\\") {
-			return
-		}
-		line = "36 25 0:4 " + kernelEscape(root) + " " + kernelEscape(point) + " rw,nosuid shared:5 - " + fstype + " nsfs rw"
-		p, m, err := parseMountLine(line)
-		if err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		if p != point || m.root != root || m.fstype != fstype || m.id != "36" || m.parent != "25" {
-			t.Fatalf("%q parsed as point %q, %+v; want point %q, root %q, type %q", line, p, m, point, root, fstype)
+		if err == nil && (point != mi.MountPoint || m != (mountEntry{id: mi.ID, parent: mi.Parent, root: mi.Root, fstype: mi.FSType})) {
+			t.Fatalf("%q read as point %q, %+v; nodefs reads %+v", line, point, m, mi)
 		}
 	})
 }
