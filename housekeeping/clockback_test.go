@@ -4,15 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
-	"github.com/nri-housekeeper/nri-housekeeper/executor"
-	"github.com/nri-housekeeper/nri-housekeeper/gc"
-	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
 // TestAPodDirBornUnderAClockSinceSetBackIsNoEvidenceOfAReAdd: a node that
@@ -29,29 +25,14 @@ func TestAPodDirBornUnderAClockSinceSetBackIsNoEvidenceOfAReAdd(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "volumes", "kubernetes.io~empty-dir", "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if ids := inspectedIdentities(t, root, uid); !strings.HasPrefix(ids[dir], "born ") {
-		t.Skipf("the test dir's file system keeps no birth time (%q)", ids[dir])
-	}
+	skipWithoutBirthTimes(t, root, uid)
 	// Made now; the clock is then set back 3 minutes, and the pod removed
 	// a minute later: 2 minutes before now, as the clock reads then.
 	removed := time.Now().Add(-2 * time.Minute)
-	state := podstate.New(0)
-	for _, ev := range []podstate.Event{
-		{Kind: podstate.RunPodSandbox, At: removed.Add(-time.Hour), Pod: ident(uid), SandboxID: "first"},
-		{Kind: podstate.StopPodSandbox, At: removed, Pod: ident(uid), SandboxID: "first"},
-		{Kind: podstate.RemovePodSandbox, At: removed, Pod: ident(uid), SandboxID: "first"},
-	} {
-		if err := state.Apply(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	state := removedAt(t, uid, removed)
 	files := &podDirRemover{root: root}
 	rt := &fakeRuntime{}
-	opts := Options{Period: 30 * time.Second, KubeletRoot: root, Synchronized: func() bool { return true },
-		CompareBirthTimes: true, Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
-		Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, RemoveOrphanedPodDirs: true,
-			PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(),
-			Budget: gc.Budget{MaxPerPass: 10, MaxFraction: 1, MinPerPass: 10, MaxPerHour: 100}}}
+	opts := birthTimeOptions(t, root, files)
 	log, buf := testLogger()
 	loop := New(state, rt, opts, log)
 	loop.started = removed.Add(-time.Hour)

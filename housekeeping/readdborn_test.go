@@ -48,20 +48,9 @@ func TestAPodDirBornAfterThePodsRemovalIsEvidenceOfAReAdd(t *testing.T) {
 				}
 			}
 			makeDir()
-			if ids := inspectedIdentities(t, root, uid); !strings.HasPrefix(ids[dir], "born ") {
-				t.Skipf("the test dir's file system keeps no birth time (%q)", ids[dir])
-			}
+			skipWithoutBirthTimes(t, root, uid)
 			removed := time.Now() // the dir is older
-			state := podstate.New(0)
-			for _, ev := range []podstate.Event{
-				{Kind: podstate.RunPodSandbox, At: removed.Add(-time.Hour), Pod: ident(uid), SandboxID: "first"},
-				{Kind: podstate.StopPodSandbox, At: removed, Pod: ident(uid), SandboxID: "first"},
-				{Kind: podstate.RemovePodSandbox, At: removed, Pod: ident(uid), SandboxID: "first"},
-			} {
-				if err := state.Apply(ev); err != nil {
-					t.Fatal(err)
-				}
-			}
+			state := removedAt(t, uid, removed)
 			readd := func() {
 				if !tc.readd {
 					return
@@ -76,11 +65,7 @@ func TestAPodDirBornAfterThePodsRemovalIsEvidenceOfAReAdd(t *testing.T) {
 			}
 			files := &podDirRemover{root: root}
 			rt := &fakeRuntime{}
-			opts := Options{Period: 30 * time.Second, KubeletRoot: root, Synchronized: func() bool { return true },
-				CompareBirthTimes: true, Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
-				Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, RemoveOrphanedPodDirs: true,
-					PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(),
-					Budget: gc.Budget{MaxPerPass: 10, MaxFraction: 1, MinPerPass: 10, MaxPerHour: 100}}}
+			opts := birthTimeOptions(t, root, files)
 			log, buf := testLogger()
 			logs := buf.String
 			loop := New(state, rt, opts, log)
@@ -122,13 +107,43 @@ func TestAPodDirBornAfterThePodsRemovalIsEvidenceOfAReAdd(t *testing.T) {
 	}
 }
 
-// inspectedIdentities is what an inspection of uid's pod dir under root
-// tells of its paths (nodefs.PodDir.Identities).
-func inspectedIdentities(t *testing.T, root, uid string) map[string]string {
+// skipWithoutBirthTimes skips a test whose pod dir (uid's under root) has
+// no birth time: its file system keeps none, and there is nothing to test.
+func skipWithoutBirthTimes(t *testing.T, root, uid string) {
 	t.Helper()
 	d, err := nodefs.InspectPodDir(context.Background(), root, uid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d.Identities
+	if id := d.Identities[d.Path]; !strings.HasPrefix(id, "born ") {
+		t.Skipf("the test dir's file system keeps no birth time (%q)", id)
+	}
+}
+
+// removedAt is podstate after NRI reported pod uid run an hour before
+// removed, then stopped and removed at removed.
+func removedAt(t *testing.T, uid string, removed time.Time) *podstate.State {
+	t.Helper()
+	state := podstate.New(0)
+	for _, ev := range []podstate.Event{
+		{Kind: podstate.RunPodSandbox, At: removed.Add(-time.Hour), Pod: ident(uid), SandboxID: "first"},
+		{Kind: podstate.StopPodSandbox, At: removed, Pod: ident(uid), SandboxID: "first"},
+		{Kind: podstate.RemovePodSandbox, At: removed, Pod: ident(uid), SandboxID: "first"},
+	} {
+		if err := state.Apply(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return state
+}
+
+// birthTimeOptions are a loop's options with birth times compared, as the
+// plugin has them, orphaned pod dirs removed through files, and leak_grace
+// 5 minutes.
+func birthTimeOptions(t *testing.T, root string, files *podDirRemover) Options {
+	return Options{Period: 30 * time.Second, KubeletRoot: root, Synchronized: func() bool { return true },
+		CompareBirthTimes: true, Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+		Policy: gc.Policy{LeakGrace: 5 * time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, RemoveOrphanedPodDirs: true,
+			PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(),
+			Budget: gc.Budget{MaxPerPass: 10, MaxFraction: 1, MinPerPass: 10, MaxPerHour: 100}}}
 }
