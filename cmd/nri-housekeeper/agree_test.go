@@ -6,14 +6,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
@@ -101,22 +99,6 @@ func (exitedRuntime) ContainerStatus(context.Context, *runtimeapi.ContainerStatu
 	return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{Id: "c1", LogPath: "/var/log/pods/a/b/0.log"}}, nil
 }
 
-// serveExitedRuntime serves exitedRuntime on a unix socket until the test
-// ends.
-func serveExitedRuntime(t *testing.T) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "cri.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(srv, exitedRuntime{})
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
-	return "unix://" + sock
-}
-
 // TestEveryCRICallTheClientMakesHasItsOwnMethodLabel: README says
 // cri_call_duration_seconds / cri_errors_total are by method for "CRI and
 // containerd calls". The executor asks CRI ContainerStatus (one per
@@ -126,7 +108,7 @@ func serveExitedRuntime(t *testing.T) string {
 // recorded as method="other".
 func TestEveryCRICallTheClientMakesHasItsOwnMethodLabel(t *testing.T) {
 	m := metrics.New(metrics.BuildInfo{Version: "test"})
-	c, err := cri.Dial(serveExitedRuntime(t), time.Second, cri.WithObserver(m.ObserveCRICall))
+	c, err := cri.Dial(serveRuntime(t, exitedRuntime{}), time.Second, cri.WithObserver(m.ObserveCRICall))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +152,7 @@ func TestOnceThatCannotActDoesNotExitZero(t *testing.T) {
 		}
 	}
 	// kubelet_root has no pods/ dir: kubelet_root is wrong.
-	path := writeOnceConfig(t, dir, serveExitedRuntime(t), "")
+	path := writeOnceConfig(t, dir, serveRuntime(t, exitedRuntime{}), "")
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"once", "--config", path, "--leak-grace", "0s"}, &stdout, &stderr)
 	if code == 0 {
