@@ -58,6 +58,8 @@ type Reclaimer struct {
 	// threads is the node's threads' network namespaces, read again
 	// right before each DEL, one read shared by the DELs of a second.
 	threads recentThreads
+	// delsIn lets the DELs of one namespace run one at a time.
+	delsIn netnsTurns
 }
 
 // StepTimeout bounds one CNI DEL (its plugins are killed then) and the wait
@@ -173,7 +175,10 @@ func (r *Reclaimer) network(path, name string) (Network, error) {
 //     pass's CRI steps, which can take minutes. The threads are read at
 //     most threadsMaxAge before the DEL (see recentThreads), and the path
 //     must still hold the namespace they were read for (else
-//     RefusedError).
+//     RefusedError). The DELs of one namespace (every pod has two: its
+//     network's and containerd's loopback) run one at a time, and each
+//     rests on a read begun after the one before it ended: their plugins
+//     enter the namespace, and would be taken for a workload there.
 //
 // It never sends the CNI GC verb: the spec forbids GC while ADD or DEL may
 // run on the network, and containerd's ADDs cannot be stopped; a DEL of one
@@ -218,7 +223,12 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 		return fmt.Errorf("CNI DEL of %s: %w", path, err)
 	}
 	if netns != "" {
-		inUse, err := r.threads.get(ctx)
+		after, release, err := r.delsIn.take(ctx, netnsIno, r.threads.now)
+		if err != nil {
+			return fmt.Errorf("CNI DEL of %s: waiting for another DEL in its namespace %s: %w", path, netns, err)
+		}
+		defer release()
+		inUse, err := r.threads.get(ctx, after)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return fmt.Errorf("CNI DEL of %s: %w", path, ctxErr)
 		}
@@ -457,12 +467,13 @@ type recentThreads struct {
 }
 
 // get returns the inodes of the network namespaces some thread is in, as
-// read no earlier than maxAge ago.
-func (t *recentThreads) get(ctx context.Context) (map[uint64]bool, error) {
+// read no earlier than maxAge ago, and by a read begun after after (zero:
+// any).
+func (t *recentThreads) get(ctx context.Context, after time.Time) (map[uint64]bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	start := t.now()
-	if age := start.Sub(t.at); t.inUse != nil && age >= 0 && age < t.maxAge {
+	if age := start.Sub(t.at); t.inUse != nil && age >= 0 && age < t.maxAge && t.at.After(after) {
 		return t.inUse, nil
 	}
 	inUse, err := t.read(ctx)
@@ -472,6 +483,71 @@ func (t *recentThreads) get(ctx context.Context) (map[uint64]bool, error) {
 	}
 	t.at, t.inUse = start, inUse
 	return inUse, nil
+}
+
+// netnsTurns lets the DELs of one network namespace run one at a time. The
+// plugins of a DEL enter its namespace (loopback, bridge and ptp set links
+// down there from a thread of their own): a read of the threads made
+// meanwhile, for the next DEL in that namespace, would find them there and
+// refuse it as "something runs there again". Every pod has two
+// attachments in its namespace (its network's and containerd's loopback),
+// and their DELs are due in the same wave.
+type netnsTurns struct {
+	mu    sync.Mutex
+	turns map[uint64]*netnsTurn // by namespace inode
+}
+
+type netnsTurn struct {
+	token chan struct{} // holds a value while no DEL runs in the namespace
+	users int           // DELs that hold or wait for the turn
+	ended time.Time     // when the namespace's last DEL ended
+}
+
+// take waits for ino's turn, or ctx. It returns when the namespace's DEL
+// before ended (zero: none that a read of the threads still kept could
+// predate), and release, to call when the DEL's plugins have ended.
+func (n *netnsTurns) take(ctx context.Context, ino uint64, now func() time.Time) (ended time.Time, release func(), err error) {
+	n.mu.Lock()
+	if n.turns == nil {
+		n.turns = make(map[uint64]*netnsTurn)
+	}
+	// A turn no one holds is kept while its end is younger than a read
+	// the threads may still share: a DEL after it must not rest on a read
+	// made while the plugins were in the namespace.
+	for i, t := range n.turns {
+		if t.users == 0 && now().Sub(t.ended) >= threadsMaxAge {
+			delete(n.turns, i)
+		}
+	}
+	t := n.turns[ino]
+	if t == nil {
+		t = &netnsTurn{token: make(chan struct{}, 1)}
+		t.token <- struct{}{}
+		n.turns[ino] = t
+	}
+	t.users++
+	n.mu.Unlock()
+	leave := func() {
+		n.mu.Lock()
+		t.users--
+		n.mu.Unlock()
+	}
+	select {
+	case <-t.token:
+	case <-ctx.Done():
+		leave()
+		return time.Time{}, nil, ctx.Err()
+	}
+	n.mu.Lock()
+	ended = t.ended
+	n.mu.Unlock()
+	return ended, func() {
+		n.mu.Lock()
+		t.ended = now()
+		n.mu.Unlock()
+		t.token <- struct{}{}
+		leave()
+	}, nil
 }
 
 // lockHostLocal takes host-local's lock on its network dir the way host-local

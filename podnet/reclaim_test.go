@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -248,12 +249,12 @@ func TestDELsShareARecentReadOfTheThreads(t *testing.T) {
 					}
 					return map[uint64]bool{uint64(reads): true}, nil
 				}}
-			_, err := th.get(ctx)
+			_, err := th.get(ctx, time.Time{})
 			if (err != nil) != tt.firstFail {
 				t.Fatalf("first get: %v", err)
 			}
 			now = now.Add(tt.secondAt)
-			got, err := th.get(ctx)
+			got, err := th.get(ctx, time.Time{})
 			if err != nil || reads != tt.wantReads || !got[uint64(reads)] {
 				t.Fatalf("second get %v later: %v, %v after %d reads; want the result of read %d", tt.secondAt, got, err, reads, tt.wantReads)
 			}
@@ -798,11 +799,11 @@ func TestASharedReadOfTheThreadsAgesFromItsStart(t *testing.T) {
 			now = now.Add(600 * time.Millisecond) // the read takes 600 ms
 			return map[uint64]bool{}, nil
 		}}
-	if _, err := th.get(ctx); err != nil {
+	if _, err := th.get(ctx, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(400 * time.Millisecond) // a second after the read started
-	if _, err := th.get(ctx); err != nil {
+	if _, err := th.get(ctx, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if reads != 2 {
@@ -824,7 +825,7 @@ func TestConcurrentDELsShareOneReadOfTheThreads(t *testing.T) {
 	errs := make(chan error, 16)
 	for range 16 {
 		go func() {
-			got, err := th.get(ctx)
+			got, err := th.get(ctx, time.Time{})
 			if err == nil && !got[7] {
 				err = errors.New("the read's result is not the one returned")
 			}
@@ -838,5 +839,140 @@ func TestConcurrentDELsShareOneReadOfTheThreads(t *testing.T) {
 	}
 	if reads != 1 {
 		t.Errorf("%d reads, want 1", reads)
+	}
+}
+
+// TestTheDELsOfOneNamespaceRunOneAtATime: every pod has two attachments in
+// its namespace (its network's and containerd's loopback), due in one
+// wave, and the plugins of a DEL enter the namespace (loopback sets lo
+// down from a thread in it). A DEL must not take the plugins of another
+// DEL in its namespace for a workload: it waits for that DEL, and rests on
+// a read of the threads begun after it ended.
+func TestTheDELsOfOneNamespaceRunOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t)
+	slow := strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "delInNetns": 400`, 1)
+	cfg := n.config(t, map[string]string{"10-pods.conflist": slow, "20-storage.conflist": n.netConfList("storage", nil)})
+	id := containerID(1)
+	netns := newNetns(t, netnsPath(n.netnsDir, 3), false).Path
+	n.add(t, cfg, "pods", id, netns)
+	n.add(t, cfg, "storage", id, netns)
+	var pods, storage Attachment
+	for _, a := range mustList(t, cfg, n).Attachments {
+		switch a.Network {
+		case "pods":
+			pods = a
+		case "storage":
+			storage = a
+		}
+	}
+	if pods.CacheFile == "" || storage.CacheFile == "" {
+		t.Fatalf("want an attachment on each network, listed %+v and %+v", pods, storage)
+	}
+	r := NewReclaimer(cfg, n.cacheDir, "")
+	// A clock a second on at each look: no DEL shares a read by age alone.
+	var mu sync.Mutex
+	now := time.Now()
+	r.threads.now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		now = now.Add(time.Second)
+		return now
+	}
+	first := make(chan error, 1)
+	go func() { first <- r.DeleteAttachment(ctx, pods) }()
+	inNetns := n.log + ".in-netns"
+	for deadline := time.Now().Add(10 * time.Second); !exists(t, inNetns); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first DEL's plugin never entered the namespace (%s)", inNetns)
+		}
+	}
+	if err := r.DeleteAttachment(ctx, storage); err != nil {
+		t.Fatalf("the second DEL in the namespace, while the first's plugin was in it: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the first DEL: %v", err)
+	}
+	var order []string
+	for _, call := range n.pluginCalls(t) {
+		if f := strings.Fields(call); f[0] == "DEL" {
+			order = append(order, f[2])
+		}
+	}
+	if want := []string{"eth0", "eth0", "eth1", "eth1"}; !slices.Equal(order, want) {
+		t.Errorf("DELs ran on %v, want %v: the second began before the first ended", order, want)
+	}
+}
+
+// TestADELAfterAnotherInItsNamespaceRestsOnAReadBegunAfterIt: a read of
+// the threads made for a DEL elsewhere while another DEL's plugins were in
+// a namespace sees them there. The next DEL in that namespace, even one
+// that starts after the other ended, rests on a later read; and the turns
+// of namespaces whose last DEL is older than any read still shared are
+// let go.
+func TestADELAfterAnotherInItsNamespaceRestsOnAReadBegunAfterIt(t *testing.T) {
+	ctx := context.Background()
+	const ns, elsewhere = 7, 8
+	now, reads := time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC), 0
+	clock := func() time.Time { return now }
+	th := recentThreads{maxAge: threadsMaxAge, now: clock,
+		read: func(context.Context) (map[uint64]bool, error) {
+			reads++
+			return map[uint64]bool{ns: reads == 1}, nil // the first read sees the plugins in ns
+		}}
+	var turns netnsTurns
+	_, release, err := turns.take(ctx, ns, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := th.get(ctx, time.Time{}); err != nil { // for a DEL elsewhere
+		t.Fatal(err)
+	}
+	now = now.Add(100 * time.Millisecond)
+	release()
+	now = now.Add(100 * time.Millisecond)
+	after, release, err := turns.take(ctx, ns, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := th.get(ctx, after)
+	release()
+	if err != nil || got[ns] || reads != 2 {
+		t.Fatalf("the next DEL in the namespace got %v, %v after %d read(s): it rested on the read made while the DEL before was in it", got, err, reads)
+	}
+	// Turns do not pile up: once its last DEL is older than a shared read
+	// can be, a namespace's turn goes.
+	for i := range uint64(100) {
+		now = now.Add(threadsMaxAge)
+		_, release, err := turns.take(ctx, elsewhere+i, clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+	}
+	if len(turns.turns) > 1 {
+		t.Errorf("%d turns kept after 100 DELs a second apart, want at most 1", len(turns.turns))
+	}
+}
+
+// TestAWaitForAnotherDELInItsNamespaceEndsWithItsContext: the DEL that
+// holds a namespace can take up to network.step_timeout; a pass that is
+// stopped does not wait for it.
+func TestAWaitForAnotherDELInItsNamespaceEndsWithItsContext(t *testing.T) {
+	var turns netnsTurns
+	_, release, err := turns.take(context.Background(), 7, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, _, err := turns.take(ctx, 7, time.Now); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiting for a namespace another DEL holds: %v, want the context's deadline", err)
+	}
+	if _, release, err := turns.take(context.Background(), 8, time.Now); err != nil {
+		t.Fatalf("another namespace: %v", err)
+	} else {
+		release()
 	}
 }

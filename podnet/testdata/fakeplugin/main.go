@@ -7,7 +7,9 @@
 // writes the call's PATH and working dir to "<log>.env", and passes the
 // previous result on (ADD), so that a chain of them behaves
 // like a real chain. With "failDel": true its DEL fails; with "hangDel":
-// true it never ends (until killed). The plugin type is
+// true it never ends (until killed); with "delInNetns": N its DEL spends N
+// milliseconds in the namespace, from a thread that entered it, as
+// loopback's and bridge's DELs do, and creates "<log>.in-netns" while there. The plugin type is
 // the binary's name, as libcni finds it: the tests install one binary under
 // several names.
 package main
@@ -18,12 +20,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"golang.org/x/sys/unix"
 )
 
 type conf struct {
@@ -31,6 +35,7 @@ type conf struct {
 	Log           string          `json:"log"`
 	FailDel       bool            `json:"failDel"`
 	HangDel       bool            `json:"hangDel"`
+	DelInNetns    int             `json:"delInNetns"`
 	RuntimeConfig json.RawMessage `json:"runtimeConfig"`
 }
 
@@ -120,7 +125,36 @@ func del(args *skel.CmdArgs) error {
 	if c.HangDel {
 		time.Sleep(time.Hour)
 	}
+	if c.DelInNetns > 0 {
+		return stayInNetns(args.Netns, time.Duration(c.DelInNetns)*time.Millisecond, c.Log+".in-netns")
+	}
 	return nil
+}
+
+// stayInNetns enters netns from a thread of its own, creates marker there
+// and stays for d. The thread is never given back: it dies with the plugin.
+func stayInNetns(netns string, d time.Duration, marker string) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		f, err := os.Open(netns)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("setns %s: %w", netns, err)
+			return
+		}
+		if err := os.WriteFile(marker, nil, 0o600); err != nil {
+			done <- err
+			return
+		}
+		time.Sleep(d)
+		done <- os.Remove(marker)
+	}()
+	return <-done
 }
 
 func check(args *skel.CmdArgs) error {
