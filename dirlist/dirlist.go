@@ -8,11 +8,14 @@ package dirlist
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"slices"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // batch is how many entries are read between two checks of the context.
@@ -37,7 +40,7 @@ func Open(ctx context.Context, dir string) (*os.File, []fs.DirEntry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	f, err := os.Open(dir)
+	f, err := OpenDir(dir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -58,4 +61,43 @@ func Open(ctx context.Context, dir string) (*os.File, []fs.DirEntry, error) {
 	}
 	slices.SortFunc(all, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return f, all, nil
+}
+
+// OpenDir opens dir for reading its entries, and refuses anything but a
+// directory before opening it (O_DIRECTORY): opening a FIFO put where a
+// directory is expected would wait for a writer for ever, and opening a
+// device may do what the device does on open. Symlinks in dir are followed,
+// as os.Open follows them. The error names dir and, when it is not a
+// directory, what it is.
+func OpenDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if errors.Is(err, unix.ENOTDIR) {
+		// ENOTDIR also comes from a component on the way that is not a
+		// directory; then stat fails too, and the open's error stands.
+		if fi, serr := os.Stat(dir); serr == nil && !fi.IsDir() {
+			return nil, fmt.Errorf("%s is %s, want a directory: %w", dir, fileType(fi.Mode()), err)
+		}
+	}
+	return f, err
+}
+
+// fileType names the type of a file of mode m, for an error that refuses it.
+func fileType(m fs.FileMode) string {
+	switch m.Type() {
+	case 0:
+		return "a regular file"
+	case fs.ModeDir:
+		return "a directory"
+	case fs.ModeSymlink:
+		return "a symlink"
+	case fs.ModeNamedPipe:
+		return "a FIFO"
+	case fs.ModeSocket:
+		return "a socket"
+	case fs.ModeDevice:
+		return "a block device"
+	case fs.ModeDevice | fs.ModeCharDevice:
+		return "a character device"
+	}
+	return fmt.Sprintf("a file of type %s", m.Type())
 }

@@ -8,7 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestEntriesComeSortedByNameWithSymlinksNotFollowed(t *testing.T) {
@@ -75,9 +79,84 @@ func TestListingStopsWhenTheContextIsDone(t *testing.T) {
 	}
 }
 
+// TestASymlinkToADirectoryIsListed: dir itself may be a symlink (a
+// configured root often is); only the entries are not followed.
+func TestASymlinkToADirectoryIsListed(t *testing.T) {
+	base := t.TempDir()
+	if err := os.Mkdir(filepath.Join(base, "real"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, "real", "a"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := Read(context.Background(), filepath.Join(base, "link"))
+	if err != nil || len(entries) != 1 || entries[0].Name() != "a" {
+		t.Fatalf("Read through a symlink: %v, %v; want the entry a", entries, err)
+	}
+}
+
 func TestAMissingDirIsNotExist(t *testing.T) {
 	_, err := Read(context.Background(), filepath.Join(t.TempDir(), "gone"))
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Read of a missing dir: %v, want fs.ErrNotExist (callers treat it as empty)", err)
+	}
+}
+
+// TestWhatIsNotADirectoryIsRefusedWithoutBlocking: a FIFO where a directory
+// is expected (a misconfigured key, another agent's file) is refused, not
+// opened: an open for reading waits for a writer for ever, and so would
+// every later pass. A device is refused as well, and every error names the
+// path and what is there.
+func TestWhatIsNotADirectoryIsRefusedWithoutBlocking(t *testing.T) {
+	base := t.TempDir()
+	fifo := filepath.Join(base, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path, want string
+	}{
+		{"a FIFO", fifo, fifo + " is a FIFO, want a directory"},
+		{"a character device", os.DevNull, os.DevNull + " is a character device, want a directory"},
+		{"a regular file", file, file + " is a regular file, want a directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var readErr, openErr error
+			returnsWithin(t, func() {
+				_, readErr = Read(context.Background(), tt.path)
+				var f *os.File
+				if f, _, openErr = Open(context.Background(), tt.path); f != nil {
+					f.Close()
+				}
+			})
+			for _, err := range []error{readErr, openErr} {
+				if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, unix.ENOTDIR) {
+					t.Fatalf("err = %v, want one saying %q and wrapping ENOTDIR", err, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// returnsWithin fails the test when f has not returned after 5s.
+func returnsWithin(t *testing.T, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("blocked for 5s")
 	}
 }
