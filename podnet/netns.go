@@ -354,9 +354,11 @@ func gone(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH)
 }
 
-// readNames reads the names in dir, checking ctx between batches.
+// readNames reads the names in dir, checking ctx between batches. A dir
+// that is not a directory (a FIFO would block the open for ever) is
+// refused before it is opened.
 func readNames(ctx context.Context, dir string) ([]string, error) {
-	f, err := os.Open(dir)
+	f, err := dirlist.OpenDir(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -395,31 +395,65 @@ func TestReleaseReservation(t *testing.T) {
 // TestReleaseReservationWhenLibcnisCacheCannotBeRead: whether libcni still
 // caches the owner's attachment (whose DEL releases the IP) cannot be told,
 // so nothing is released.
+// The results dir may also be a FIFO (another agent's, or a misconfigured
+// cache_dir): looking into it must not wait for a writer for ever.
 func TestReleaseReservationWhenLibcnisCacheCannotBeRead(t *testing.T) {
 	id := containerID(1)
-	for _, ifName := range []string{"eth0", ""} {
-		t.Run("interface "+strconv.Quote(ifName), func(t *testing.T) {
-			n, cfg, r := reservationNode(t, id)
-			if ifName == "" {
-				writeFile(t, r.Path, id)
-			}
-			r.IfName = ifName
-			// The results dir is a file: every look into it fails, and
-			// not with "does not exist".
-			results := filepath.Join(n.cacheDir, "results")
-			if err := os.RemoveAll(results); err != nil {
+	for _, results := range []struct {
+		what string
+		make func(t *testing.T, path string)
+	}{
+		{"a file", func(t *testing.T, path string) { writeFile(t, path, "") }},
+		{"a FIFO", func(t *testing.T, path string) {
+			mkdirAll(t, filepath.Dir(path))
+			if err := unix.Mkfifo(path, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			writeFile(t, results, "")
-			err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r)
-			if err == nil {
-				t.Fatal("released, though libcni's cache could not be read")
-			}
-			t.Logf("error as wanted: %v", err)
-			if !exists(t, r.Path) {
-				t.Fatalf("%s was removed", r.Path)
-			}
-		})
+		}},
+	} {
+		for _, ifName := range []string{"eth0", ""} {
+			t.Run("results dir "+results.what+", interface "+strconv.Quote(ifName), func(t *testing.T) {
+				n, cfg, r := reservationNode(t, id)
+				if ifName == "" {
+					writeFile(t, r.Path, id)
+				}
+				r.IfName = ifName
+				// Every look into the results dir fails, and not with
+				// "does not exist".
+				path := filepath.Join(n.cacheDir, "results")
+				if err := os.RemoveAll(path); err != nil {
+					t.Fatal(err)
+				}
+				results.make(t, path)
+				var err error
+				returnsWithin(t, func() {
+					err = NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r)
+				})
+				if err == nil {
+					t.Fatal("released, though libcni's cache could not be read")
+				}
+				t.Logf("error as wanted: %v", err)
+				if !exists(t, r.Path) {
+					t.Fatalf("%s was removed", r.Path)
+				}
+			})
+		}
+	}
+}
+
+// returnsWithin fails the test when f has not returned after 5s: a read
+// that waits for a FIFO's writer would hold the pass for ever.
+func returnsWithin(t *testing.T, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("blocked for 5s")
 	}
 }
 
