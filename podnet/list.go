@@ -517,6 +517,28 @@ func readSmallFile(path string, limit int64) ([]byte, fs.FileInfo, error) {
 	return buf.Bytes(), info, nil
 }
 
+// fileType names the type of a file of mode (a stat's st_mode), for an
+// error that refuses it.
+func fileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "a regular file"
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFLNK:
+		return "a symlink"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFCHR:
+		return "a character device"
+	}
+	return fmt.Sprintf("a file of type %#o", mode&unix.S_IFMT)
+}
+
 // joinPrefix is what filepath.Join(dir, name) puts before name, for any name
 // a directory entry can have (never "", "." or "..", and without a
 // separator), so that a listing cleans dir once rather than every entry's

@@ -554,11 +554,24 @@ func (n *netnsTurns) take(ctx context.Context, ino uint64, now func() time.Time)
 // takes it (backend/disk NewFileLock and go-filemutex): open <dir>/lock with
 // O_CREAT|O_RDONLY, mode 0750, and flock it exclusively. It polls so that ctx
 // bounds the wait. The error wraps fs.ErrNotExist when dir is gone.
+//
+// The open is non-blocking and what it opened must be a regular file, as
+// host-local's is: a FIFO put there would otherwise block the open, and the
+// pass, for ever.
 func lockHostLocal(ctx context.Context, dir string) (unlock func(), err error) {
 	path := filepath.Join(dir, hostLocalLock)
-	fd, err := unix.Open(path, unix.O_CREAT|unix.O_RDONLY|unix.O_CLOEXEC, 0o750)
+	fd, err := unix.Open(path, unix.O_CREAT|unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o750)
 	if err != nil {
 		return nil, &os.PathError{Op: "open host-local lock", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "fstat host-local lock", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, fmt.Errorf("host-local lock %s is %s, want a regular file", path, fileType(st.Mode))
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()

@@ -528,6 +528,22 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 		}
 	})
 
+	t.Run("a FIFO in place of host-local's lock is refused without waiting for a writer, and changes nothing", func(t *testing.T) {
+		n, cfg, r := reservationNode(t, id)
+		lock := filepath.Join(filepath.Dir(r.Path), "lock")
+		if err := os.Remove(lock); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		if err := unix.Mkfifo(lock, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		returnsWithin(t, func() { err = NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r) })
+		if err == nil || !strings.Contains(err.Error(), lock+" is a FIFO, want a regular file") || !exists(t, r.Path) {
+			t.Fatalf("err = %v (reservation there: %v), want a refusal of the FIFO %s", err, exists(t, r.Path), lock)
+		}
+	})
+
 	t.Run("the content is re-read under the lock: a change made while waiting is refused", func(t *testing.T) {
 		n, cfg, r := reservationNode(t, id)
 		release := holdHostLocalLock(t, filepath.Dir(r.Path))
