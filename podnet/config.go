@@ -2,9 +2,11 @@ package podnet
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +17,9 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/utils"
+	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
 )
 
 // Network is one CNI network containerd uses.
@@ -219,7 +224,10 @@ const loopbackConf = `{
 // returns is what containerd would load now, which can differ from what it
 // loaded (containerd reloads on changes, and keeps its old networks when a
 // new file does not load). As in go-cni, a file that does not load is an
-// error even when it is not the first.
+// error even when it is not the first. Unlike libcni, it reads no file
+// that is not a regular file (containerd's loader would wait for ever on a
+// FIFO; this is an error naming it) and no file larger than
+// maxConfFileSize.
 func FromConfDir(confDir string, binDirs []string, maxConfNum int, loopback bool) (Config, error) {
 	cfg := Config{Source: "conf dir " + confDir, ConfDir: confDir, BinDirs: binDirs}
 	if loopback {
@@ -229,7 +237,7 @@ func FromConfDir(confDir string, binDirs []string, maxConfNum int, loopback bool
 		}
 		cfg.Networks = append(cfg.Networks, Network{Name: list.Name, IfName: "lo", List: list})
 	}
-	files, err := libcni.ConfFiles(confDir, []string{".conf", ".conflist", ".json"})
+	files, err := confFiles(confDir, ".conf", ".conflist", ".json")
 	if err != nil {
 		return Config{}, fmt.Errorf("reading CNI conf dir %s: %w", confDir, err)
 	}
@@ -263,21 +271,26 @@ func FromConfDir(confDir string, binDirs []string, maxConfNum int, loopback bool
 }
 
 // loadConfFile loads one file of the conf dir as go-cni's loadFromConfDir
-// does.
+// does, with libcni's parsers. The files are read by readConfFile, not by
+// libcni's loaders, whose reads would block on a FIFO.
 func loadConfFile(file string) (*libcni.NetworkConfigList, error) {
 	var list *libcni.NetworkConfigList
 	if strings.HasSuffix(file, ".conflist") {
-		l, err := libcni.ConfListFromFile(file)
+		l, err := confListFromFile(file)
 		if err != nil {
 			return nil, fmt.Errorf("loading CNI config list file %s: %w", file, err)
 		}
 		list = l
 	} else {
+		data, err := readConfFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("loading CNI config file %s: %w", file, err)
+		}
 		// The deprecated single-plugin format, loaded and wrapped
 		// into a list with the calls go-cni makes, so that the list's
 		// bytes are the ones containerd runs.
-		//lint:ignore SA1019 go-cni loads .conf and .json files with it
-		conf, err := libcni.ConfFromFile(file)
+		//lint:ignore SA1019 go-cni loads .conf and .json files with it (ConfFromFile: these bytes)
+		conf, err := libcni.ConfFromBytes(data)
 		if err != nil {
 			return nil, fmt.Errorf("loading CNI config file %s: %w", file, err)
 		}
@@ -290,6 +303,98 @@ func loadConfFile(file string) (*libcni.NetworkConfigList, error) {
 		return nil, fmt.Errorf("CNI config file %s has no plugins", file)
 	}
 	return list, nil
+}
+
+// confListFromFile is libcni's ConfListFromFile (NetworkConfFromFile, as of
+// libcni v1.3.1): the list in file, then, unless it loads only inlined
+// plugins, the plugins in <file's dir>/<list name>/*.conf in lexical
+// order; no plugin at all is an error. Every file is read by readConfFile.
+func confListFromFile(file string) (*libcni.NetworkConfigList, error) {
+	data, err := readConfFile(file)
+	if err != nil {
+		return nil, err
+	}
+	list, err := libcni.NetworkConfFromBytes(data)
+	if err != nil {
+		return nil, err
+	}
+	if !list.LoadOnlyInlinedPlugins {
+		dir := filepath.Join(filepath.Dir(file), list.Name)
+		files, err := confFiles(dir, ".conf")
+		if err != nil {
+			return nil, fmt.Errorf("failed to read plugin config files in %s: %w", dir, err)
+		}
+		for _, f := range files {
+			data, err := readConfFile(f)
+			if err != nil {
+				return nil, err
+			}
+			p, err := libcni.NetworkPluginConfFromBytes(data)
+			if err != nil {
+				return nil, err
+			}
+			list.Plugins = append(list.Plugins, p)
+		}
+	}
+	if len(list.Plugins) == 0 {
+		return nil, errors.New("no plugin configs found")
+	}
+	return list, nil
+}
+
+// confFiles is libcni's ConfFiles: the paths of dir's entries that are not
+// directories and whose names end in one of exts, sorted by name; none
+// when dir does not exist. dirlist refuses a dir that is not a directory
+// without opening it (a FIFO would block os.ReadDir for ever).
+func confFiles(dir string, exts ...string) ([]string, error) {
+	entries, err := dirlist.Read(context.Background(), dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range entries {
+		if !e.IsDir() && slices.Contains(exts, filepath.Ext(e.Name())) {
+			files = append(files, filepath.Join(dir, e.Name()))
+		}
+	}
+	return files, nil
+}
+
+// maxConfFileSize bounds how much of a CNI config file is read. Real ones
+// are a few KiB, and libcni copies a network's config into every cache
+// entry, which is read only up to maxCacheEntrySize.
+const maxConfFileSize = maxCacheEntrySize
+
+// readConfFile reads a CNI config file as libcni does (os.ReadFile: a
+// symlink is followed), except that what is not a regular file is refused
+// before it is read (a FIFO would block the read for ever, a device such as
+// /dev/zero would never end), and so is a file larger than maxConfFileSize.
+// The error names path.
+func readConfFile(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("%s is %s, want a regular file", path, fileType(st.Mode))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxConfFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(data) > maxConfFileSize {
+		return nil, fmt.Errorf("%s is more than %d bytes, more than any CNI config", path, maxConfFileSize)
+	}
+	return data, nil
 }
 
 // newNetwork checks list and ifName and finds the network's host-local dir.

@@ -3,10 +3,13 @@ package podnet
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // The testdata/cniconfig*.json files are what go-cni v1.1.14's GetConfig
@@ -260,6 +263,17 @@ func TestFromConfDir(t *testing.T) {
 		{rule: "a bad file among those loaded is an error naming it", max: 0, extra: map[string]string{"25-bad.conflist": "{nope"}, wantErr: "25-bad.conflist"},
 		{rule: "a .conf without a type is an error naming it", max: 0, extra: map[string]string{"15-notype.conf": `{"name":"x"}`}, wantErr: "15-notype.conf"},
 		{rule: "two files of one network name are an error", max: 0, extra: map[string]string{"50-a.conflist": conflist("a")}, wantErr: `both named "a"`},
+		{rule: "a list's plugins in <conf dir>/<name>/*.conf come after its own, in lexical order", max: 1,
+			extra: map[string]string{"a/20-y.conf": `{"type":"tuning"}`, "a/10-x.conf": `{"type":"portmap"}`, "a/30-z.json": `{"type":"firewall"}`},
+			want:  []wantNetwork{{name: "a", ifName: "eth0", hostLocalDir: "/var/lib/cni/networks/a", plugins: []string{"bridge", "portmap", "tuning"}}}},
+		{rule: "a list without plugins of its own takes them all from <conf dir>/<name>/*.conf", max: 1,
+			extra: map[string]string{"05-e.conflist": `{"cniVersion":"1.0.0","name":"e"}`, "e/10-x.conf": `{"type":"bridge","ipam":{"type":"host-local"}}`},
+			want:  []wantNetwork{{name: "e", ifName: "eth0", hostLocalDir: "/var/lib/cni/networks/e", plugins: []string{"bridge"}}}},
+		{rule: "a list that loads only inlined plugins leaves <conf dir>/<name>/ alone", max: 1,
+			extra: map[string]string{"05-e.conflist": `{"cniVersion":"1.0.0","name":"e","loadOnlyInlinedPlugins":true,"plugins":[{"type":"bridge"}]}`, "e/10-x.conf": `{"type":"portmap"}`},
+			want:  []wantNetwork{{name: "e", ifName: "eth0", plugins: []string{"bridge"}}}},
+		{rule: "a list with no plugin anywhere is an error naming it", max: 1, extra: map[string]string{"05-e.conflist": `{"cniVersion":"1.0.0","name":"e"}`}, wantErr: "05-e.conflist"},
+		{rule: "a bad plugin file in <conf dir>/<name>/ is an error naming the list", max: 1, extra: map[string]string{"a/10-x.conf": `{"nope":1}`}, wantErr: "10-a.conflist"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.rule, func(t *testing.T) {
@@ -303,5 +317,77 @@ func TestFromConfDir(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), dir) || !errors.Is(err, ErrNoNetwork) {
 			t.Fatalf("err = %v", err)
 		}
+	})
+}
+
+// TestFromConfDirRefusesWhatIsNotARegularFileWithoutBlocking: a FIFO in
+// the conf dir (a CNI installer's, another agent's) is refused, not read: a
+// read would wait for a writer for ever, and so would every pass that
+// loads the networks. A device is refused too (/dev/zero never ends), and
+// so is a file larger than any CNI config. Each error names the file.
+func TestFromConfDirRefusesWhatIsNotARegularFileWithoutBlocking(t *testing.T) {
+	const list = `{"cniVersion":"1.0.0","name":"a","plugins":[{"type":"bridge"}]}`
+	mkfifo := func(t *testing.T, path string) {
+		mkdirAll(t, filepath.Dir(path))
+		if err := unix.Mkfifo(path, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		rule    string
+		setup   func(t *testing.T, dir string)
+		confDir string // below dir; "" for dir itself
+		wantErr string // below dir
+	}{
+		{"a FIFO named as a conflist", func(t *testing.T, dir string) {
+			mkfifo(t, filepath.Join(dir, "10-a.conflist"))
+		}, "", "10-a.conflist is a FIFO, want a regular file"},
+		{"a FIFO named as a .conf", func(t *testing.T, dir string) {
+			mkfifo(t, filepath.Join(dir, "10-a.conf"))
+		}, "", "10-a.conf is a FIFO, want a regular file"},
+		{"a FIFO among a list's plugin files", func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir, "10-a.conflist"), list)
+			mkfifo(t, filepath.Join(dir, "a", "10-x.conf"))
+		}, "", filepath.Join("a", "10-x.conf") + " is a FIFO, want a regular file"},
+		{"a FIFO in place of a list's plugin dir", func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir, "10-a.conflist"), list)
+			mkfifo(t, filepath.Join(dir, "a"))
+		}, "", "a is a FIFO, want a directory"},
+		{"a FIFO in place of the conf dir", func(t *testing.T, dir string) {
+			mkfifo(t, filepath.Join(dir, "net.d"))
+		}, "net.d", "net.d is a FIFO, want a directory"},
+		{"a link to a character device named as a conflist", func(t *testing.T, dir string) {
+			if err := os.Symlink("/dev/zero", filepath.Join(dir, "10-a.conflist")); err != nil {
+				t.Fatal(err)
+			}
+		}, "", "10-a.conflist is a character device, want a regular file"},
+		{"a conflist larger than any CNI config", func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir, "10-a.conflist"), list+strings.Repeat(" ", maxConfFileSize))
+		}, "", fmt.Sprintf("10-a.conflist is more than %d bytes", maxConfFileSize)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rule, func(t *testing.T) {
+			dir := t.TempDir()
+			tt.setup(t, dir)
+			var err error
+			returnsWithin(t, func() { _, err = FromConfDir(filepath.Join(dir, tt.confDir), []string{"/opt/cni/bin"}, 0, false) })
+			if want := filepath.Join(dir, tt.wantErr); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("err = %v, want one saying %q", err, want)
+			}
+			t.Logf("error as wanted: %v", err)
+		})
+	}
+
+	t.Run("a link to a regular file is followed, as by containerd", func(t *testing.T) {
+		dir := t.TempDir()
+		writeFile(t, filepath.Join(dir, "elsewhere", "a.json"), list)
+		if err := os.Symlink(filepath.Join("elsewhere", "a.json"), filepath.Join(dir, "10-a.conflist")); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := FromConfDir(dir, []string{"/opt/cni/bin"}, 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkNetworks(t, cfg.Networks, []wantNetwork{{name: "a", ifName: "eth0", hostLocalDir: "", plugins: []string{"bridge"}}})
 	})
 }
