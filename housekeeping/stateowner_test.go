@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/statefile"
@@ -212,6 +214,45 @@ func TestAStateFileThatIsADirectoryIsLeftInPlace(t *testing.T) {
 	}
 	if !strings.Contains(logs(), "check housekeeping.state_file") {
 		t.Fatalf("the log does not say to check housekeeping.state_file:\n%s", logs())
+	}
+	if loop.budgetHeld(now) == "" {
+		t.Fatal("budgeted steps are not held although the state file could not be read")
+	}
+}
+
+// TestAStateFileThatIsAFIFOIsLeftInPlaceWithoutBlocking: a FIFO at
+// housekeeping.state_file must not hold the plugin's start for ever waiting
+// for a writer. It cannot be read, so it is treated as a directory there
+// is: left in place, the log says to check the key, and every budgeted step
+// is held as for any unreadable file.
+func TestAStateFileThatIsAFIFOIsLeftInPlaceWithoutBlocking(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	if err := unix.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		loop *Loop
+		logs func() string
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		loop, logs = restartedLoop(nil, Options{StateFile: path}, &fakeRuntime{}, now)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("blocked for 5s")
+	}
+	t.Cleanup(func() { _ = loop.Close() })
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeNamedPipe {
+		t.Fatalf("the FIFO named by housekeeping.state_file was moved or changed: %v, %v", fi, err)
+	}
+	if _, err := os.Lstat(path + ".unreadable"); err == nil {
+		t.Fatalf("%s.unreadable exists: the FIFO was moved aside", path)
+	}
+	if !strings.Contains(logs(), "is a FIFO, want a regular file") || !strings.Contains(logs(), "check housekeeping.state_file") {
+		t.Fatalf("the log does not say the state file is a FIFO and to check housekeeping.state_file:\n%s", logs())
 	}
 	if loop.budgetHeld(now) == "" {
 		t.Fatal("budgeted steps are not held although the state file could not be read")

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -203,6 +205,46 @@ func TestAnOversizedFileIsRefused(t *testing.T) {
 	}
 	if _, err := Load(context.Background(), path); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("err %v, want one saying it is too large", err)
+	}
+}
+
+// TestWhatIsNotARegularFileIsRefusedWithoutBlocking: housekeeping.state_file
+// naming a FIFO must not block the plugin's start for ever waiting for a
+// writer; it, a device and a directory are errors naming the path and what
+// is there, as for any file that cannot be read.
+func TestWhatIsNotARegularFileIsRefusedWithoutBlocking(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"a FIFO", fifo, "state file " + fifo + " is a FIFO, want a regular file"},
+		{"a link to a character device", zero, "state file " + zero + " is a character device, want a regular file"},
+		{"a directory", dir, "state file " + dir + " is a directory, want a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, err = Load(context.Background(), tc.path)
+			}()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("blocked for 5s")
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want one saying %q", err, tc.want)
+			}
+		})
 	}
 }
 
