@@ -304,7 +304,7 @@ func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) erro
 // noteCPU records whether the pod cgroup at path has its CPU at the minimum.
 func (s *scan) noteCPU(uid, path string) {
 	for file, minimum := range map[string]string{"cpu.shares": "2", "cpu.weight": "1"} {
-		b, err := os.ReadFile(filepath.Join(path, file))
+		b, err := readControlFile(filepath.Join(path, file), maxValueSize)
 		if err != nil {
 			continue // no cpu controller in this hierarchy
 		}

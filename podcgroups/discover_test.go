@@ -2,6 +2,7 @@ package podcgroups
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const ctrID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -352,6 +356,78 @@ func TestDiscoverNotReady(t *testing.T) {
 				t.Errorf("error %q does not name %q", l.Err, tc.want)
 			}
 		})
+	}
+}
+
+// TestDiscoverRefusesAControlFileThatIsNotARegularFileWithoutBlocking:
+// Discover does not check that cgroups.mountpoint is a cgroup file system,
+// and a FIFO named cgroup.procs under a wrong one must not block the pass,
+// and every later pass, for ever waiting for a writer. It, a device (which
+// never ends) and a file larger than any cgroup.procs make the listing not
+// ready, naming the file and what it is.
+func TestDiscoverRefusesAControlFileThatIsNotARegularFileWithoutBlocking(t *testing.T) {
+	for _, tc := range []struct {
+		rule  string
+		setup func(t *testing.T, procs string)
+		want  string // in the error, after the path of procs
+	}{
+		{"a FIFO", func(t *testing.T, procs string) {
+			if err := unix.Mkfifo(procs, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, " is a FIFO, want a regular file"},
+		{"a link to a character device", func(t *testing.T, procs string) {
+			if err := os.Symlink("/dev/zero", procs); err != nil {
+				t.Fatal(err)
+			}
+		}, " is a character device, want a regular file"},
+		{"a file larger than any cgroup.procs", func(t *testing.T, procs string) {
+			writeFile(t, procs, strings.Repeat("1\n", maxProcsSize/2+1))
+		}, fmt.Sprintf(" is more than %d bytes", maxProcsSize)},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			mp := hybridTree(t)
+			dir := filepath.Join(mp, "pids", "kubepods", "pod"+uidA, ctrID)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			procs := filepath.Join(dir, "cgroup.procs")
+			tc.setup(t, procs)
+			var l Listing
+			returnsWithin(t, func() { l = Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil) })
+			if l.Ready || l.Err == nil || !strings.Contains(l.Err.Error(), procs+tc.want) {
+				t.Fatalf("ready %v, err %v: want not ready, saying %q", l.Ready, l.Err, procs+tc.want)
+			}
+		})
+	}
+
+	t.Run("a FIFO as cpu.weight is not read, and no evidence of a reduced CPU", func(t *testing.T) {
+		mp := hybridTree(t)
+		dir := filepath.Join(mp, "unified", "kubepods", "pod"+uidA)
+		cgroup(t, dir)
+		if err := unix.Mkfifo(filepath.Join(dir, "cpu.weight"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var l Listing
+		returnsWithin(t, func() { l = Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil) })
+		if !l.Ready || l.Pods[uidA].CPUReduced {
+			t.Fatalf("ready %v (%v), CPUReduced %v: want ready, the CPU not reduced", l.Ready, l.Err, l.Pods[uidA].CPUReduced)
+		}
+	})
+}
+
+// returnsWithin fails the test when f has not returned after 5s.
+func returnsWithin(t *testing.T, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("blocked for 5s")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -77,11 +78,69 @@ func inode(fi fs.FileInfo) (uint64, error) {
 	return st.Ino, nil
 }
 
+// maxProcsSize bounds a read of cgroup.procs: a line per process, and no
+// more processes than PID_MAX_LIMIT (4194304), each at most 8 bytes
+// ("4194304\n").
+const maxProcsSize = 32 << 20
+
+// maxValueSize bounds a read of a control file that holds one number
+// (cpu.shares, cpu.weight).
+const maxValueSize = 4096
+
+// readControlFile reads the control file at path, at most limit bytes of
+// it. Discover does not check that what it lists is on a cgroup file system
+// (cgroups.mountpoint may name another), so the file is opened non-blocking
+// and refused unless it is a regular file, as control files are: a FIFO
+// there would block the read, and every later pass, for ever, and a device
+// such as /dev/zero would never end. The error wraps fs.ErrNotExist when
+// the file is gone.
+func readControlFile(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is %s, want a regular file", path, fileType(fi.Mode()))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is more than %d bytes, more than the kernel writes there", path, limit)
+	}
+	return data, nil
+}
+
+// fileType names the type of a file of mode m, for an error that refuses it.
+func fileType(m fs.FileMode) string {
+	switch m.Type() {
+	case fs.ModeDir:
+		return "a directory"
+	case fs.ModeSymlink:
+		return "a symlink"
+	case fs.ModeNamedPipe:
+		return "a FIFO"
+	case fs.ModeSocket:
+		return "a socket"
+	case fs.ModeDevice:
+		return "a block device"
+	case fs.ModeDevice | fs.ModeCharDevice:
+		return "a character device"
+	}
+	return fmt.Sprintf("a file of type %s", m.Type())
+}
+
 // readPids returns the PIDs in dir's cgroup.procs. A cgroup removed
 // meanwhile (ENOENT) has none.
 func readPids(dir string) ([]int, error) {
 	path := filepath.Join(dir, procsFile)
-	data, err := os.ReadFile(path)
+	data, err := readControlFile(path, maxProcsSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
