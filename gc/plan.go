@@ -302,15 +302,19 @@ func (p *planner) containerRules() {
 			}
 			units[key] = unit[:n]
 		}
+	}
+	p.capContainers(units, live)
+	// Said once max_containers took its share: what it removes is not kept.
+	for _, key := range live {
 		for _, c := range units[key] {
 			p.keep(containerObject(*c.Container), c.pod, "newest dead instance(s) of %q in a live pod (containers.max_per_pod_container = %d)",
 				c.Name, p.in.Policy.MaxPerPodContainer)
 		}
 	}
-	p.capContainers(units, live)
 }
 
-// capContainers applies max_containers to the units of live pods.
+// capContainers applies max_containers to the units of live pods, leaving
+// in units what it keeps.
 func (p *planner) capContainers(units map[string][]*containerInfo, live []string) {
 	maxN := p.in.Policy.MaxContainers
 	total := 0
@@ -339,8 +343,13 @@ func (p *planner) capContainers(units map[string][]*containerInfo, live []string
 		flat = append(flat, units[key]...)
 	}
 	newestFirst(flat, containerCreated, containerID)
+	evicted := make(map[string]bool, len(flat)-maxN)
 	for _, c := range flat[maxN:] {
 		p.evictContainer(c, RuleContainerMaxContainers, reason+"; oldest first")
+		evicted[c.ID] = true
+	}
+	for _, key := range live {
+		units[key] = slices.DeleteFunc(units[key], func(c *containerInfo) bool { return evicted[c.ID] })
 	}
 }
 

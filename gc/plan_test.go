@@ -229,6 +229,53 @@ func TestMaxContainersCapsPerUnitShareThenOldestFirst(t *testing.T) {
 	}
 }
 
+// TestAContainerMaxContainersRemovesIsNotReportedKept: the plan's kept
+// list says what it leaves alone; a dead instance that max_containers
+// removes (by the per-name share or oldest first) is not in it, and one
+// that stays is.
+func TestAContainerMaxContainersRemovesIsNotReportedKept(t *testing.T) {
+	var sbs []cri.Sandbox
+	var cs []cri.Container
+	age := 0
+	for _, uid := range []string{"u1", "u2", "u3"} {
+		sbs = append(sbs, sb("s-"+uid, uid, true, time.Hour))
+		for i := range 3 {
+			age++
+			cs = append(cs, ctr(fmt.Sprintf("%s-c%d", uid, i), "s-"+uid, uid, "app", cri.ContainerExited, time.Duration(age)*time.Minute))
+		}
+	}
+	for _, tc := range []struct {
+		name                string
+		maxPerPod, maxTotal int
+	}{
+		{"per-name share", -1, 4},
+		{"then oldest first", -1, 2},
+		{"oldest first after max_per_pod_container", 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := policy()
+			pol.MaxPerPodContainer, pol.MaxContainers = tc.maxPerPod, tc.maxTotal
+			r := Plan(Input{Now: now, Policy: pol, Oracle: present("u1", "u2", "u3"), Sandboxes: sbs, Containers: cs})
+			removed := map[string]bool{}
+			for _, a := range r.Actions {
+				removed[a.ContainerID] = true
+			}
+			if len(removed) == 0 || len(removed) == len(cs) {
+				t.Fatalf("%d of %d containers removed: the case tests nothing", len(removed), len(cs))
+			}
+			for _, c := range cs {
+				why := keptReason(r, "container "+c.ID+" ")
+				switch {
+				case removed[c.ID] && why != "":
+					t.Errorf("container %s is removed, yet reported kept: %q", c.ID, why)
+				case !removed[c.ID] && why == "":
+					t.Errorf("container %s stays, but is not reported kept", c.ID)
+				}
+			}
+		})
+	}
+}
+
 func TestUnknownContainersAreStoppedThenRemovedWithKubeletsMinimumGrace(t *testing.T) {
 	in := Input{Now: now, Policy: policy(), Oracle: present(),
 		Sandboxes:  []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
