@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
 
 // batch is how many entries are read between two checks of the context.
@@ -75,29 +77,8 @@ func OpenDir(dir string) (*os.File, error) {
 		// ENOTDIR also comes from a component on the way that is not a
 		// directory; then stat fails too, and the open's error stands.
 		if fi, serr := os.Stat(dir); serr == nil && !fi.IsDir() {
-			return nil, fmt.Errorf("%s is %s, want a directory: %w", dir, fileType(fi.Mode()), err)
+			return nil, fmt.Errorf("%s is %s, want a directory: %w", dir, regularfile.TypeName(fi.Mode()), err)
 		}
 	}
 	return f, err
-}
-
-// fileType names the type of a file of mode m, for an error that refuses it.
-func fileType(m fs.FileMode) string {
-	switch m.Type() {
-	case 0:
-		return "a regular file"
-	case fs.ModeDir:
-		return "a directory"
-	case fs.ModeSymlink:
-		return "a symlink"
-	case fs.ModeNamedPipe:
-		return "a FIFO"
-	case fs.ModeSocket:
-		return "a socket"
-	case fs.ModeDevice:
-		return "a block device"
-	case fs.ModeDevice | fs.ModeCharDevice:
-		return "a character device"
-	}
-	return fmt.Sprintf("a file of type %s", m.Type())
 }

@@ -251,7 +251,7 @@ func TestAStateFileThatIsAFIFOIsLeftInPlaceWithoutBlocking(t *testing.T) {
 	if _, err := os.Lstat(path + ".unreadable"); err == nil {
 		t.Fatalf("%s.unreadable exists: the FIFO was moved aside", path)
 	}
-	if !strings.Contains(logs(), "is a FIFO, want a regular file") || !strings.Contains(logs(), "check housekeeping.state_file") {
+	if !strings.Contains(logs(), "is a FIFO, not a regular file") || !strings.Contains(logs(), "check housekeeping.state_file") {
 		t.Fatalf("the log does not say the state file is a FIFO and to check housekeeping.state_file:\n%s", logs())
 	}
 	if loop.budgetHeld(now) == "" {

@@ -375,12 +375,12 @@ func TestDiscoverRefusesAControlFileThatIsNotARegularFileWithoutBlocking(t *test
 			if err := unix.Mkfifo(procs, 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, " is a FIFO, want a regular file"},
+		}, " is a FIFO, not a regular file"},
 		{"a link to a character device", func(t *testing.T, procs string) {
 			if err := os.Symlink("/dev/zero", procs); err != nil {
 				t.Fatal(err)
 			}
-		}, " is a character device, want a regular file"},
+		}, " is a character device, not a regular file"},
 		{"a file larger than any cgroup.procs", func(t *testing.T, procs string) {
 			writeFile(t, procs, strings.Repeat("1\n", maxProcsSize/2+1))
 		}, fmt.Sprintf(" is more than %d bytes", maxProcsSize)},

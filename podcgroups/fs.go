@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
 
 // procsFile lists the processes (thread group IDs) of one cgroup, in both
@@ -89,51 +90,12 @@ const maxValueSize = 4096
 
 // readControlFile reads the control file at path, at most limit bytes of
 // it. Discover does not check that what it lists is on a cgroup file system
-// (cgroups.mountpoint may name another), so the file is opened non-blocking
-// and refused unless it is a regular file, as control files are: a FIFO
-// there would block the read, and every later pass, for ever, and a device
-// such as /dev/zero would never end. The error wraps fs.ErrNotExist when
-// the file is gone.
+// (cgroups.mountpoint may name another), so anything but a regular file,
+// as control files are, is refused unread (see regularfile). The error
+// wraps fs.ErrNotExist when the file is gone.
 func readControlFile(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is %s, want a regular file", path, fileType(fi.Mode()))
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is more than %d bytes, more than the kernel writes there", path, limit)
-	}
-	return data, nil
-}
-
-// fileType names the type of a file of mode m, for an error that refuses it.
-func fileType(m fs.FileMode) string {
-	switch m.Type() {
-	case fs.ModeDir:
-		return "a directory"
-	case fs.ModeSymlink:
-		return "a symlink"
-	case fs.ModeNamedPipe:
-		return "a FIFO"
-	case fs.ModeSocket:
-		return "a socket"
-	case fs.ModeDevice:
-		return "a block device"
-	case fs.ModeDevice | fs.ModeCharDevice:
-		return "a character device"
-	}
-	return fmt.Sprintf("a file of type %s", m.Type())
+	data, _, err := regularfile.Read(path, os.O_RDONLY, limit)
+	return data, err
 }
 
 // readPids returns the PIDs in dir's cgroup.procs. A cgroup removed

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,9 +16,9 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/utils"
-	"golang.org/x/sys/unix"
 
 	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
 
 // Network is one CNI network containerd uses.
@@ -370,31 +369,11 @@ const maxConfFileSize = maxCacheEntrySize
 
 // readConfFile reads a CNI config file as libcni does (os.ReadFile: a
 // symlink is followed), except that what is not a regular file is refused
-// before it is read (a FIFO would block the read for ever, a device such as
-// /dev/zero would never end), and so is a file larger than maxConfFileSize.
-// The error names path.
+// before it is read (see regularfile), and so is a file larger than
+// maxConfFileSize. The error names path.
 func readConfFile(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("%s is %s, want a regular file", path, fileType(st.Mode))
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxConfFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if len(data) > maxConfFileSize {
-		return nil, fmt.Errorf("%s is more than %d bytes, more than any CNI config", path, maxConfFileSize)
-	}
-	return data, nil
+	data, _, err := regularfile.Read(path, os.O_RDONLY, maxConfFileSize)
+	return data, err
 }
 
 // newNetwork checks list and ifName and finds the network's host-local dir.

@@ -341,14 +341,14 @@ func TestFromConfDirRefusesWhatIsNotARegularFileWithoutBlocking(t *testing.T) {
 	}{
 		{"a FIFO named as a conflist", func(t *testing.T, dir string) {
 			mkfifo(t, filepath.Join(dir, "10-a.conflist"))
-		}, "", "10-a.conflist is a FIFO, want a regular file"},
+		}, "", "10-a.conflist is a FIFO, not a regular file"},
 		{"a FIFO named as a .conf", func(t *testing.T, dir string) {
 			mkfifo(t, filepath.Join(dir, "10-a.conf"))
-		}, "", "10-a.conf is a FIFO, want a regular file"},
+		}, "", "10-a.conf is a FIFO, not a regular file"},
 		{"a FIFO among a list's plugin files", func(t *testing.T, dir string) {
 			writeFile(t, filepath.Join(dir, "10-a.conflist"), list)
 			mkfifo(t, filepath.Join(dir, "a", "10-x.conf"))
-		}, "", filepath.Join("a", "10-x.conf") + " is a FIFO, want a regular file"},
+		}, "", filepath.Join("a", "10-x.conf") + " is a FIFO, not a regular file"},
 		{"a FIFO in place of a list's plugin dir", func(t *testing.T, dir string) {
 			writeFile(t, filepath.Join(dir, "10-a.conflist"), list)
 			mkfifo(t, filepath.Join(dir, "a"))
@@ -360,7 +360,7 @@ func TestFromConfDirRefusesWhatIsNotARegularFileWithoutBlocking(t *testing.T) {
 			if err := os.Symlink("/dev/zero", filepath.Join(dir, "10-a.conflist")); err != nil {
 				t.Fatal(err)
 			}
-		}, "", "10-a.conflist is a character device, want a regular file"},
+		}, "", "10-a.conflist is a character device, not a regular file"},
 		{"a conflist larger than any CNI config", func(t *testing.T, dir string) {
 			writeFile(t, filepath.Join(dir, "10-a.conflist"), list+strings.Repeat(" ", maxConfFileSize))
 		}, "", fmt.Sprintf("10-a.conflist is more than %d bytes", maxConfFileSize)},

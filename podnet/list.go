@@ -1,12 +1,10 @@
 package podnet
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -18,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
 
 // Kinds of Unreadable entries.
@@ -486,57 +485,11 @@ func readReservationFile(network, path string) (r Reservation, reason string, in
 // a symlink, and returns it with its fstat, taken before it is read. The
 // error names path; it wraps fs.ErrNotExist when the file is gone.
 func readSmallFile(path string, limit int64) ([]byte, fs.FileInfo, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	data, info, err := regularfile.Read(path, os.O_RDONLY|unix.O_NOFOLLOW, limit)
 	if errors.Is(err, unix.ELOOP) {
 		return nil, nil, fmt.Errorf("%s is a symlink, not a regular file", path)
 	}
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, nil, err
-	}
-	if !info.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("%s is not a regular file (%s)", path, info.Mode().Type())
-	}
-	if info.Size() > limit {
-		return nil, nil, fmt.Errorf("%s is %d bytes, more than the %d its writer ever writes", path, info.Size(), limit)
-	}
-	// Sized from the stat, so that reading costs one allocation; the
-	// limit still holds when the file grows meanwhile.
-	var buf bytes.Buffer
-	buf.Grow(int(info.Size()) + bytes.MinRead)
-	if _, err := buf.ReadFrom(io.LimitReader(f, limit+1)); err != nil {
-		return nil, nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if int64(buf.Len()) > limit {
-		return nil, nil, fmt.Errorf("%s is more than %d bytes, more than its writer ever writes", path, limit)
-	}
-	return buf.Bytes(), info, nil
-}
-
-// fileType names the type of a file of mode (a stat's st_mode), for an
-// error that refuses it.
-func fileType(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		return "a regular file"
-	case unix.S_IFDIR:
-		return "a directory"
-	case unix.S_IFLNK:
-		return "a symlink"
-	case unix.S_IFIFO:
-		return "a FIFO"
-	case unix.S_IFSOCK:
-		return "a socket"
-	case unix.S_IFBLK:
-		return "a block device"
-	case unix.S_IFCHR:
-		return "a character device"
-	}
-	return fmt.Sprintf("a file of type %#o", mode&unix.S_IFMT)
+	return data, info, err
 }
 
 // joinPrefix is what filepath.Join(dir, name) puts before name, for any name

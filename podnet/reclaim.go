@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
 
 // lockPollInterval is how often ReleaseReservation tries host-local's lock
@@ -560,19 +561,11 @@ func (n *netnsTurns) take(ctx context.Context, ino uint64, now func() time.Time)
 // pass, for ever.
 func lockHostLocal(ctx context.Context, dir string) (unlock func(), err error) {
 	path := filepath.Join(dir, hostLocalLock)
-	fd, err := unix.Open(path, unix.O_CREAT|unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o750)
+	f, _, err := regularfile.Open(path, os.O_CREATE|os.O_RDONLY, 0o750)
 	if err != nil {
-		return nil, &os.PathError{Op: "open host-local lock", Path: path, Err: err}
+		return nil, fmt.Errorf("open host-local lock: %w", err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, &os.PathError{Op: "fstat host-local lock", Path: path, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
-		return nil, fmt.Errorf("host-local lock %s is %s, want a regular file", path, fileType(st.Mode))
-	}
+	fd := int(f.Fd())
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -580,17 +573,17 @@ func lockHostLocal(ctx context.Context, dir string) (unlock func(), err error) {
 		if err == nil {
 			return func() {
 				unix.Flock(fd, unix.LOCK_UN)
-				unix.Close(fd)
+				f.Close()
 			}, nil
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			unix.Close(fd)
+			f.Close()
 			return nil, &os.PathError{Op: "flock", Path: path, Err: err}
 		}
 		t.Reset(lockPollInterval)
 		select {
 		case <-ctx.Done():
-			unix.Close(fd)
+			f.Close()
 			return nil, fmt.Errorf("waiting for host-local's lock %s: %w", path, ctx.Err())
 		case <-t.C:
 		}

@@ -539,7 +539,7 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 		}
 		var err error
 		returnsWithin(t, func() { err = NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r) })
-		if err == nil || !strings.Contains(err.Error(), lock+" is a FIFO, want a regular file") || !exists(t, r.Path) {
+		if err == nil || !strings.Contains(err.Error(), lock+" is a FIFO, not a regular file") || !exists(t, r.Path) {
 			t.Fatalf("err = %v (reservation there: %v), want a refusal of the FIFO %s", err, exists(t, r.Path), lock)
 		}
 	})

@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,9 +34,9 @@ import (
 	"time"
 
 	"github.com/google/renameio/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/nri-housekeeper/nri-housekeeper/poduid"
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
 
 // Version is the format this package writes. It reads versions 1 (no boot
@@ -161,21 +160,14 @@ func Load(ctx context.Context, path string) (State, error) {
 	if err := ctx.Err(); err != nil {
 		return State{}, err
 	}
-	// Non-blocking: a FIFO at path (housekeeping.state_file naming the
-	// wrong file) would block the open, and the plugin's start, for ever.
-	// It is refused with anything else that is not a regular file.
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	// A FIFO at path (housekeeping.state_file naming the wrong file)
+	// would block the open, and the plugin's start, for ever: it is
+	// refused with anything else that is not a regular file.
+	f, _, err := regularfile.Open(path, os.O_RDONLY, 0)
 	if err != nil {
 		return State{}, fmt.Errorf("open the state file: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	fi, err := f.Stat()
-	if err != nil {
-		return State{}, fmt.Errorf("stat the state file %s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return State{}, fmt.Errorf("state file %s is %s, want a regular file", path, fileType(fi.Mode()))
-	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
 	if err != nil {
 		return State{}, fmt.Errorf("read the state file %s: %w", path, err)
@@ -188,23 +180,6 @@ func Load(ctx context.Context, path string) (State, error) {
 		return State{}, fmt.Errorf("state file %s: %w", path, err)
 	}
 	return s, nil
-}
-
-// fileType names the type of a file of mode m, for an error that refuses it.
-func fileType(m fs.FileMode) string {
-	switch m.Type() {
-	case fs.ModeDir:
-		return "a directory"
-	case fs.ModeNamedPipe:
-		return "a FIFO"
-	case fs.ModeSocket:
-		return "a socket"
-	case fs.ModeDevice:
-		return "a block device"
-	case fs.ModeDevice | fs.ModeCharDevice:
-		return "a character device"
-	}
-	return fmt.Sprintf("a file of type %s", m.Type())
 }
 
 // Decode parses and checks a file's bytes.

@@ -225,9 +225,9 @@ func TestWhatIsNotARegularFileIsRefusedWithoutBlocking(t *testing.T) {
 	for _, tc := range []struct {
 		name, path, want string
 	}{
-		{"a FIFO", fifo, "state file " + fifo + " is a FIFO, want a regular file"},
-		{"a link to a character device", zero, "state file " + zero + " is a character device, want a regular file"},
-		{"a directory", dir, "state file " + dir + " is a directory, want a regular file"},
+		{"a FIFO", fifo, "open the state file: " + fifo + " is a FIFO, not a regular file"},
+		{"a link to a character device", zero, "open the state file: " + zero + " is a character device, not a regular file"},
+		{"a directory", dir, "open the state file: " + dir + " is a directory, not a regular file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error

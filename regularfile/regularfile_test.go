@@ -1,0 +1,112 @@
+package regularfile
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestWhatIsNotARegularFileIsRefusedUnreadAndReadsAreBounded: the rules
+// every reader of node files rests on.
+func TestWhatIsNotARegularFileIsRefusedUnreadAndReadsAreBounded(t *testing.T) {
+	dir := t.TempDir()
+	regular := filepath.Join(dir, "regular")
+	if err := os.WriteFile(regular, []byte("0123456789"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(regular, link); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		rule  string
+		path  string
+		flag  int
+		limit int64
+		want  string // "" reads "0123456789"
+	}{
+		{"a regular file is read", regular, os.O_RDONLY, 10, ""},
+		{"a file larger than the limit is refused", regular, os.O_RDONLY, 9, regular + " is more than 9 bytes (10), more than its writer ever writes"},
+		{"a file that reads past the limit is refused, whatever its stat says", "/proc/self/mountinfo", os.O_RDONLY, 10, "/proc/self/mountinfo is more than 10 bytes, more than its writer ever writes"},
+		{"a FIFO is refused unread", fifo, os.O_RDONLY, 10, fifo + " is a FIFO, not a regular file"},
+		{"a character device is refused unread", "/dev/null", os.O_RDONLY, 10, "/dev/null is a character device, not a regular file"},
+		{"a directory is refused unread", dir, os.O_RDONLY, 10, dir + " is a directory, not a regular file"},
+		{"a symlink is followed", link, os.O_RDONLY, 10, ""},
+		{"a symlink is refused with O_NOFOLLOW", link, os.O_RDONLY | unix.O_NOFOLLOW, 10, "too many levels of symbolic links"},
+		{"a missing file is fs.ErrNotExist", filepath.Join(dir, "missing"), os.O_RDONLY, 10, "no such file or directory"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.rule, func(t *testing.T) {
+			type result struct {
+				data []byte
+				fi   fs.FileInfo
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				data, fi, err := Read(tc.path, tc.flag, tc.limit)
+				done <- result{data, fi, err}
+			}()
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("Read(%s) blocked for 5s", tc.path)
+			}
+			if tc.want == "" {
+				if r.err != nil || string(r.data) != "0123456789" || r.fi == nil || !r.fi.Mode().IsRegular() {
+					t.Fatalf("Read(%s) = %q, %v, %v; want its content and its stat", tc.path, r.data, r.fi, r.err)
+				}
+				return
+			}
+			if r.err == nil || !strings.Contains(r.err.Error(), tc.want) || r.data != nil {
+				t.Fatalf("Read(%s) = %q, %v; want no data and an error saying %q", tc.path, r.data, r.err, tc.want)
+			}
+			if strings.Contains(tc.rule, "missing") && !errors.Is(r.err, fs.ErrNotExist) {
+				t.Errorf("error %v does not wrap fs.ErrNotExist", r.err)
+			}
+		})
+	}
+}
+
+// TestOpenCreatesARegularFileAndRefusesAFIFO: host-local's lock is opened
+// with O_CREATE, and a FIFO in its place must not block the open.
+func TestOpenCreatesARegularFileAndRefusesAFIFO(t *testing.T) {
+	dir := t.TempDir()
+	made := filepath.Join(dir, "lock")
+	f, fi, err := Open(made, os.O_CREATE|os.O_RDONLY, 0o750)
+	if err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("Open(%s, O_CREATE) = %v, %v", made, fi, err)
+	}
+	f.Close()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, _, err := Open(fifo, os.O_CREATE|os.O_RDONLY, 0o750)
+		if f != nil {
+			f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), fifo+" is a FIFO, not a regular file") {
+			t.Fatalf("Open(FIFO) = %v, want it refused", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Open(FIFO) blocked for 5s")
+	}
+}
