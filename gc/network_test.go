@@ -380,3 +380,36 @@ func TestAnAttachmentWhoseNetnsNoOneCanTellIsUnusedStays(t *testing.T) {
 		})
 	}
 }
+
+// TestANetnsRemovalDependsOnTheDELOfEveryUnownedAttachmentThatRanInIt: a
+// leaked sandbox's namespace has two cache entries, its network's and
+// containerd's loopback. Its removal depends on both DELs, so that the
+// executor skips it while one fails (README: "after the DEL of every
+// unowned attachment that ran in it"): a DEL run after the removal gets no
+// namespace, and its plugins cannot clean what is inside.
+func TestANetnsRemovalDependsOnTheDELOfEveryUnownedAttachmentThatRanInIt(t *testing.T) {
+	in := networkInput()
+	leak := netnsDir + "/" + cniName("leak")
+	lo := attachment("gone1", leak)
+	lo.Network, lo.IfName, lo.CacheFile = "cni-loopback", "lo", "/var/lib/cni/results/cni-loopback-gone1-lo"
+	in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", leak), lo,
+		attachment("gone2", netnsDir+"/"+cniName("other")))
+	in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns(cniName("leak"), false))
+	r := Plan(in)
+	var dels []string
+	var removal *Action
+	for _, a := range append(append([]Action(nil), r.Actions...), deferredActions(r)...) {
+		switch {
+		case a.Kind == RemoveCNIAttachment && a.Attachment.NetNS == leak:
+			dels = append(dels, a.Key)
+		case a.Kind == RemoveNetns && a.Path == leak:
+			removal = &a
+		}
+	}
+	if removal == nil || len(dels) != 2 {
+		t.Fatalf("planned %v: want the removal of %s and the DELs of its two attachments", networkSteps(r), leak)
+	}
+	got := slices.Clone(removal.DependsOn)
+	sort.Strings(got)
+	same(t, "the removal of "+leak+" depends on", got, dels)
+}
