@@ -434,3 +434,41 @@ func TestANetnsDirThatIsNotContainerdsLeavesTheNetworkOut(t *testing.T) {
 		}
 	}
 }
+
+// TestAConfirmThatCannotUseContainerdsNewCNIConfigLeavesTheNetworkOut: a
+// pass that listed the network with containerd's earlier answer and found
+// a suspect asks containerd again before it plans. When the answer changed
+// to one the plugin cannot use (a configuration that does not parse, a
+// netns dir that is not network.netns_dir), the listing was made with a
+// configuration containerd no longer uses: no step is planned on it.
+func TestAConfirmThatCannotUseContainerdsNewCNIConfigLeavesTheNetworkOut(t *testing.T) {
+	const live, leaked = "11ae000000000000000000000000000000000000000000000000000000000000", "1eaced0000000000000000000000000000000000000000000000000000000000"
+	for _, tc := range []struct {
+		name   string
+		change func(ctrd *fakeContainerd)
+		says   string
+	}{
+		{"a CNI configuration that does not parse", func(ctrd *fakeContainerd) { ctrd.cniconfig = "{" }, "parsing the CNI configuration"},
+		{"a netns dir that is not network.netns_dir", func(ctrd *fakeContainerd) { ctrd.netnsDir = t.TempDir() }, "network.netns_dir"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNetNode(t)
+			n.attach(t, live, "10.9.0.2")
+			n.attach(t, leaked, "10.9.0.4")
+			ctrd := &fakeContainerd{netnsDir: n.netnsDir, cniconfig: n.cniconfig(t, false)}
+			loop, buf := n.loopNetnsDir(t, ctrd, n.netnsDir, live)
+			clock := now
+			loop.now = func() time.Time { return clock }
+			passProposing(t, loop, "the first pass", "cni-attachment/pods/"+leaked+"/eth0")
+			ctrd.mu.Lock()
+			tc.change(ctrd)
+			ctrd.mu.Unlock()
+			clock = clock.Add(time.Minute)
+			buf.Reset()
+			passProposing(t, loop, "a pass whose confirm gets the new answer")
+			if !strings.Contains(buf.String(), "network leaks are not looked for this pass") || !strings.Contains(buf.String(), tc.says) {
+				t.Errorf("the pass that left the network out did not say why (%q): %s", tc.says, buf.String())
+			}
+		})
+	}
+}
