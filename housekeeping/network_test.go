@@ -472,3 +472,24 @@ func TestAConfirmThatCannotUseContainerdsNewCNIConfigLeavesTheNetworkOut(t *test
 		})
 	}
 }
+
+// TestContainerdsRecordsThatCannotBeReadLeaveTheNetworkOut: containerd's
+// records are a source of owners (its sandbox store in every namespace, its
+// container store) and the only source of the namespaces sandboxes use. A
+// pass with a suspect that cannot read them plans no network step (README:
+// "it looks for nothing that pass"): an error is not an empty store.
+func TestContainerdsRecordsThatCannotBeReadLeaveTheNetworkOut(t *testing.T) {
+	n := newNetNode(t)
+	const made = "ade0000000000000000000000000000000000000000000000000000000000000"
+	n.attach(t, made, "10.9.0.2") // a sandbox only containerd's sandbox store knows (being made)
+	ctrd := &fakeContainerd{netnsDir: n.netnsDir, records: cri.Records{Sandboxes: map[string]cri.SandboxRecord{made: {Namespace: "k8s.io"}}},
+		recordsErr: errors.New("containerd sandbox store List: unavailable")}
+	loop, buf := n.loop(t, ctrd)
+	passProposing(t, loop, "a pass that cannot read containerd's records")
+	if ctrd.recordsRead != 1 {
+		t.Fatalf("containerd's records read %d times, want 1: the test proves nothing", ctrd.recordsRead)
+	}
+	if !strings.Contains(buf.String(), "network leaks are not looked for this pass") || !strings.Contains(buf.String(), "unavailable") {
+		t.Errorf("the pass that left the network out did not say why: %s", buf.String())
+	}
+}
