@@ -493,3 +493,14 @@ func TestContainerdsRecordsThatCannotBeReadLeaveTheNetworkOut(t *testing.T) {
 		t.Errorf("the pass that left the network out did not say why: %s", buf.String())
 	}
 }
+
+// TestANetworkStepThatNamesNoOwnerFailsItsRecheck: the check right before
+// a CNI DEL or a release asks every source whether it knows the step's
+// owner; a step that names none cannot be asked about, and is not unowned.
+func TestANetworkStepThatNamesNoOwnerFailsItsRecheck(t *testing.T) {
+	n := newNetNode(t)
+	loop, _ := n.loop(t, &fakeContainerd{netnsDir: n.netnsDir})
+	if err := loop.recheckUnowned(context.Background(), ""); err == nil {
+		t.Fatal("a step naming no owner passed the check that no source knows its owner")
+	}
+}
