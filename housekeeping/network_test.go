@@ -504,3 +504,22 @@ func TestANetworkStepThatNamesNoOwnerFailsItsRecheck(t *testing.T) {
 		t.Fatal("a step naming no owner passed the check that no source knows its owner")
 	}
 }
+
+// TestAConfDirConfigurationIsReadAgainEveryPass: when containerd reports
+// no CNI configuration, the conf dir says what the networks are, and it
+// may change while containerd's answer does not. A network dropped from
+// the conf dir is no longer one the plugin may touch: its leak is not
+// proposed on the configuration read before.
+func TestAConfDirConfigurationIsReadAgainEveryPass(t *testing.T) {
+	n := newNetNode(t)
+	const leaked = "1eaced0000000000000000000000000000000000000000000000000000000000"
+	n.attach(t, leaked, "10.9.0.4")
+	ctrd := &fakeContainerd{netnsDir: n.netnsDir} // no cniconfig: the conf dir is read
+	loop, _ := n.loop(t, ctrd)
+	passProposing(t, loop, "the conf dir names network pods", "cni-attachment/pods/"+leaked+"/eth0")
+	conf := `{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"bridge","ipam":{"type":"host-local","dataDir":"` + n.dataDir + `","subnet":"10.8.0.0/24"}}]}`
+	if err := os.WriteFile(filepath.Join(n.confDir, "10-pods.conflist"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	passProposing(t, loop, "the conf dir names network other only")
+}
