@@ -523,3 +523,24 @@ func TestAConfDirConfigurationIsReadAgainEveryPass(t *testing.T) {
 	}
 	passProposing(t, loop, "the conf dir names network other only")
 }
+
+// TestANetworkThatSetsDisableGCIsNotLookedAt: CNI 1.1's disableGC asks
+// runtimes not to garbage-collect a network (its configuration may be
+// shared with another runtime, whose attachments look stale here): none of
+// its attachments or reservations is proposed, not even for later.
+func TestANetworkThatSetsDisableGCIsNotLookedAt(t *testing.T) {
+	n := newNetNode(t)
+	conf := `{"cniVersion":"1.1.0","name":"pods","disableGC":true,"plugins":[{"type":"bridge","ipam":{"type":"host-local","dataDir":"` + n.dataDir + `","subnet":"10.9.0.0/24"}}]}`
+	if err := os.WriteFile(filepath.Join(n.confDir, "10-pods.conflist"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const leaked, lost = "1eaced0000000000000000000000000000000000000000000000000000000000", "10570000000000000000000000000000000000000000000000000000000000ff"
+	n.attach(t, leaked, "10.9.0.4")
+	if err := os.WriteFile(filepath.Join(n.dataDir, "pods", "10.9.0.5"), []byte(lost+"\r\neth0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cniconfig := range []string{"", n.cniconfig(t, false)} {
+		loop, _ := n.loop(t, &fakeContainerd{netnsDir: n.netnsDir, cniconfig: cniconfig})
+		passProposing(t, loop, fmt.Sprintf("containerd's cniconfig %.40q", cniconfig))
+	}
+}
