@@ -59,6 +59,9 @@ type Network struct {
 	// the files that changed since the last pass (safe for concurrent
 	// use).
 	lister podnet.Lister
+	// inspect reads what the suspect namespaces are: podnet.InspectNetns
+	// (a test, which cannot mount a namespace, gives its own answer).
+	inspect func(ctx context.Context, netnsDir string, paths []string) ([]podnet.Netns, []podnet.Unreadable, error)
 
 	// Owned by the pass: containerd's answer to CRI Status as last read,
 	// when, and what was made of it. statusAt is zero when it is not to
@@ -75,7 +78,7 @@ type Network struct {
 
 // NewNetwork returns the network side of a loop.
 func NewNetwork(rt NetworkRuntime, opts NetworkOptions) *Network {
-	return &Network{opts: opts, rt: rt}
+	return &Network{opts: opts, rt: rt, inspect: podnet.InspectNetns}
 }
 
 // DeleteAttachment, ReleaseReservation and RemoveNetns reclaim with the
@@ -317,7 +320,7 @@ func (l *Loop) networkInput(ctx context.Context, in gc.Input, listing networkLis
 		}
 		if err == nil && len(netns) > 0 {
 			var unreadable []podnet.Unreadable
-			if n.Listing.Netns, unreadable, err = podnet.InspectNetns(ctx, listing.netnsDir, netns); err == nil {
+			if n.Listing.Netns, unreadable, err = l.opts.Network.inspect(ctx, listing.netnsDir, netns); err == nil {
 				n.Listing.Unreadable = append(slices.Clip(n.Listing.Unreadable), unreadable...)
 			}
 		}
