@@ -16,6 +16,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -543,4 +544,81 @@ func TestANetworkThatSetsDisableGCIsNotLookedAt(t *testing.T) {
 		loop, _ := n.loop(t, &fakeContainerd{netnsDir: n.netnsDir, cniconfig: cniconfig})
 		passProposing(t, loop, fmt.Sprintf("containerd's cniconfig %.40q", cniconfig))
 	}
+}
+
+// TestWhatASuspectNamespaceIsReachesThePlan: a pass reads what the
+// namespace of a leaked attachment is (podnet.InspectNetns: whether it is
+// mounted, whether a thread is in it) and plans on that answer. A thread
+// in it keeps the attachment; a namespace whose threads cannot be told
+// keeps it too ("cannot tell" is not "unused"); a failure to read the
+// namespaces leaves the network out of the pass. Only an answer that
+// nothing is in it lets the DEL and the removal be planned.
+func TestWhatASuspectNamespaceIsReachesThePlan(t *testing.T) {
+	const leaked = "1eaced0000000000000000000000000000000000000000000000000000000000"
+	for _, tc := range []struct {
+		name    string
+		inspect func(path string) ([]podnet.Netns, []podnet.Unreadable, error)
+		want    func(path string) []string
+	}{
+		{"nothing is in it: the DEL and the removal are planned", func(path string) ([]podnet.Netns, []podnet.Unreadable, error) {
+			return []podnet.Netns{{Path: path, Inode: 4026532001}}, nil, nil
+		}, func(path string) []string {
+			return []string{"cni-attachment/pods/" + leaked + "/eth0", "netns/" + path}
+		}},
+		{"a thread is in it: the attachment stays", func(path string) ([]podnet.Netns, []podnet.Unreadable, error) {
+			return []podnet.Netns{{Path: path, Inode: 4026532001, InUse: true}}, nil, nil
+		}, nil},
+		{"whether a thread is in it cannot be told: the attachment stays", func(path string) ([]podnet.Netns, []podnet.Unreadable, error) {
+			return nil, []podnet.Unreadable{{Kind: podnet.KindNetns, Path: path, Reason: "this process is not in the node's PID namespace"}}, nil
+		}, nil},
+		{"the namespaces cannot be read: the network is left out", func(string) ([]podnet.Netns, []podnet.Unreadable, error) {
+			return nil, nil, errors.New("reading the mount table: permission denied")
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNetNode(t)
+			n.attach(t, leaked, "10.9.0.4")
+			path := n.netnsOf(leaked)
+			if err := os.WriteFile(path, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			loop, _ := n.loop(t, &fakeContainerd{netnsDir: n.netnsDir})
+			var asked []string
+			loop.opts.Network.inspect = func(_ context.Context, _ string, paths []string) ([]podnet.Netns, []podnet.Unreadable, error) {
+				asked = append(asked, paths...)
+				return tc.inspect(path)
+			}
+			r := loop.Pass(context.Background())
+			if r.Err != nil || r.Untrusted != "" {
+				t.Fatalf("pass failed: %v %q", r.Err, r.Untrusted)
+			}
+			var got []string
+			for _, a := range append(slices.Clone(r.Plan.Actions), deferred(r.Plan)...) {
+				switch a.Kind {
+				case gc.RemoveCNIAttachment, gc.ReleaseIPReservation, gc.RemoveNetns:
+					got = append(got, a.Key)
+				}
+			}
+			var want []string
+			if tc.want != nil {
+				want = tc.want(path)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("proposed %q, want %q", got, want)
+			}
+			if !slices.Equal(asked, []string{path}) {
+				t.Errorf("the pass asked what %q are, want only the leaked attachment's namespace %s", asked, path)
+			}
+		})
+	}
+}
+
+// deferred are the actions a plan holds for later.
+func deferred(r gc.Result) []gc.Action {
+	var out []gc.Action
+	for _, d := range r.Deferred {
+		out = append(out, d.Action)
+	}
+	return out
 }
