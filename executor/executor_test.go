@@ -481,6 +481,35 @@ func TestRemoveSandboxIsOneCallWhenTheRuntimeStopsItOnRemove(t *testing.T) {
 	}
 }
 
+// The planner keys every action apart; should two share a key (a planner
+// bug), the key counts as done only if every action with it succeeded, and
+// no sandbox removal takes one of them as its own container to carry: what
+// rests on the key is not done while one of them failed.
+func TestAKeySucceedsOnlyIfEveryActionWithItDid(t *testing.T) {
+	twin := rmCtr("c1-twin")
+	twin.Key = "container/c1"
+	for _, tc := range []struct {
+		rule    string
+		actions []gc.Action
+		fail    string
+		notDone string // the call that rests on the failed key
+	}{
+		{"a later success does not hide an earlier failure", []gc.Action{rmCtr("c1"), twin, rmLink("/l/c1", "container/c1")},
+			"RemoveContainer c1", "RemoveContainerLogLink /l/c1"},
+		{"a sandbox does not carry a container whose key another action has", []gc.Action{rmCtr("c1"), twin, rmSb("sb", "container/c1")},
+			"RemoveContainer c1-twin", "RemovePodSandbox sb"},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			f := newFake(tc.fail)
+			// One call at a time: the actions settle in their order.
+			newTest(f, Options{MaxParallel: 1}).Execute(context.Background(), tc.actions, t0, nil)
+			if f.has(tc.notDone) {
+				t.Errorf("calls %v: %s done though %s failed", f.called(), tc.notDone, tc.fail)
+			}
+		})
+	}
+}
+
 func TestMaxParallelHonoured(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -991,6 +1020,16 @@ func TestAWholeSandboxReclaimIsOneStopAndOneRemove(t *testing.T) {
 			map[string]Result{"container/c1": Success, "sandbox/sb": Backoff}},
 		{"a dry run shows every step alone", []gc.Action{rmCtr("c1"), rmSb("sb", "container/c1")}, nil, "", true,
 			nil, map[string]Result{"container/c1": Would, "sandbox/sb": Would}},
+		{"a container backing off is not carried", []gc.Action{rmCtr("c1"), rmSb("sb", "container/c1")}, nil, "container/c1", false,
+			nil, map[string]Result{"container/c1": Backoff, "sandbox/sb": Skipped}},
+		{"a container that rests on a step is not carried past that step's failure",
+			[]gc.Action{stopCtr("c0"), rmCtr("c1", "stop-container/c0"), rmSb("sb", "container/c1")}, []string{"StopContainer c0"}, "", false,
+			[]string{"StopContainer c0"},
+			map[string]Result{"stop-container/c0": Error, "container/c1": Skipped, "sandbox/sb": Skipped}},
+		{"a dependency that is not a container removal is not carried", []gc.Action{stopCtr("c1"), rmSb("sb", "stop-container/c1")},
+			[]string{"StopContainer c1"}, "", false,
+			[]string{"StopContainer c1"},
+			map[string]Result{"stop-container/c1": Error, "sandbox/sb": Skipped}},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			f := newFake(tc.fail...)
