@@ -21,6 +21,7 @@ type partialRemover struct {
 	*fake
 	containers map[string]bool // the pod's containers the runtime still has
 	failAfter  int             // containers removed before RemovePodSandbox fails
+	listErr    error           // what ContainerLogPaths fails with (nil: it answers)
 }
 
 func (p *partialRemover) RemovePodSandbox(ctx context.Context, id string) error {
@@ -41,6 +42,9 @@ func (p *partialRemover) RemovePodSandbox(ctx context.Context, id string) error 
 func (p *partialRemover) ContainerLogPaths(_ context.Context, _ string) (map[string]string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.listErr != nil {
+		return nil, p.listErr
+	}
 	out := map[string]string{}
 	for c := range p.containers {
 		out[c] = ""
@@ -57,15 +61,19 @@ func TestACarriedContainerTheRuntimeRemovedIsNotReportedAsSkipped(t *testing.T) 
 	for _, tc := range []struct {
 		name      string
 		failAfter int
+		listErr   error
 		want      map[string]Result
 	}{
-		{"both containers removed, then the sandbox removal failed", 2,
+		{"both containers removed, then the sandbox removal failed", 2, nil,
 			map[string]Result{"container/c1": Success, "container/c2": Success, "sandbox/sb": Error}},
-		{"one container removed, then the removal failed", 1,
+		{"one container removed, then the removal failed", 1, nil,
 			map[string]Result{"container/c1": Success, "container/c2": Skipped, "sandbox/sb": Error}},
+		// Not reported removed when the runtime cannot say it removed them.
+		{"both containers removed, then the removal failed, and what is left cannot be listed", 2, errors.New("rpc error: code = Unavailable"),
+			map[string]Result{"container/c1": Skipped, "container/c2": Skipped, "sandbox/sb": Error}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rt := &partialRemover{fake: newFake(), containers: map[string]bool{"c1": true, "c2": true}, failAfter: tc.failAfter}
+			rt := &partialRemover{fake: newFake(), containers: map[string]bool{"c1": true, "c2": true}, failAfter: tc.failAfter, listErr: tc.listErr}
 			log, hook := logtest.NewNullLogger()
 			log.SetLevel(logrus.DebugLevel)
 			e := New(rt, rt.fake, Options{MaxParallel: 4, BackoffMin: time.Minute, BackoffMax: time.Hour}, log)
@@ -77,7 +85,7 @@ func TestACarriedContainerTheRuntimeRemovedIsNotReportedAsSkipped(t *testing.T) 
 					t.Errorf("%s: %s, want %s (the runtime has %v left)", key, got[key], want, rt.containers)
 				}
 			}
-			if !rt.containers["c1"] && !loggedWith(hook, "removed container with its sandbox", "container_id", "c1") {
+			if tc.listErr == nil && !rt.containers["c1"] && !loggedWith(hook, "removed container with its sandbox", "container_id", "c1") {
 				t.Errorf("container c1 was removed by the plugin's RemovePodSandbox, but no log line says so")
 			}
 		})
