@@ -458,6 +458,29 @@ type removeStopping struct{ *fake }
 
 func (removeStopping) RemoveStopsSandbox(context.Context) bool { return true }
 
+// removeNotStopping is a fake runtime that says its RemovePodSandbox does
+// not stop the sandbox itself (an older containerd).
+type removeNotStopping struct{ *fake }
+
+func (removeNotStopping) RemoveStopsSandbox(context.Context) bool { return false }
+
+// A runtime that says its RemovePodSandbox does not stop the sandbox gets
+// kubelet's order: StopPodSandbox first, and no removal when it fails.
+func TestRemoveSandboxStopsFirstWhenTheRuntimeSaysItsRemoveDoesNot(t *testing.T) {
+	f := newFake("StopPodSandbox sb-a")
+	e := New(removeNotStopping{f}, f, Options{MaxParallel: 1}, nil)
+	out := e.Execute(context.Background(), []gc.Action{rmSb("sb-a"), rmSb("sb-b")}, t0, nil)
+	if got := results(out); got["sandbox/sb-a"] != Error || got["sandbox/sb-b"] != Success {
+		t.Errorf("results %v, want sb-a error (its stop failed), sb-b success", got)
+	}
+	if f.has("RemovePodSandbox sb-a") {
+		t.Errorf("calls %v: sb-a removed though its stop failed", f.called())
+	}
+	if !f.has("StopPodSandbox sb-b") || !f.has("RemovePodSandbox sb-b") {
+		t.Errorf("calls %v, want sb-b stopped, then removed", f.called())
+	}
+}
+
 // A runtime whose RemovePodSandbox stops the sandbox itself (and removes
 // nothing when that fails) gets one call per sandbox, not a StopPodSandbox
 // first; a failure is still an error naming the sandbox.
