@@ -686,6 +686,22 @@ func TestForgetDropsKeysNoLongerProposed(t *testing.T) {
 	}
 }
 
+// The reason a key was last aborted (said at warning level once while it
+// lasts) is kept only while the key is proposed: memory stays bounded by
+// the current plan, and a key proposed again is warned about afresh.
+func TestForgetDropsTheAbortReasonsOfKeysNoLongerProposed(t *testing.T) {
+	e := newTest(newFake(), Options{})
+	changed := func(context.Context, gc.Action) error { return errors.New("the pod is back") }
+	e.Execute(context.Background(), []gc.Action{rmCtr("a"), rmCtr("b")}, t0, changed)
+	if len(e.aborted) != 2 {
+		t.Fatalf("abort reasons %v, want both keys'", e.aborted)
+	}
+	e.Forget(map[string]time.Time{"container/a": t0})
+	if _, ok := e.aborted["container/a"]; !ok || len(e.aborted) != 1 {
+		t.Errorf("after Forget: abort reasons %v, want only container/a's", e.aborted)
+	}
+}
+
 func TestDryRunCallsNothingAndReportsWould(t *testing.T) {
 	f := newFake("StopPodSandbox sb1", "RemoveContainer c1")
 	log, hook := logtest.NewNullLogger()
