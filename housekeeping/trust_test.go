@@ -726,6 +726,33 @@ func TestALiveSandboxTheListingLacksIsAskedForByID(t *testing.T) {
 	}
 }
 
+// The first listing of an NRI session (after a reconnect: containerd
+// restarted, say) may already lack a sandbox NRI reported live, its stop
+// and removal dropped. A listing that shares a sandbox with NRI is the
+// right runtime's, so the missing one is asked for by ID at once; were it
+// not, the listing would stay untrusted, and the session never confirmed,
+// for as long as the session lasts.
+func TestASessionsFirstListingThatLacksALiveSandboxIsAskedForByID(t *testing.T) {
+	uids := []string{testUID(24), testUID(25)}
+	state := podstate.New(0)
+	state.Synchronize(now.Add(-time.Hour), []podstate.SyncedSandbox{{Pod: ident(uids[0]), SandboxID: "s1"}, {Pod: ident(uids[1]), SandboxID: "s2"}}, nil)
+	rt := &fakeRuntime{exists: map[string]bool{"s2": false}}
+	log, _ := testLogger()
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: podDirs(t, uids...), Synchronized: func() bool { return true },
+		Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	for i := range 2 {
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute), Sandboxes: []cri.Sandbox{
+			{ID: "s1", UID: uids[0], Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uids[0])}}}, nil)
+		if r := loop.Pass(context.Background()); r.Untrusted != "" {
+			t.Fatalf("pass %d: untrusted %q after asking %d time(s): the listing shares s1 with NRI, and the runtime does not know s2",
+				i+1, r.Untrusted, rt.asked.Load())
+		}
+	}
+	if p, _ := state.Pod(uids[1]); p.Phase != podstate.PhaseRemoved || p.TornDown {
+		t.Fatalf("s2's pod: phase %s, torn down %v; want Removed without a teardown", p.Phase, p.TornDown)
+	}
+}
+
 // A listing that shares no sandbox with NRI is never confirmed, so a
 // missing sandbox is never asked for; and every NRI session (a Synchronize
 // after a reconnect) must be confirmed anew.
