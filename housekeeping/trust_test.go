@@ -288,6 +288,11 @@ func TestANodeStepIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"an entry of the pod's name, a symlink to nowhere, appears in kubelet's pods dir", func(t *testing.T, _ *podstate.State, _ *fakeRuntime, root string) {
+			if err := os.Symlink(filepath.Join(root, "nowhere"), filepath.Join(root, "pods", uid)); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"the runtime cannot list the pod's sandboxes and containers again", func(_ *testing.T, _ *podstate.State, rt *fakeRuntime, _ string) {
 			rt.set(cri.Snapshot{TakenAt: now.Add(time.Second)}, errors.New("CRI unavailable"))
 		}},
