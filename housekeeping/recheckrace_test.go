@@ -405,6 +405,15 @@ func TestAVolumeMadeBetweenPlanAndStepKeepsAnOrphanedPodsDirAndCgroup(t *testing
 				t.Fatal(err)
 			}
 		}, planned: []gc.Kind{gc.RemovePodCgroup}},
+		{name: "dirs reported only, the pod dir is no longer a directory before the step", race: func(t *testing.T, root string) {
+			dir := filepath.Join(root, "pods", uid)
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(t.TempDir(), dir); err != nil {
+				t.Fatal(err)
+			}
+		}, planned: []gc.Kind{gc.RemovePodCgroup}},
 		{name: "dirs reported only, volumes remain: only the CPU is reduced", first: volume("x"),
 			planned: []gc.Kind{gc.ReducePodCgroupCPU}, want: []string{"ReducePodCgroupCPU " + uid}},
 		{name: "dirs reported only, volumes remain, another volume dir is made before the step", first: volume("x"), race: volume("y"),
@@ -441,6 +450,28 @@ func TestAVolumeMadeBetweenPlanAndStepKeepsAnOrphanedPodsDirAndCgroup(t *testing
 			}
 		})
 	}
+}
+
+// The destroy of an orphaned pod's cgroup rests on its pod dir inspected
+// right before it: a dir that cannot be inspected then (an I/O error; here
+// the pass's context, ended between the executor's start of the step and
+// its check) may hold volumes, and the cgroup is kept.
+func TestAnOrphanedPodsCgroupWhosePodDirCannotBeInspectedAgainIsKept(t *testing.T) {
+	uid := testUID(642)
+	root := podDirs(t, uid)
+	o := newOrphanedPod(t, uid, root, nil, false)
+	o.pass(0)
+	if o.loop.tornDown[uid] == nil || o.loop.tornDown[uid].seen == nil {
+		t.Fatal("the pod is not seen torn down, its dir looked at: the test proves nothing")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	a := gc.Action{Kind: gc.RemovePodCgroup, Rule: gc.RuleCgroupOrphaned, Pod: gc.PodRef{UID: uid}, Key: "pod-cgroup/" + uid}
+	err := o.loop.recheck(now)(ctx, a)
+	if err == nil {
+		t.Fatal("the destroy of an orphaned pod's cgroup passed its check, though its pod dir could not be inspected")
+	}
+	t.Logf("aborted as wanted: %v", err)
 }
 
 // The destroy of an orphaned pod's cgroup rests on its pod cgroup not made
