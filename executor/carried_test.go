@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -89,5 +90,23 @@ func TestACarriedContainerTheRuntimeRemovedIsNotReportedAsSkipped(t *testing.T) 
 				t.Errorf("container c1 was removed by the plugin's RemovePodSandbox, but no log line says so")
 			}
 		})
+	}
+}
+
+// A sandbox's check right before its removal is its pod's: a container the
+// sandbox references but whose labels name another pod (not kubelet's doing,
+// but a listing may hold it) is checked as that pod's, in its own call, and
+// is not removed with the sandbox while its own check finds its pod back.
+func TestAContainerOfAnotherPodIsNotCarriedPastItsOwnCheck(t *testing.T) {
+	other := rmCtr("c1")
+	other.Pod = gc.PodRef{UID: "uid-2", Namespace: "ns", Name: "other"}
+	f := newFake()
+	check := &keyRecheck{abort: map[string]bool{other.Key: true}} // only uid-2 has changed
+	out := newTest(f, Options{MaxParallel: 4}).Execute(context.Background(), []gc.Action{other, rmSb("sb", other.Key)}, t0, check.check)
+	if got, want := results(out), map[string]Result{"container/c1": Aborted, "sandbox/sb": Skipped}; !maps.Equal(got, want) {
+		t.Errorf("results %v, want %v", got, want)
+	}
+	if calls := f.called(); len(calls) > 0 {
+		t.Errorf("calls %q: the container went without its own check passing", calls)
 	}
 }

@@ -417,6 +417,42 @@ func TestACRIStepOfAGonePodIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 	}
 }
 
+// A dead container whose labels name another pod than its sandbox's (not
+// kubelet's doing, but a listing may hold it) rests on its own pod being
+// gone: when that pod's dir is made again between the listing and the
+// steps, neither the container nor the sandbox that references it goes,
+// though the sandbox's own pod is still gone.
+func TestAContainerOfAnotherPodInAGoneSandboxIsCheckedAsItsOwnPods(t *testing.T) {
+	ctrPod, sbPod := testUID(7), testUID(8)
+	root := podDirs(t)
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now,
+		Sandboxes:  []cri.Sandbox{{ID: "sb", UID: sbPod, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(sbPod)}},
+		Containers: []cri.Container{{ID: "c", SandboxID: "sb", Name: "app", State: cri.ContainerExited, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(ctrPod)}},
+	}, nil)
+	calls := &criCalls{}
+	exec := racingExecutor{
+		before: func() {
+			if err := os.Mkdir(filepath.Join(root, "pods", ctrPod), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		},
+		inner: executor.New(calls, &nodeRecorder{}, executor.Options{MaxParallel: 1}, nil),
+	}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Executor: exec,
+		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(),
+			Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}}}, log)
+	loop.started = now.Add(-time.Hour)
+	r := loop.Pass(context.Background())
+	if len(r.Plan.Actions) != 2 {
+		t.Fatalf("planned %+v: want the container and its sandbox", r.Plan.Actions)
+	}
+	if len(calls.calls) > 0 {
+		t.Fatalf("CRI calls %v after the container's pod came back between plan and execution (outcomes %+v)", calls.calls, r.Outcomes)
+	}
+}
+
 // Case 4: a pod torn down while watched leaves its dir behind; then kubelet
 // adds a pod of the same UID onto it (a static pod back in its manifest
 // dir). The old torn-down mark and clocks must not carry over: neither
