@@ -103,11 +103,17 @@ func TestAGonePodIsReclaimedWholeInOnePass(t *testing.T) {
 type podDirRemover struct {
 	nodeRecorder
 	root string
+	// afterRemoval, when set, runs once a pod dir is removed: what happens
+	// on the node between that step and the next.
+	afterRemoval func()
 }
 
 func (r *podDirRemover) RemoveOrphanedPodDir(ctx context.Context, uid string) error {
 	if err := os.RemoveAll(filepath.Join(r.root, "pods", uid)); err != nil {
 		return err
+	}
+	if r.afterRemoval != nil {
+		r.afterRemoval()
 	}
 	return r.nodeRecorder.RemoveOrphanedPodDir(ctx, uid)
 }

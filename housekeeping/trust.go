@@ -441,8 +441,10 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && a.Rule == gc.RuleCgroupOrphaned && slices.Contains(a.DependsOn, "pod-dir/"+uid):
 		// This pass removed the dir before it (a dependency): the pod has
-		// no volumes left, and is still seen torn down.
-		return nil
+		// no volumes left, and is still seen torn down. Its pod cgroup is
+		// still looked up: kubelet makes it before the pod dir, so a pod
+		// of that UID set up again since shows there first.
+		return l.recheckCgroupsNotMade(ctx, mark, uid)
 	case err != nil && a.Rule == gc.RuleCgroupVolumesRemain && !errors.Is(err, fs.ErrNotExist):
 		// "Cannot tell" is what a CPU reduction is for (kubelet's
 		// ReduceCPULimits): the pod is still seen torn down and nothing of
@@ -459,18 +461,29 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 		return fmt.Errorf("the pod dir has grown since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
 			strings.Join(grown, ", "))
 	}
-	if l.opts.Cgroups != nil && mark.cgroups != nil {
-		pod, _, err := podcgroups.Find(ctx, *l.opts.Cgroups, uid)
-		if err != nil {
-			return fmt.Errorf("cannot look the pod's cgroup up again: %w", err)
-		}
-		if made := cgroupsMadeSince(mark.cgroups, cgroupDirsOf(pod)); len(made) > 0 {
-			return fmt.Errorf("the pod cgroup was made again since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
-				strings.Join(made, ", "))
-		}
+	if err := l.recheckCgroupsNotMade(ctx, mark, uid); err != nil {
+		return err
 	}
 	if a.Rule == gc.RuleCgroupOrphaned && (nodefs.PodVolumesExist(d) || len(d.Blockers) > 0) {
 		return errors.New("the pod dir holds volumes, or cannot be fully inspected, now: its cgroup may only have its CPU reduced")
+	}
+	return nil
+}
+
+// recheckCgroupsNotMade checks that the pod cgroup of a pod seen torn down
+// was not made again since the first look after the mark (looked up by
+// name now).
+func (l *Loop) recheckCgroupsNotMade(ctx context.Context, mark *tornDownMark, uid string) error {
+	if l.opts.Cgroups == nil || mark.cgroups == nil {
+		return nil
+	}
+	pod, _, err := podcgroups.Find(ctx, *l.opts.Cgroups, uid)
+	if err != nil {
+		return fmt.Errorf("cannot look the pod's cgroup up again: %w", err)
+	}
+	if made := cgroupsMadeSince(mark.cgroups, cgroupDirsOf(pod)); len(made) > 0 {
+		return fmt.Errorf("the pod cgroup was made again since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
+			strings.Join(made, ", "))
 	}
 	return nil
 }

@@ -541,6 +541,7 @@ func TestAPodWhosePodCgroupIsMadeAgainIsLeftAlone(t *testing.T) {
 		cgroupBefore bool                          // the pod cgroup was left behind by the teardown
 		before       func(t *testing.T, mp string) // before the last pass
 		race         func(t *testing.T, mp string) // between its plan and its steps
+		afterDir     func(t *testing.T, mp string) // between the pod dir's removal and the cgroup's destroy
 		want         []string
 	}{
 		{name: "nothing is made again: the orphaned dir and cgroup are reclaimed", cgroupBefore: true,
@@ -548,6 +549,8 @@ func TestAPodWhosePodCgroupIsMadeAgainIsLeftAlone(t *testing.T) {
 		{name: "kubelet makes the pod cgroup of a pod that had none left", before: makeCgroup},
 		{name: "kubelet makes the pod cgroup again in place of the one left", cgroupBefore: true, before: makeCgroup},
 		{name: "kubelet makes the pod cgroup between the plan and the steps", race: makeCgroup},
+		{name: "kubelet makes the pod cgroup again between the pod dir's removal and the cgroup's destroy", cgroupBefore: true, afterDir: makeCgroup,
+			want: []string{"RemoveOrphanedPodDir " + uid}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := podDirs(t, uid)
@@ -568,6 +571,9 @@ func TestAPodWhosePodCgroupIsMadeAgainIsLeftAlone(t *testing.T) {
 			}
 			if tc.race != nil {
 				o.race = func() { tc.race(t, cg.Mountpoint) }
+			}
+			if tc.afterDir != nil {
+				o.files.afterRemoval = func() { tc.afterDir(t, cg.Mountpoint) }
 			}
 			r := o.pass(6 * time.Minute)
 			if tc.race != nil && len(r.Plan.Actions) == 0 {
