@@ -593,6 +593,28 @@ func TestRemoveNetns(t *testing.T) {
 		}
 	})
 
+	t.Run("a namespace under a netns dir reached through a symlink is removed", func(t *testing.T) {
+		// containerd's /var/run/netns is /run/netns on most nodes: the
+		// mount table names the real dir.
+		n := newNode(t)
+		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+		tn := newNetns(t, netnsPath(n.netnsDir, 1), false)
+		link := filepath.Join(n.root, "var-run-netns")
+		if err := os.Symlink(n.netnsDir, link); err != nil {
+			t.Fatal(err)
+		}
+		l := mustInspect(t, link, mustListNames(t, cfg, n.cacheDir, link))
+		if len(l.Netns) != 1 || l.Netns[0].Path != filepath.Join(link, filepath.Base(tn.Path)) {
+			t.Fatalf("netns = %+v, unreadable %+v; want the namespace under %s", l.Netns, l.Unreadable, link)
+		}
+		if err := NewReclaimer(cfg, n.cacheDir, "").RemoveNetns(ctx, l.Netns[0]); err != nil {
+			t.Fatal(err)
+		}
+		if isMounted(t, tn.Path) || exists(t, tn.Path) {
+			t.Fatalf("%s is still there (mounted: %v)", tn.Path, isMounted(t, tn.Path))
+		}
+	})
+
 	t.Run("a namespace shown on every mount of a netns dir bind-mounted on itself is one namespace, and removed", func(t *testing.T) {
 		// What `ip netns add` leaves on a node: /run/netns bind-mounted on
 		// itself, shared with /run, so that a mount made in it shows on both.
@@ -679,6 +701,19 @@ func TestRemoveNetns(t *testing.T) {
 		{"a relative path is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			ns.Path = filepath.Base(tn.Path)
 		}, "not a clean absolute path"},
+		{"a path that is not clean is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
+			ns.Path = filepath.Dir(tn.Path) + "/./" + filepath.Base(tn.Path)
+		}, "not a clean absolute path"},
+		{"a path whose mount the mount table lists but a stat does not find is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
+			// A mount on the netns dir hides the namespace mount: the
+			// mount table still lists it at the path, while the path
+			// itself is the file on top, which is no namespace.
+			if err := unix.Mount("tmpfs", n.netnsDir, "tmpfs", 0, ""); err != nil {
+				t.Skipf("mounting not permitted: %v", err)
+			}
+			t.Cleanup(func() { _ = unix.Unmount(n.netnsDir, unix.MNT_DETACH) }) // before newNetns's own
+			writeFile(t, tn.Path, "not a namespace")
+		}, "a stat says otherwise"},
 	}
 	for _, tt := range refusals {
 		t.Run(tt.rule+", and stays mounted", func(t *testing.T) {
