@@ -80,6 +80,46 @@ func TestDeleteAttachment(t *testing.T) {
 		}
 	})
 
+	t.Run("DEL of an attachment whose namespace path is no longer a mount gets no namespace", func(t *testing.T) {
+		// What a teardown that unmounted the namespace and died before it
+		// removed the mount point leaves.
+		n := newNode(t)
+		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+		unmounted := netnsPath(n.netnsDir, 3)
+		writeFile(t, unmounted, "")
+		n.add(t, cfg, "pods", id, unmounted)
+		a := onlyAttachment(t, cfg, n, id)
+		if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		calls := n.pluginCalls(t)
+		if len(calls) != 4 || !strings.HasPrefix(calls[2], "DEL "+id+" eth0 - ") || !strings.HasPrefix(calls[3], "DEL "+id+" eth0 - ") {
+			t.Fatalf("plugin calls, want both DELs without a namespace:\n%s", strings.Join(calls, "\n"))
+		}
+	})
+
+	t.Run("an attachment whose namespace path cannot be looked at is an error, without a DEL", func(t *testing.T) {
+		// Whether a namespace is mounted there, with threads in it, cannot
+		// be told: not the same as gone.
+		n := newNode(t)
+		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+		loop := filepath.Join(n.netnsDir, "loop")
+		mkdirAll(t, n.netnsDir)
+		if err := os.Symlink(loop, loop); err != nil {
+			t.Fatal(err)
+		}
+		n.add(t, cfg, "pods", id, netnsPath(loop, 3))
+		a := onlyAttachment(t, cfg, n, id)
+		err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a)
+		var r *RefusedError
+		if err == nil || errors.As(err, &r) || !strings.Contains(err.Error(), "cannot tell whether its namespace") {
+			t.Fatalf("err = %v, want an error saying whether its namespace is there cannot be told", err)
+		}
+		if calls := n.pluginCalls(t); len(calls) != 2 || !exists(t, a.CacheFile) {
+			t.Fatalf("a DEL ran, or the entry went:\n%s", strings.Join(calls, "\n"))
+		}
+	})
+
 	t.Run("an entry that is gone is nothing to do: no DEL", func(t *testing.T) {
 		n := newNode(t)
 		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
