@@ -82,3 +82,57 @@ func TestNoDELActsOnAnAddressAnotherContainerHoldsNow(t *testing.T) {
 		})
 	}
 }
+
+// TestNoDELActsOnAnyAddressOfTheResultItPassesOn: every address of the
+// cached result the DEL passes on as prevResult must still be the
+// attachment's own: the second of a dual-stack result too, and the
+// addresses the entry holds right before the DEL, not when it was listed
+// (an ADD again of the same container, interface and namespace rewrites
+// the entry).
+func TestNoDELActsOnAnyAddressOfTheResultItPassesOn(t *testing.T) {
+	setIPs := func(t *testing.T, path string, ips ...string) {
+		rewriteEntry(t, path, func(m map[string]any) {
+			var list []any
+			for _, ip := range ips {
+				list = append(list, map[string]any{"address": ip + "/16", "interface": 0})
+			}
+			m["result"].(map[string]any)["ips"] = list
+		})
+	}
+	for i, tc := range []struct {
+		name string
+		// before and after the listing
+		listed, now func(t *testing.T, path string)
+	}{
+		{"the second address of a result with two", func(t *testing.T, path string) { setIPs(t, path, "10.22.0.5", "10.22.0.6") }, nil},
+		{"an address the entry holds now, not when it was listed", nil, func(t *testing.T, path string) { setIPs(t, path, "10.22.0.6") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			a, b := containerID(61+2*i), containerID(62+2*i)
+			n := newNode(t)
+			cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+			n.add(t, cfg, "pods", a, fmt.Sprintf("/var/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a4%d", i))
+			entry := filepath.Join(n.cacheDir, "results", "pods-"+a+"-eth0")
+			if tc.listed != nil {
+				tc.listed(t, entry)
+			}
+			att := onlyAttachment(t, cfg, n, a)
+			if tc.now != nil {
+				tc.now(t, entry)
+			}
+			net, _ := cfg.Network("pods")
+			writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.5"), a+"\r\neth0")
+			writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.6"), b+"\r\neth0")
+			before := len(n.pluginCalls(t))
+			err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att)
+			if calls := n.pluginCalls(t)[before:]; len(calls) > 0 {
+				t.Fatalf("CNI DEL of %s ran with prevResult IP 10.22.0.6, which host-local holds for %s now (err %v):\n%s", a[56:], b[56:], err, strings.Join(calls, "\n"))
+			}
+			var refused *RefusedError
+			if !errors.As(err, &refused) || !strings.Contains(err.Error(), "10.22.0.6") || !strings.Contains(err.Error(), b) {
+				t.Fatalf("DeleteAttachment = %v; want a refusal naming 10.22.0.6 and %s", err, b)
+			}
+		})
+	}
+}
