@@ -61,6 +61,9 @@ type Reclaimer struct {
 	threads recentThreads
 	// delsIn lets the DELs of one namespace run one at a time.
 	delsIn netnsTurns
+	// lock takes host-local's lock on a network dir (lockHostLocal); a
+	// field so that a test can see when it is let go.
+	lock func(ctx context.Context, dir string) (unlock func(), err error)
 }
 
 // StepTimeout bounds one CNI DEL (its plugins are killed then) and the wait
@@ -85,7 +88,8 @@ func NewReclaimer(cfg Config, cacheDir, execRoot string) *Reclaimer {
 	exec := &rootedExec{root: execRoot}
 	return &Reclaimer{cfg: cfg, cacheDir: cacheDir, cni: libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cacheDir, exec),
 		execRoot: execRoot, stepTimeout: StepTimeout,
-		threads: recentThreads{read: netnsInUse, now: time.Now, maxAge: threadsMaxAge}}
+		threads: recentThreads{read: netnsInUse, now: time.Now, maxAge: threadsMaxAge},
+		lock:    lockHostLocal}
 }
 
 // checkExecRoot refuses a DEL whose plugins, or whose namespace, are not
@@ -367,7 +371,7 @@ func (r *Reclaimer) ReleaseReservation(ctx context.Context, res Reservation) err
 
 	lctx, cancel := context.WithTimeout(ctx, r.stepTimeout)
 	defer cancel()
-	unlock, err := lockHostLocal(lctx, n.HostLocalDir)
+	unlock, err := r.lock(lctx, n.HostLocalDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // the whole host-local dir is gone
 	}

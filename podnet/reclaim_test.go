@@ -402,6 +402,11 @@ func TestReleaseReservation(t *testing.T) {
 		{"an invalid owner is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			r.Owner = "../x"
 		}, "container ID"},
+		{"a reservation in a host-local dir without its lock file is removed under a lock made as host-local makes it", func(t *testing.T, n node, cfg *Config, r *Reservation) {
+			if err := os.Remove(filepath.Join(filepath.Dir(r.Path), "lock")); err != nil {
+				t.Fatal(err)
+			}
+		}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.rule, func(t *testing.T) {
@@ -596,6 +601,87 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 		err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r)
 		wantRefused(t, err, r.Path, "now reserves the IP for "+containerID(2))
 	})
+}
+
+// hostLocalCanLock reports whether host-local could take its lock on dir
+// now, without waiting.
+func hostLocalCanLock(t *testing.T, dir string) bool {
+	t.Helper()
+	fd, err := unix.Open(filepath.Join(dir, "lock"), unix.O_CREAT|unix.O_RDONLY|unix.O_CLOEXEC, 0o750)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Flock(fd, unix.LOCK_UN)
+	return true
+}
+
+// TestAReleaseHoldsHostLocalsLockUntilTheReservationIsGone: the re-read and
+// the removal happen under host-local's lock, so that no ADD gives the IP
+// to another container in between; the lock is let go after.
+func TestAReleaseHoldsHostLocalsLockUntilTheReservationIsGone(t *testing.T) {
+	n, cfg, r := reservationNode(t, containerID(1))
+	dir := filepath.Dir(r.Path)
+	rc := NewReclaimer(cfg, n.cacheDir, "")
+	letGo := false
+	rc.lock = func(ctx context.Context, dir string) (func(), error) {
+		unlock, err := lockHostLocal(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		return func() {
+			letGo = true
+			if exists(t, r.Path) {
+				t.Errorf("host-local's lock is let go while %s is still there", r.Path)
+			}
+			if hostLocalCanLock(t, dir) {
+				t.Error("host-local could take its lock while the release held it")
+			}
+			unlock()
+		}, nil
+	}
+	if err := rc.ReleaseReservation(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if !letGo || exists(t, r.Path) {
+		t.Fatalf("lock let go: %v, %s there: %v", letGo, r.Path, exists(t, r.Path))
+	}
+	if !hostLocalCanLock(t, dir) {
+		t.Fatal("host-local cannot take its lock after the release")
+	}
+}
+
+// TestHostLocalCanTakeItsLockAfterARelease: a lock kept after a release, or
+// after a refusal under it, would block host-local, and every ADD on the
+// network, for as long as the plugin runs.
+func TestHostLocalCanTakeItsLockAfterARelease(t *testing.T) {
+	id := containerID(1)
+	for _, tc := range []struct {
+		rule   string
+		change func(t *testing.T, r Reservation)
+	}{
+		{"after a release", func(t *testing.T, r Reservation) {}},
+		{"after a refusal under the lock", func(t *testing.T, r Reservation) {
+			writeFile(t, r.Path, containerID(2)+"\r\neth0")
+		}},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			n, cfg, r := reservationNode(t, id)
+			tc.change(t, r)
+			err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r)
+			t.Logf("ReleaseReservation: %v", err)
+			if !hostLocalCanLock(t, filepath.Dir(r.Path)) {
+				t.Fatal("host-local cannot take its lock after ReleaseReservation returned")
+			}
+		})
+	}
 }
 
 func TestRemoveNetns(t *testing.T) {
