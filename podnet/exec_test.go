@@ -255,6 +255,91 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 	})
 }
 
+// TestADELWhoseChainCannotBeCheckedInTheExecRootRunsNoPlugin: what the
+// check of the whole chain cannot look at fails the DEL (an error, retried)
+// before its first plugin runs, as a refusal does: the chain is never left
+// half done.
+func TestADELWhoseChainCannotBeCheckedInTheExecRootRunsNoPlugin(t *testing.T) {
+	ctx := context.Background()
+	id := containerID(11)
+	for _, tc := range []struct {
+		name string
+		// prepare changes the DEL's configuration and the exec root, after
+		// the ADD.
+		prepare func(t *testing.T, n node, cfg *Config, root string)
+		// netns: the root has the namespace too, so that only what the case
+		// prepares stops the DEL
+		netns bool
+		want  string
+	}{
+		{
+			// fake-veth runs last in the DEL: fake-portmap's would run.
+			name: "a plugin of the chain that is not here",
+			prepare: func(t *testing.T, n node, cfg *Config, root string) {
+				confDir := t.TempDir()
+				writeFile(t, filepath.Join(confDir, "10-pods.conflist"), strings.Replace(n.netConfList("pods", nil), `"type": "fake-veth"`, `"type": "fake-gone"`, 1))
+				c, err := FromConfDir(confDir, []string{pluginDir}, 0, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				*cfg = c
+			},
+			netns: true,
+			want:  `"fake-gone"`,
+		},
+		{
+			// Whether the root's first plugin dir holds another fake-veth,
+			// which the chrooted plugins would run, cannot be told.
+			name: "a plugin dir before the plugin's that cannot be looked into in the exec root",
+			prepare: func(t *testing.T, n node, cfg *Config, root string) {
+				first := filepath.Join(n.root, "node-only-bin") // not in this pod
+				cfg.BinDirs = []string{first, pluginDir}
+				mkdirAll(t, filepath.Dir(filepath.Join(root, first)))
+				if err := os.Symlink(first, filepath.Join(root, first)); err != nil { // a loop in the root
+					t.Fatal(err)
+				}
+			},
+			netns: true,
+			want:  "looking for plugin",
+		},
+		{
+			name: "a namespace path that cannot be looked into in the exec root",
+			prepare: func(t *testing.T, n node, cfg *Config, root string) {
+				mkdirAll(t, filepath.Dir(filepath.Join(root, n.netnsDir)))
+				if err := os.Symlink(n.netnsDir, filepath.Join(root, n.netnsDir)); err != nil { // a loop in the root
+					t.Fatal(err)
+				}
+			},
+			want: filepath.Base(netnsPath("", 1)) + " in network.exec_root",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+			ns := newNetns(t, netnsPath(n.netnsDir, 1), false).Path
+			root := execRoot(t, n, fakeVeth, fakePortmap)
+			if tc.netns {
+				bindMount(t, ns, filepath.Join(root, ns))
+			}
+			n.add(t, cfg, "pods", id, ns)
+			a := onlyAttachment(t, cfg, n, id)
+			tc.prepare(t, n, &cfg, root)
+			err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a)
+			var refused *RefusedError
+			if err == nil || errors.As(err, &refused) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want an error (not a refusal) saying %q", err, tc.want)
+			}
+			t.Logf("error as wanted: %v", err)
+			if !exists(t, a.CacheFile) {
+				t.Error("the cache entry is gone")
+			}
+			if calls := append(n.pluginCalls(t)[2:], linesOf(t, filepath.Join(root, n.log))...); len(calls) != 0 {
+				t.Errorf("plugins ran:\n%s", strings.Join(calls, "\n"))
+			}
+		})
+	}
+}
+
 func TestRootedExecChecksThePluginRightBeforeItRuns(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t)
@@ -310,12 +395,21 @@ func TestAnExecRootThatCannotBeOpenedIsAnErrorNamingIt(t *testing.T) {
 // the chrooted main plugin runs its IPAM plugin from CNI_PATH, first dir
 // first, and containerd runs the first dir's main plugin. The files the
 // check compared (the second dir's) are not the ones that run, or that
-// containerd runs: the DEL is refused, and nothing runs.
+// containerd runs: the DEL is refused, and nothing runs. The same when a
+// plugin dir that neither has comes before them: it is passed over there as
+// here.
 func TestAnExecRootThatFindsAnotherPluginFirstRefusesTheDEL(t *testing.T) {
 	ctx := context.Background()
 	id := containerID(8)
-	for _, typ := range []string{"fake-ipam", fakeVeth} {
-		t.Run(typ, func(t *testing.T) {
+	for _, tc := range []struct {
+		typ    string
+		absent bool // a plugin dir neither has comes first
+	}{{"fake-ipam", false}, {fakeVeth, false}, {"fake-ipam", true}, {fakeVeth, true}} {
+		name, typ := tc.typ, tc.typ
+		if tc.absent {
+			name += ", after a plugin dir neither has"
+		}
+		t.Run(name, func(t *testing.T) {
 			n := newNode(t)
 			list := strings.Replace(n.netConfList("pods", nil), `"type": "host-local"`, `"type": "fake-ipam"`, 1)
 			ipam := filepath.Join(pluginDir, "fake-ipam")
@@ -326,6 +420,9 @@ func TestAnExecRootThatFindsAnotherPluginFirstRefusesTheDEL(t *testing.T) {
 			cfg := n.config(t, map[string]string{"10-pods.conflist": list})
 			first := filepath.Join(n.root, "node-only-bin") // not in this pod
 			cfg.BinDirs = []string{first, pluginDir}
+			if tc.absent {
+				cfg.BinDirs = append([]string{filepath.Join(n.root, "no-such-bin")}, cfg.BinDirs...)
+			}
 			root := execRoot(t, n, fakeVeth, fakePortmap, "fake-ipam")
 			mkdirAll(t, filepath.Join(root, first))
 			copyFile(t, filepath.Join(pluginDir, fakeVeth), filepath.Join(root, first, typ))
