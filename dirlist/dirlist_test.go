@@ -10,9 +10,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile/regularfiletest"
 )
 
 func TestEntriesComeSortedByNameWithSymlinksNotFollowed(t *testing.T) {
@@ -130,7 +131,7 @@ func TestWhatIsNotADirectoryIsRefusedWithoutBlocking(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var readErr, openErr error
-			returnsWithin(t, func() {
+			regularfiletest.ReturnsWithin(t, func() {
 				_, readErr = Read(context.Background(), tt.path)
 				var f *os.File
 				if f, _, openErr = Open(context.Background(), tt.path); f != nil {
@@ -143,20 +144,5 @@ func TestWhatIsNotADirectoryIsRefusedWithoutBlocking(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// returnsWithin fails the test when f has not returned after 5s.
-func returnsWithin(t *testing.T, f func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("blocked for 5s")
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile/regularfiletest"
 	"github.com/nri-housekeeper/nri-housekeeper/statefile"
 )
 
@@ -234,16 +235,9 @@ func TestAStateFileThatIsAFIFOIsLeftInPlaceWithoutBlocking(t *testing.T) {
 		loop *Loop
 		logs func() string
 	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	regularfiletest.ReturnsWithin(t, func() {
 		loop, logs = restartedLoop(nil, Options{StateFile: path}, &fakeRuntime{}, now)
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("blocked for 5s")
-	}
+	})
 	t.Cleanup(func() { _ = loop.Close() })
 	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeNamedPipe {
 		t.Fatalf("the FIFO named by housekeeping.state_file was moved or changed: %v, %v", fi, err)

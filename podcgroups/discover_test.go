@@ -10,9 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile/regularfiletest"
 )
 
 const ctrID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -394,7 +395,7 @@ func TestDiscoverRefusesAControlFileThatIsNotARegularFileWithoutBlocking(t *test
 			procs := filepath.Join(dir, "cgroup.procs")
 			tc.setup(t, procs)
 			var l Listing
-			returnsWithin(t, func() { l = Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil) })
+			regularfiletest.ReturnsWithin(t, func() { l = Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil) })
 			if l.Ready || l.Err == nil || !strings.Contains(l.Err.Error(), procs+tc.want) {
 				t.Fatalf("ready %v, err %v: want not ready, saying %q", l.Ready, l.Err, procs+tc.want)
 			}
@@ -409,26 +410,11 @@ func TestDiscoverRefusesAControlFileThatIsNotARegularFileWithoutBlocking(t *test
 			t.Fatal(err)
 		}
 		var l Listing
-		returnsWithin(t, func() { l = Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil) })
+		regularfiletest.ReturnsWithin(t, func() { l = Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil) })
 		if !l.Ready || l.Pods[uidA].CPUReduced {
 			t.Fatalf("ready %v (%v), CPUReduced %v: want ready, the CPU not reduced", l.Ready, l.Err, l.Pods[uidA].CPUReduced)
 		}
 	})
-}
-
-// returnsWithin fails the test when f has not returned after 5s.
-func returnsWithin(t *testing.T, f func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("blocked for 5s")
-	}
 }
 
 func TestDiscoverTellsWhetherCPUIsAlreadyReduced(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile/regularfiletest"
 )
 
 // The testdata/cniconfig*.json files are what go-cni v1.1.14's GetConfig
@@ -370,7 +372,7 @@ func TestFromConfDirRefusesWhatIsNotARegularFileWithoutBlocking(t *testing.T) {
 			dir := t.TempDir()
 			tt.setup(t, dir)
 			var err error
-			returnsWithin(t, func() { _, err = FromConfDir(filepath.Join(dir, tt.confDir), []string{"/opt/cni/bin"}, 0, false) })
+			regularfiletest.ReturnsWithin(t, func() { _, err = FromConfDir(filepath.Join(dir, tt.confDir), []string{"/opt/cni/bin"}, 0, false) })
 			if want := filepath.Join(dir, tt.wantErr); err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("err = %v, want one saying %q", err, want)
 			}

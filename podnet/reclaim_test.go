@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile/regularfiletest"
 )
 
 // onlyAttachment lists and returns the one attachment of id.
@@ -471,7 +473,7 @@ func TestReleaseReservationWhenLibcnisCacheCannotBeRead(t *testing.T) {
 				}
 				results.make(t, path)
 				var err error
-				returnsWithin(t, func() {
+				regularfiletest.ReturnsWithin(t, func() {
 					err = NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r)
 				})
 				if err == nil {
@@ -483,22 +485,6 @@ func TestReleaseReservationWhenLibcnisCacheCannotBeRead(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// returnsWithin fails the test when f has not returned after 5s: a read
-// that waits for a FIFO's writer would hold the pass for ever.
-func returnsWithin(t *testing.T, f func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("blocked for 5s")
 	}
 }
 
@@ -583,7 +569,7 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 			t.Fatal(err)
 		}
 		var err error
-		returnsWithin(t, func() { err = NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r) })
+		regularfiletest.ReturnsWithin(t, func() { err = NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r) })
 		if err == nil || !strings.Contains(err.Error(), lock+" is a FIFO, not a regular file") || !exists(t, r.Path) {
 			t.Fatalf("err = %v (reservation there: %v), want a refusal of the FIFO %s", err, exists(t, r.Path), lock)
 		}

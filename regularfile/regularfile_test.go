@@ -7,9 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile/regularfiletest"
 )
 
 // TestWhatIsNotARegularFileIsRefusedUnreadAndReadsAreBounded: the rules
@@ -47,22 +48,12 @@ func TestWhatIsNotARegularFileIsRefusedUnreadAndReadsAreBounded(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.rule, func(t *testing.T) {
-			type result struct {
+			var r struct {
 				data []byte
 				fi   fs.FileInfo
 				err  error
 			}
-			done := make(chan result, 1)
-			go func() {
-				data, fi, err := Read(tc.path, tc.flag, tc.limit)
-				done <- result{data, fi, err}
-			}()
-			var r result
-			select {
-			case r = <-done:
-			case <-time.After(5 * time.Second):
-				t.Fatalf("Read(%s) blocked for 5s", tc.path)
-			}
+			regularfiletest.ReturnsWithin(t, func() { r.data, r.fi, r.err = Read(tc.path, tc.flag, tc.limit) })
 			if tc.want == "" {
 				if r.err != nil || string(r.data) != "0123456789" || r.fi == nil || !r.fi.Mode().IsRegular() {
 					t.Fatalf("Read(%s) = %q, %v, %v; want its content and its stat", tc.path, r.data, r.fi, r.err)
@@ -93,20 +84,8 @@ func TestOpenCreatesARegularFileAndRefusesAFIFO(t *testing.T) {
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		f, _, err := Open(fifo, os.O_CREATE|os.O_RDONLY, 0o750)
-		if f != nil {
-			f.Close()
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), fifo+" is a FIFO, not a regular file") {
-			t.Fatalf("Open(FIFO) = %v, want it refused", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Open(FIFO) blocked for 5s")
+	regularfiletest.ReturnsWithin(t, func() { f, _, err = Open(fifo, os.O_CREATE|os.O_RDONLY, 0o750) })
+	if err == nil || f != nil || !strings.Contains(err.Error(), fifo+" is a FIFO, not a regular file") {
+		t.Fatalf("Open(FIFO) = %v, %v, want it refused", f, err)
 	}
 }
