@@ -191,10 +191,9 @@ func TestAContainerOfALivePodGoesWithItsLogFiles(t *testing.T) {
 	}
 }
 
-func TestMaxContainersCapsPerUnitShareThenOldestFirst(t *testing.T) {
-	// Three live pods, three dead "app" containers each, ages 1..9 minutes.
-	var sbs []cri.Sandbox
-	var cs []cri.Container
+// threeLivePodsOfThreeDeadApps: three live pods u1..u3 (sandboxes s-u1..),
+// three dead "app" containers each (u1-c0..u3-c2), ages 1..9 minutes.
+func threeLivePodsOfThreeDeadApps() (sbs []cri.Sandbox, cs []cri.Container) {
 	age := 0
 	for _, uid := range []string{"u1", "u2", "u3"} {
 		sbs = append(sbs, sb("s-"+uid, uid, true, time.Hour))
@@ -203,6 +202,11 @@ func TestMaxContainersCapsPerUnitShareThenOldestFirst(t *testing.T) {
 			cs = append(cs, ctr(fmt.Sprintf("%s-c%d", uid, i), "s-"+uid, uid, "app", cri.ContainerExited, time.Duration(age)*time.Minute))
 		}
 	}
+	return sbs, cs
+}
+
+func TestMaxContainersCapsPerUnitShareThenOldestFirst(t *testing.T) {
+	sbs, cs := threeLivePodsOfThreeDeadApps()
 	for _, tc := range []struct {
 		name string
 		max  int
@@ -234,16 +238,7 @@ func TestMaxContainersCapsPerUnitShareThenOldestFirst(t *testing.T) {
 // removes (by the per-name share or oldest first) is not in it, and one
 // that stays is.
 func TestAContainerMaxContainersRemovesIsNotReportedKept(t *testing.T) {
-	var sbs []cri.Sandbox
-	var cs []cri.Container
-	age := 0
-	for _, uid := range []string{"u1", "u2", "u3"} {
-		sbs = append(sbs, sb("s-"+uid, uid, true, time.Hour))
-		for i := range 3 {
-			age++
-			cs = append(cs, ctr(fmt.Sprintf("%s-c%d", uid, i), "s-"+uid, uid, "app", cri.ContainerExited, time.Duration(age)*time.Minute))
-		}
-	}
+	sbs, cs := threeLivePodsOfThreeDeadApps()
 	for _, tc := range []struct {
 		name                string
 		maxPerPod, maxTotal int

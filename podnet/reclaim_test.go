@@ -68,37 +68,34 @@ func TestDeleteAttachment(t *testing.T) {
 		}
 	})
 
-	t.Run("DEL of an attachment whose namespace is gone gets no namespace, as containerd's own teardown", func(t *testing.T) {
-		n := newNode(t)
-		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
-		n.add(t, cfg, "pods", id, ns) // ns: no such path
-		a := onlyAttachment(t, cfg, n, id)
-		if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a); err != nil {
-			t.Fatal(err)
-		}
-		calls := n.pluginCalls(t)
-		if len(calls) != 4 || !strings.HasPrefix(calls[2], "DEL "+id+" eth0 - ") || !strings.HasPrefix(calls[3], "DEL "+id+" eth0 - ") {
-			t.Fatalf("plugin calls, want both DELs without a namespace:\n%s", strings.Join(calls, "\n"))
-		}
-	})
-
-	t.Run("DEL of an attachment whose namespace path is no longer a mount gets no namespace", func(t *testing.T) {
+	for _, tc := range []struct {
+		rule  string
+		netns func(n node) string
+	}{
+		{"DEL of an attachment whose namespace is gone gets no namespace, as containerd's own teardown",
+			func(node) string { return ns }}, // ns: no such path
 		// What a teardown that unmounted the namespace and died before it
 		// removed the mount point leaves.
-		n := newNode(t)
-		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
-		unmounted := netnsPath(n.netnsDir, 3)
-		writeFile(t, unmounted, "")
-		n.add(t, cfg, "pods", id, unmounted)
-		a := onlyAttachment(t, cfg, n, id)
-		if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a); err != nil {
-			t.Fatal(err)
-		}
-		calls := n.pluginCalls(t)
-		if len(calls) != 4 || !strings.HasPrefix(calls[2], "DEL "+id+" eth0 - ") || !strings.HasPrefix(calls[3], "DEL "+id+" eth0 - ") {
-			t.Fatalf("plugin calls, want both DELs without a namespace:\n%s", strings.Join(calls, "\n"))
-		}
-	})
+		{"DEL of an attachment whose namespace path is no longer a mount gets no namespace", func(n node) string {
+			unmounted := netnsPath(n.netnsDir, 3)
+			writeFile(t, unmounted, "")
+			return unmounted
+		}},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			n := newNode(t)
+			cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+			n.add(t, cfg, "pods", id, tc.netns(n))
+			a := onlyAttachment(t, cfg, n, id)
+			if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			calls := n.pluginCalls(t)
+			if len(calls) != 4 || !strings.HasPrefix(calls[2], "DEL "+id+" eth0 - ") || !strings.HasPrefix(calls[3], "DEL "+id+" eth0 - ") {
+				t.Fatalf("plugin calls, want both DELs without a namespace:\n%s", strings.Join(calls, "\n"))
+			}
+		})
+	}
 
 	t.Run("an attachment whose namespace path cannot be looked at is an error, without a DEL", func(t *testing.T) {
 		// Whether a namespace is mounted there, with threads in it, cannot
