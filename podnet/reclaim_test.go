@@ -1098,6 +1098,71 @@ func TestTheDELsOfOneNamespaceRunOneAtATime(t *testing.T) {
 	}
 }
 
+// TestADELAfterAnotherInItsNamespaceDoesNotShareAReadMadeWhileItsPluginsWereThere:
+// a DEL elsewhere reads the threads while the plugins of a DEL are in the
+// namespace, and that read is shared for a second. The next DEL in the
+// namespace, started within that second, rests on a read begun after the
+// DEL before it ended, not on the shared one, which would refuse it as
+// "something runs there again".
+func TestADELAfterAnotherInItsNamespaceDoesNotShareAReadMadeWhileItsPluginsWereThere(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t)
+	slow := strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "delInNetns": 400`, 1)
+	cfg := n.config(t, map[string]string{"10-pods.conflist": slow, "20-storage.conflist": n.netConfList("storage", nil)})
+	id := containerID(1)
+	ns := newNetns(t, netnsPath(n.netnsDir, 3), false)
+	n.add(t, cfg, "pods", id, ns.Path)
+	n.add(t, cfg, "storage", id, ns.Path)
+	var pods, storage Attachment
+	for _, a := range mustList(t, cfg, n).Attachments {
+		switch a.Network {
+		case "pods":
+			pods = a
+		case "storage":
+			storage = a
+		}
+	}
+	if pods.CacheFile == "" || storage.CacheFile == "" {
+		t.Fatalf("want an attachment on each network, listed %+v and %+v", pods, storage)
+	}
+	r := NewReclaimer(cfg, n.cacheDir, "")
+	// A clock that moves only when the test moves it: every read is
+	// young enough to be shared by age.
+	var mu sync.Mutex
+	now := time.Now()
+	r.threads.now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	first := make(chan error, 1)
+	go func() { first <- r.DeleteAttachment(ctx, pods) }()
+	inNetns := n.log + ".in-netns"
+	for deadline := time.Now().Add(10 * time.Second); !exists(t, inNetns); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first DEL's plugin never entered the namespace (%s)", inNetns)
+		}
+	}
+	// The read a DEL in another namespace makes now, the first DEL's own
+	// too old to share.
+	mu.Lock()
+	now = now.Add(threadsMaxAge)
+	mu.Unlock()
+	seen, err := r.threads.get(ctx, time.Time{})
+	if err != nil || !seen[ns.Inode] {
+		t.Fatalf("a read while the first DEL's plugin is in net:[%d]: %v, %v; want it seen there", ns.Inode, seen, err)
+	}
+	mu.Lock()
+	now = now.Add(100 * time.Millisecond)
+	mu.Unlock()
+	if err := <-first; err != nil {
+		t.Fatalf("the first DEL: %v", err)
+	}
+	if err := r.DeleteAttachment(ctx, storage); err != nil {
+		t.Fatalf("the second DEL in the namespace, after the first ended: %v", err)
+	}
+}
+
 // TestADELAfterAnotherInItsNamespaceRestsOnAReadBegunAfterIt: a read of
 // the threads made for a DEL elsewhere while another DEL's plugins were in
 // a namespace sees them there. The next DEL in that namespace, even one
