@@ -1216,22 +1216,34 @@ func TestADELAfterAnotherInItsNamespaceRestsOnAReadBegunAfterIt(t *testing.T) {
 
 // TestAWaitForAnotherDELInItsNamespaceEndsWithItsContext: the DEL that
 // holds a namespace can take up to network.step_timeout; a pass that is
-// stopped does not wait for it.
+// stopped does not wait for it. A wait that ended so does not keep the
+// namespace's turn once its last DEL is older than a shared read can be.
 func TestAWaitForAnotherDELInItsNamespaceEndsWithItsContext(t *testing.T) {
+	now := time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
 	var turns netnsTurns
-	_, release, err := turns.take(context.Background(), 7, time.Now)
+	_, release, err := turns.take(context.Background(), 7, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, _, err := turns.take(ctx, 7, time.Now); !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := turns.take(ctx, 7, clock); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("waiting for a namespace another DEL holds: %v, want the context's deadline", err)
 	}
-	if _, release, err := turns.take(context.Background(), 8, time.Now); err != nil {
+	if _, release, err := turns.take(context.Background(), 8, clock); err != nil {
 		t.Fatalf("another namespace: %v", err)
 	} else {
 		release()
+	}
+	release()
+	now = now.Add(threadsMaxAge)
+	if _, release, err := turns.take(context.Background(), 9, clock); err != nil {
+		t.Fatalf("a third namespace: %v", err)
+	} else {
+		release()
+	}
+	if turns.turns[7] != nil {
+		t.Errorf("the turn of net:[7] is kept a second after its last DEL: the wait that ended with its context still counts as a user (%d)", turns.turns[7].users)
 	}
 }
