@@ -225,7 +225,8 @@ func TestAStateFileThatIsADirectoryIsLeftInPlace(t *testing.T) {
 // housekeeping.state_file must not hold the plugin's start for ever waiting
 // for a writer. It cannot be read, so it is treated as a directory there
 // is: left in place, the log says to check the key, and every budgeted step
-// is held as for any unreadable file.
+// is held as for any unreadable file. The pass's write does not replace it
+// (it is another program's): the file cannot be written, which is said.
 func TestAStateFileThatIsAFIFOIsLeftInPlaceWithoutBlocking(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.json")
 	if err := unix.Mkfifo(path, 0o600); err != nil {
@@ -250,5 +251,16 @@ func TestAStateFileThatIsAFIFOIsLeftInPlaceWithoutBlocking(t *testing.T) {
 	}
 	if loop.budgetHeld(now) == "" {
 		t.Fatal("budgeted steps are not held although the state file could not be read")
+	}
+	// Nor is it written over by the pass's write: the file cannot be
+	// written, which is said.
+	loop.persist(context.Background(), now)
+	if fi, err := os.Lstat(path); err != nil {
+		t.Fatal(err)
+	} else if fi.Mode().Type() != os.ModeNamedPipe {
+		t.Fatalf("the FIFO named by housekeeping.state_file was written over by the first write: it is %s now", fi.Mode())
+	}
+	if !strings.Contains(logs(), "cannot write the state file") {
+		t.Fatalf("the log does not say the state file cannot be written:\n%s", logs())
 	}
 }

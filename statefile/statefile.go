@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -114,7 +115,8 @@ func Encode(s State) ([]byte, error) {
 
 // Write replaces the file at path with data: the directory is made if
 // missing (0700), the file is written 0600 (it names pods) and synced
-// before it replaces the old one, and the directory is synced after.
+// before it replaces the old one, and the directory is synced after. A
+// FIFO, socket or device at path is an error, and is left as it is.
 func Write(ctx context.Context, path string, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -122,6 +124,16 @@ func Write(ctx context.Context, path string, data []byte) error {
 	dir, err := makeDir(path)
 	if err != nil {
 		return err
+	}
+	// The rename would replace whatever is at path. A FIFO, a socket or a
+	// device there is another program's (housekeeping.state_file naming
+	// the wrong file), which Load refuses and Restore leaves in place: it
+	// is not written over either. (A directory fails the rename by
+	// itself; a symlink is replaced, not what it points to.)
+	if fi, err := os.Lstat(path); err == nil {
+		if typ := fi.Mode().Type(); typ != 0 && typ != fs.ModeDir && typ != fs.ModeSymlink {
+			return fmt.Errorf("write the state file: %s is %s, not a regular file: not written over", path, regularfile.TypeName(fi.Mode()))
+		}
 	}
 	// The temp file in the same directory: a rename across file systems
 	// (a private /tmp) would fail.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -250,6 +251,49 @@ func TestWriteSaysWhyItCannot(t *testing.T) {
 	err := Write(context.Background(), filepath.Join(blocker, "state.json"), []byte("{}"))
 	if err == nil || !strings.Contains(err.Error(), "directory") {
 		t.Fatalf("err %v, want one about the state file's directory", err)
+	}
+}
+
+// TestWriteDoesNotReplaceAFIFOASocketOrADevice: housekeeping.state_file
+// naming a FIFO, a socket or a device names a node another program made,
+// which Load refuses and the plugin leaves in place; a write must not
+// rename a file over it either. It is an error naming the path and what
+// is there, and the node is left as it was.
+func TestWriteDoesNotReplaceAFIFOASocketOrADevice(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, tc := range []struct {
+		name, path, want string
+		typ              fs.FileMode
+	}{
+		{"a FIFO", fifo, fifo + " is a FIFO, not a regular file", fs.ModeNamedPipe},
+		{"a socket", sock, sock + " is a socket, not a regular file", fs.ModeSocket},
+		{"a character device", filepath.Join(dir, "null"), filepath.Join(dir, "null") + " is a character device, not a regular file", fs.ModeDevice | fs.ModeCharDevice},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.typ&fs.ModeCharDevice != 0 {
+				// A node of /dev/null's numbers: mknod needs CAP_MKNOD.
+				if err := unix.Mknod(tc.path, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+					t.Skipf("cannot make a device node: %v", err)
+				}
+			}
+			err := Write(context.Background(), tc.path, []byte("{}"))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want one saying %q", err, tc.want)
+			}
+			if fi, err := os.Lstat(tc.path); err != nil || fi.Mode().Type() != tc.typ {
+				t.Fatalf("%s after the write: %v, %v; want it left as it was", tc.path, fi, err)
+			}
+		})
 	}
 }
 
