@@ -183,7 +183,10 @@ func (r *Reclaimer) network(path, name string) (Network, error) {
 //     RefusedError). The DELs of one namespace (every pod has two: its
 //     network's and containerd's loopback) run one at a time, and each
 //     rests on a read begun after the one before it ended: their plugins
-//     enter the namespace, and would be taken for a workload there.
+//     enter the namespace, and would be taken for a workload there. A DEL
+//     waits for its namespace's turn before every check above, which all
+//     run after the wait (another namespace mounted on the path since the
+//     turn was taken is a RefusedError).
 //
 // It never sends the CNI GC verb: the spec forbids GC while ADD or DEL may
 // run on the network, and containerd's ADDs cannot be stopped; a DEL of one
@@ -202,6 +205,21 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("CNI DEL of %s: %w", path, err)
+	}
+	// The DELs of one namespace run one at a time, and the wait for
+	// another can last as long as its DEL: the turn is taken before
+	// anything below is read, so that every check is right before the
+	// DEL, not before the wait. It is the turn of the namespace on the
+	// listed path; the entry must still name that path (below).
+	var turn uint64 // the namespace's inode; 0: no turn taken
+	var after time.Time
+	if listed, ino, err := netnsForDel(a.NetNS); err == nil && listed != "" {
+		ended, release, err := r.delsIn.take(ctx, ino, r.threads.now)
+		if err != nil {
+			return fmt.Errorf("CNI DEL of %s: waiting for another DEL in its namespace %s: %w", path, listed, err)
+		}
+		defer release()
+		turn, after = ino, ended
 	}
 	cur, reason, err := readCacheEntry(path, name)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -228,11 +246,9 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 		return fmt.Errorf("CNI DEL of %s: %w", path, err)
 	}
 	if netns != "" {
-		after, release, err := r.delsIn.take(ctx, netnsIno, r.threads.now)
-		if err != nil {
-			return fmt.Errorf("CNI DEL of %s: waiting for another DEL in its namespace %s: %w", path, netns, err)
+		if netnsIno != turn {
+			return refuse(path, "another namespace is mounted on %s now (net:[%d]) than when the DEL took its namespace's turn (net:[%d]; 0: none)", netns, netnsIno, turn)
 		}
-		defer release()
 		inUse, err := r.threads.get(ctx, after)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return fmt.Errorf("CNI DEL of %s: %w", path, ctxErr)

@@ -1098,6 +1098,88 @@ func TestTheDELsOfOneNamespaceRunOneAtATime(t *testing.T) {
 	}
 }
 
+// TestADELThatWaitedForItsNamespaceChecksItsEntryAfterTheWait: a DEL may
+// wait for another in its namespace as long as that DEL takes (up to
+// network.step_timeout). Its entry and the addresses of its cached result
+// are checked right before it runs, so after the wait: an entry changed,
+// an address given to another container, or another namespace mounted on
+// its path meanwhile is refused, and no plugin of its network runs.
+func TestADELThatWaitedForItsNamespaceChecksItsEntryAfterTheWait(t *testing.T) {
+	for _, tc := range []struct {
+		rule   string
+		change func(t *testing.T, n node, storage Attachment)
+		want   string
+	}{
+		{"an entry changed during the wait is refused", func(t *testing.T, n node, storage Attachment) {
+			rewriteEntry(t, storage.CacheFile, func(m map[string]any) { m["cniArgs"] = [][2]string{{"K8S_POD_NAME", "other"}} })
+		}, "the cache entry changed since it was listed"},
+		{"an address reserved by another container during the wait is refused", func(t *testing.T, n node, storage Attachment) {
+			writeFile(t, filepath.Join(n.dataDir, "storage", "10.22.0.5"), containerID(2)+"\r\neth0")
+		}, "is reserved by " + containerID(2)},
+		{"another namespace mounted on its path during the wait is refused", func(t *testing.T, n node, storage Attachment) {
+			other := newNetns(t, netnsPath(t.TempDir(), 4), false)
+			bindMount(t, other.Path, storage.NetNS)
+		}, "another namespace is mounted on"},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			ctx := context.Background()
+			n := newNode(t)
+			slow := strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "delInNetns": 400`, 1)
+			cfg := n.config(t, map[string]string{"10-pods.conflist": slow, "20-storage.conflist": n.netConfList("storage", nil)})
+			id := containerID(1)
+			ns := newNetns(t, netnsPath(n.netnsDir, 3), false)
+			n.add(t, cfg, "pods", id, ns.Path)
+			n.add(t, cfg, "storage", id, ns.Path)
+			var pods, storage Attachment
+			for _, a := range mustList(t, cfg, n).Attachments {
+				switch a.Network {
+				case "pods":
+					pods = a
+				case "storage":
+					storage = a
+				}
+			}
+			if pods.CacheFile == "" || storage.CacheFile == "" || !slices.Contains(storage.IPs, "10.22.0.5") {
+				t.Fatalf("want an attachment on each network, the second with 10.22.0.5; listed %+v and %+v", pods, storage)
+			}
+			r := NewReclaimer(cfg, n.cacheDir, "")
+			first := make(chan error, 1)
+			go func() { first <- r.DeleteAttachment(ctx, pods) }()
+			inNetns := n.log + ".in-netns"
+			for deadline := time.Now().Add(10 * time.Second); !exists(t, inNetns); time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the first DEL's plugin never entered the namespace (%s)", inNetns)
+				}
+			}
+			second := make(chan error, 1)
+			go func() { second <- r.DeleteAttachment(ctx, storage) }()
+			// Changed once the second DEL waits for the namespace.
+			waiting := func() bool {
+				r.delsIn.mu.Lock()
+				defer r.delsIn.mu.Unlock()
+				turn := r.delsIn.turns[ns.Inode]
+				return turn != nil && turn.users == 2
+			}
+			for deadline := time.Now().Add(10 * time.Second); !waiting(); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the second DEL never waited for the first")
+				}
+			}
+			tc.change(t, n, storage)
+			if err := <-first; err != nil {
+				t.Fatalf("the first DEL: %v", err)
+			}
+			err := <-second
+			for _, call := range n.pluginCalls(t) {
+				if strings.HasPrefix(call, "DEL ") && strings.Contains(call, " eth1 ") {
+					t.Errorf("a plugin of the second DEL ran: %s", call)
+				}
+			}
+			wantRefused(t, err, storage.CacheFile, tc.want)
+		})
+	}
+}
+
 // TestADELAfterAnotherInItsNamespaceDoesNotShareAReadMadeWhileItsPluginsWereThere:
 // a DEL elsewhere reads the threads while the plugins of a DEL are in the
 // namespace, and that read is shared for a second. The next DEL in the
