@@ -474,7 +474,8 @@ func netnsForDel(path string) (netns string, ino uint64, err error) {
 const threadsMaxAge = time.Second
 
 // recentThreads shares one read of the node's threads' network namespaces
-// among the DELs that start within maxAge of the read's start. DELs that
+// among the DELs that start within maxAge of the read's start, and after
+// the DEL before them in their namespace ended (see netnsTurns). DELs that
 // find it too old wait for one new read, not one each. A failed read is not
 // kept.
 type recentThreads struct {
