@@ -39,7 +39,8 @@ type child struct {
 
 	mu     sync.Mutex
 	stderr strings.Builder
-	lines  chan string // each line of stderr, as it comes; closed at its end
+	lines  chan string   // each line of stderr, as it comes; closed at its end
+	held   chan struct{} // while not nil, stderr is not read (holdStderr)
 }
 
 // startChild starts the test binary as nri-housekeeper with args; it is
@@ -65,7 +66,11 @@ func startChild(t *testing.T, args ...string) *child {
 		for sc.Scan() {
 			c.mu.Lock()
 			c.stderr.WriteString(sc.Text() + "\n")
+			held := c.held
 			c.mu.Unlock()
+			if held != nil {
+				<-held
+			}
 			select {
 			case c.lines <- sc.Text():
 			default: // nobody waits for that many
@@ -139,4 +144,62 @@ func (c *child) wait(t *testing.T, timeout time.Duration) int {
 			ws.Signal(), tail(c.Stderr(), 1500))
 	}
 	return state.ExitCode()
+}
+
+// holdStderr stops reading the child's stderr and fills the pipe, as a
+// journal that stopped reading would: the child's next write to stderr
+// blocks until release is called.
+func (c *child) holdStderr(t *testing.T) (release func()) {
+	t.Helper()
+	held := make(chan struct{})
+	c.mu.Lock()
+	c.held = held
+	c.mu.Unlock()
+	// The pipe's write end, as the child has it.
+	fd, err := syscall.Open(fmt.Sprintf("/proc/%d/fd/2", c.cmd.Process.Pid), syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	line := []byte(strings.Repeat("x", 127) + "\n")
+	// One line for the reader to take and stop at, then the pipe full.
+	if _, err := syscall.Write(fd, line); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	for {
+		if _, err := syscall.Write(fd, line); err != nil {
+			if err != syscall.EAGAIN {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			c.held = nil
+			c.mu.Unlock()
+			close(held)
+		})
+	}
+}
+
+// exitsWithin says whether the child exits within timeout, told by the
+// kernel (a zombie, or gone), not by the end of its stderr, which may be
+// held.
+func (c *child) exitsWithin(timeout time.Duration) bool {
+	stat := fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid)
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return true // reaped
+		}
+		// pid (comm) state ...: comm may hold spaces, not ")".
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && strings.HasPrefix(string(b[i+1:]), " Z") {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 )
@@ -28,10 +29,12 @@ func (s stoppedBy) Error() string { return s.signal.String() }
 // reload. The signal is logged at info.
 //
 // A second one exits the process at once through exit, with status 1,
-// said in the log and on stderr after who ("nri-housekeeper once"): a
-// pass stuck in a call that does not heed its context (a read of a hung
-// NFS volume) would otherwise hold the process until systemd's SIGKILL,
-// and swallow an operator's second Ctrl-C.
+// said in the log and on stderr after who ("nri-housekeeper once"), for at
+// most sayBeforeExit: a signal is acted on before it is said, so that a
+// log that blocks (a journal or a stderr pipe nobody reads) holds neither
+// the stop nor the exit. A pass stuck in a call that does not heed its
+// context (a read of a hung NFS volume) would otherwise hold the process
+// until systemd's SIGKILL, and swallow an operator's second Ctrl-C.
 //
 // Exiting at once loses nothing the state file must keep: it is what that
 // SIGKILL, or the OOM killer, would do, and the file is built to survive
@@ -44,6 +47,10 @@ func (s stoppedBy) Error() string { return s.signal.String() }
 // dir is reported, not removed), and a mark dropped since comes back, to
 // be checked again as every restored one is.
 //
+// sayBeforeExit bounds how long a second signal waits for its log line and
+// its stderr line before it exits: a log that blocks does not hold it.
+const sayBeforeExit = time.Second
+
 // stop ends ctx and lets the signals go (a later one has its default
 // effect again); call it once the state file is written.
 func stopOnSignal(parent context.Context, who string, log logrus.FieldLogger, stderr io.Writer, exit func(code int)) (ctx context.Context, stop func()) {
@@ -61,17 +68,36 @@ func stopOnSignal(parent context.Context, who string, log logrus.FieldLogger, st
 			case <-done:
 				return
 			case sig := <-signals:
+				// Acted on before it is said: a log that blocks (a
+				// journal or a stderr pipe nobody reads) must not hold
+				// the stop, nor the exit.
 				if !stopping {
 					stopping = true
-					log.WithField("signal", sig.String()).Info("stopping: the pass in progress ends at its next safe point, " +
-						"then the state file is written; a second signal exits at once")
 					cancel(stoppedBy{sig})
+					go log.WithField("signal", sig.String()).Info("stopping: the pass in progress ends at its next safe point, " +
+						"then the state file is written; a second signal exits at once")
 					continue
 				}
 				const exiting = "exiting at once (status 1), without waiting for the pass in progress to end and " +
 					"without writing the state file; its budgeted steps were written before they ran"
-				log.WithField("signal", sig.String()).Error("a second signal while stopping: " + exiting)
-				fmt.Fprintf(stderr, "%s: a second signal (%s) while stopping: %s\n", who, sig, exiting)
+				said := make(chan struct{}, 2)
+				go func() {
+					log.WithField("signal", sig.String()).Error("a second signal while stopping: " + exiting)
+					said <- struct{}{}
+				}()
+				go func() {
+					fmt.Fprintf(stderr, "%s: a second signal (%s) while stopping: %s\n", who, sig, exiting)
+					said <- struct{}{}
+				}()
+				timeout := time.After(sayBeforeExit)
+			wait:
+				for range 2 {
+					select {
+					case <-said:
+					case <-timeout:
+						break wait
+					}
+				}
 				exit(1)
 				return
 			}

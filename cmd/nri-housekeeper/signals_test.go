@@ -41,7 +41,8 @@ func TestStopOnSignal(t *testing.T) {
 	if !errors.As(context.Cause(ctx), &cause) || cause.signal != syscall.SIGHUP {
 		t.Errorf("cause %v, want stoppedBy SIGHUP", context.Cause(ctx))
 	}
-	if !containsAll(logs.String(), `level=info msg="stopping`, "signal=hangup") {
+	// Said after it is acted on.
+	if !eventually(func() bool { return containsAll(logs.String(), `level=info msg="stopping`, "signal=hangup") }) {
 		t.Errorf("log:\n%s", logs.String())
 	}
 
@@ -105,4 +106,57 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// eventually says whether cond holds within 4s.
+func eventually(cond func() bool) bool {
+	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// blockedWriter is a log or stderr that takes nothing: every Write blocks
+// until the test ends.
+type blockedWriter struct{ release <-chan struct{} }
+
+func (w blockedWriter) Write(p []byte) (int, error) {
+	<-w.release
+	return len(p), nil
+}
+
+// TestASignalIsNotHeldByALogThatBlocks: a journal or a stderr pipe that
+// stops reading blocks every log line; the first signal still ends the
+// context, and the second still exits, after at most sayBeforeExit.
+// Before, each signal was said before it was acted on: the first never
+// ended the context, and the second was never read.
+func TestASignalIsNotHeldByALogThatBlocks(t *testing.T) {
+	release := make(chan struct{})
+	log := logrus.New()
+	log.SetOutput(blockedWriter{release})
+	exited := make(chan int, 1)
+	ctx, stop := stopOnSignal(context.Background(), "nri-housekeeper test", log, blockedWriter{release}, func(code int) { exited <- code })
+	defer stop()
+	defer close(release) // first: stop waits for a goroutine a write may hold
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(4 * time.Second):
+		t.Fatal("the context did not end at SIGHUP while the log blocks")
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-exited:
+		if code != 1 {
+			t.Errorf("exit(%d), want exit(1)", code)
+		}
+	case <-time.After(sayBeforeExit + 4*time.Second):
+		t.Fatal("a second signal did not exit while the log blocks")
+	}
 }
