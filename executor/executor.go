@@ -267,10 +267,11 @@ func (e *Executor) Execute(ctx context.Context, actions []gc.Action, now time.Ti
 // one per container more. It returns the RemoveContainer actions each such
 // sandbox carries, by the sandbox action's index. Containers that must be
 // stopped first (UNKNOWN), remove their log files first (RemovePodSandbox
-// does not), depend on anything, or are backing off keep their own call, and so does a sandbox backing off. So does a
-// container of another pod than the sandbox's (by its labels): the check
-// right before the sandbox's removal is its pod's, not the container's.
-// Dry runs carry nothing: every step is shown as it would run alone.
+// does not), depend on anything, or are backing off keep their own call,
+// and so does a sandbox backing off. So does a container of another pod
+// than the sandbox's (by its labels): the check right before the
+// sandbox's removal is its pod's, not the container's. Dry runs carry
+// nothing: every step is shown as it would run alone.
 func (e *Executor) carriedBySandboxes(actions []gc.Action, now time.Time) map[int][]int {
 	if e.opts.DryRun {
 		return nil
