@@ -52,7 +52,8 @@ func (s stoppedBy) Error() string { return s.signal.String() }
 const sayBeforeExit = time.Second
 
 // stop ends ctx and lets the signals go (a later one has its default
-// effect again); call it once the state file is written.
+// effect again), once the first signal's line is written; call it once
+// the state file is written, before the log is closed.
 func stopOnSignal(parent context.Context, who string, log logrus.FieldLogger, stderr io.Writer, exit func(code int)) (ctx context.Context, stop func()) {
 	// Buffered: signal.Notify does not block, and drops what does not fit.
 	signals := make(chan os.Signal, 2)
@@ -60,6 +61,7 @@ func stopOnSignal(parent context.Context, who string, log logrus.FieldLogger, st
 	ctx, cancel := context.WithCancelCause(parent)
 	done := make(chan struct{})     // stop was called
 	finished := make(chan struct{}) // the goroutine below returned
+	var stoppingSaid sync.WaitGroup // the first signal's line is written
 	go func() {
 		defer close(finished)
 		stopping := false
@@ -74,8 +76,12 @@ func stopOnSignal(parent context.Context, who string, log logrus.FieldLogger, st
 				if !stopping {
 					stopping = true
 					cancel(stoppedBy{sig})
-					go log.WithField("signal", sig.String()).Info("stopping: the pass in progress ends at its next safe point, " +
-						"then the state file is written; a second signal exits at once")
+					stoppingSaid.Add(1)
+					go func() {
+						defer stoppingSaid.Done()
+						log.WithField("signal", sig.String()).Info("stopping: the pass in progress ends at its next safe point, " +
+							"then the state file is written; a second signal exits at once")
+					}()
 					continue
 				}
 				const exiting = "exiting at once (status 1), without waiting for the pass in progress to end and " +
@@ -109,6 +115,7 @@ func stopOnSignal(parent context.Context, who string, log logrus.FieldLogger, st
 			signal.Stop(signals)
 			close(done)
 			<-finished
+			stoppingSaid.Wait() // before the caller closes the log
 			cancel(context.Canceled)
 		})
 	}
