@@ -1036,22 +1036,19 @@ func TestConcurrentDELsShareOneReadOfTheThreads(t *testing.T) {
 	}
 }
 
-// TestTheDELsOfOneNamespaceRunOneAtATime: every pod has two attachments in
-// its namespace (its network's and containerd's loopback), due in one
-// wave, and the plugins of a DEL enter the namespace (loopback sets lo
-// down from a thread in it). A DEL must not take the plugins of another
-// DEL in its namespace for a workload: it waits for that DEL, and rests on
-// a read of the threads begun after it ended.
-func TestTheDELsOfOneNamespaceRunOneAtATime(t *testing.T) {
-	ctx := context.Background()
-	n := newNode(t)
+// twoNetworksInOneNamespace makes a pod (containerID(1)) on two networks
+// in one namespace, as every pod is on its network and containerd's
+// loopback: "pods", whose DEL spends 400 ms in the namespace (delInNetns),
+// and "storage".
+func twoNetworksInOneNamespace(t *testing.T) (n node, cfg Config, ns *testNetns, pods, storage Attachment) {
+	t.Helper()
+	n = newNode(t)
 	slow := strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "delInNetns": 400`, 1)
-	cfg := n.config(t, map[string]string{"10-pods.conflist": slow, "20-storage.conflist": n.netConfList("storage", nil)})
+	cfg = n.config(t, map[string]string{"10-pods.conflist": slow, "20-storage.conflist": n.netConfList("storage", nil)})
 	id := containerID(1)
-	netns := newNetns(t, netnsPath(n.netnsDir, 3), false).Path
-	n.add(t, cfg, "pods", id, netns)
-	n.add(t, cfg, "storage", id, netns)
-	var pods, storage Attachment
+	ns = newNetns(t, netnsPath(n.netnsDir, 3), false)
+	n.add(t, cfg, "pods", id, ns.Path)
+	n.add(t, cfg, "storage", id, ns.Path)
 	for _, a := range mustList(t, cfg, n).Attachments {
 		switch a.Network {
 		case "pods":
@@ -1063,6 +1060,29 @@ func TestTheDELsOfOneNamespaceRunOneAtATime(t *testing.T) {
 	if pods.CacheFile == "" || storage.CacheFile == "" {
 		t.Fatalf("want an attachment on each network, listed %+v and %+v", pods, storage)
 	}
+	return n, cfg, ns, pods, storage
+}
+
+// waitInNetns waits until a DEL's plugin is in the namespace (delInNetns).
+func waitInNetns(t *testing.T, n node) {
+	t.Helper()
+	inNetns := n.log + ".in-netns"
+	for deadline := time.Now().Add(10 * time.Second); !exists(t, inNetns); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first DEL's plugin never entered the namespace (%s)", inNetns)
+		}
+	}
+}
+
+// TestTheDELsOfOneNamespaceRunOneAtATime: every pod has two attachments in
+// its namespace (its network's and containerd's loopback), due in one
+// wave, and the plugins of a DEL enter the namespace (loopback sets lo
+// down from a thread in it). A DEL must not take the plugins of another
+// DEL in its namespace for a workload: it waits for that DEL, and rests on
+// a read of the threads begun after it ended.
+func TestTheDELsOfOneNamespaceRunOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	n, cfg, _, pods, storage := twoNetworksInOneNamespace(t)
 	r := NewReclaimer(cfg, n.cacheDir, "")
 	// A clock a second on at each look: no DEL shares a read by age alone.
 	var mu sync.Mutex
@@ -1075,12 +1095,7 @@ func TestTheDELsOfOneNamespaceRunOneAtATime(t *testing.T) {
 	}
 	first := make(chan error, 1)
 	go func() { first <- r.DeleteAttachment(ctx, pods) }()
-	inNetns := n.log + ".in-netns"
-	for deadline := time.Now().Add(10 * time.Second); !exists(t, inNetns); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the first DEL's plugin never entered the namespace (%s)", inNetns)
-		}
-	}
+	waitInNetns(t, n)
 	if err := r.DeleteAttachment(ctx, storage); err != nil {
 		t.Fatalf("the second DEL in the namespace, while the first's plugin was in it: %v", err)
 	}
@@ -1123,34 +1138,14 @@ func TestADELThatWaitedForItsNamespaceChecksItsEntryAfterTheWait(t *testing.T) {
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			ctx := context.Background()
-			n := newNode(t)
-			slow := strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "delInNetns": 400`, 1)
-			cfg := n.config(t, map[string]string{"10-pods.conflist": slow, "20-storage.conflist": n.netConfList("storage", nil)})
-			id := containerID(1)
-			ns := newNetns(t, netnsPath(n.netnsDir, 3), false)
-			n.add(t, cfg, "pods", id, ns.Path)
-			n.add(t, cfg, "storage", id, ns.Path)
-			var pods, storage Attachment
-			for _, a := range mustList(t, cfg, n).Attachments {
-				switch a.Network {
-				case "pods":
-					pods = a
-				case "storage":
-					storage = a
-				}
-			}
-			if pods.CacheFile == "" || storage.CacheFile == "" || !slices.Contains(storage.IPs, "10.22.0.5") {
-				t.Fatalf("want an attachment on each network, the second with 10.22.0.5; listed %+v and %+v", pods, storage)
+			n, cfg, ns, pods, storage := twoNetworksInOneNamespace(t)
+			if !slices.Contains(storage.IPs, "10.22.0.5") {
+				t.Fatalf("want the storage attachment with 10.22.0.5; listed %+v", storage)
 			}
 			r := NewReclaimer(cfg, n.cacheDir, "")
 			first := make(chan error, 1)
 			go func() { first <- r.DeleteAttachment(ctx, pods) }()
-			inNetns := n.log + ".in-netns"
-			for deadline := time.Now().Add(10 * time.Second); !exists(t, inNetns); time.Sleep(5 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("the first DEL's plugin never entered the namespace (%s)", inNetns)
-				}
-			}
+			waitInNetns(t, n)
 			second := make(chan error, 1)
 			go func() { second <- r.DeleteAttachment(ctx, storage) }()
 			// Changed once the second DEL waits for the namespace.
@@ -1188,25 +1183,7 @@ func TestADELThatWaitedForItsNamespaceChecksItsEntryAfterTheWait(t *testing.T) {
 // "something runs there again".
 func TestADELAfterAnotherInItsNamespaceDoesNotShareAReadMadeWhileItsPluginsWereThere(t *testing.T) {
 	ctx := context.Background()
-	n := newNode(t)
-	slow := strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "delInNetns": 400`, 1)
-	cfg := n.config(t, map[string]string{"10-pods.conflist": slow, "20-storage.conflist": n.netConfList("storage", nil)})
-	id := containerID(1)
-	ns := newNetns(t, netnsPath(n.netnsDir, 3), false)
-	n.add(t, cfg, "pods", id, ns.Path)
-	n.add(t, cfg, "storage", id, ns.Path)
-	var pods, storage Attachment
-	for _, a := range mustList(t, cfg, n).Attachments {
-		switch a.Network {
-		case "pods":
-			pods = a
-		case "storage":
-			storage = a
-		}
-	}
-	if pods.CacheFile == "" || storage.CacheFile == "" {
-		t.Fatalf("want an attachment on each network, listed %+v and %+v", pods, storage)
-	}
+	n, cfg, ns, pods, storage := twoNetworksInOneNamespace(t)
 	r := NewReclaimer(cfg, n.cacheDir, "")
 	// A clock that moves only when the test moves it: every read is
 	// young enough to be shared by age.
@@ -1219,12 +1196,7 @@ func TestADELAfterAnotherInItsNamespaceDoesNotShareAReadMadeWhileItsPluginsWereT
 	}
 	first := make(chan error, 1)
 	go func() { first <- r.DeleteAttachment(ctx, pods) }()
-	inNetns := n.log + ".in-netns"
-	for deadline := time.Now().Add(10 * time.Second); !exists(t, inNetns); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the first DEL's plugin never entered the namespace (%s)", inNetns)
-		}
-	}
+	waitInNetns(t, n)
 	// The read a DEL in another namespace makes now, the first DEL's own
 	// too old to share.
 	mu.Lock()
