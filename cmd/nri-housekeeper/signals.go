@@ -29,12 +29,12 @@ func (s stoppedBy) Error() string { return s.signal.String() }
 // reload. The signal is logged at info.
 //
 // A second one exits the process at once through exit, with status 1,
-// said in the log and on stderr after who ("nri-housekeeper once"), for at
-// most sayBeforeExit: a signal is acted on before it is said, so that a
-// log that blocks (a journal or a stderr pipe nobody reads) holds neither
-// the stop nor the exit. A pass stuck in a call that does not heed its
-// context (a read of a hung NFS volume) would otherwise hold the process
-// until systemd's SIGKILL, and swallow an operator's second Ctrl-C.
+// said in the log and on stderr after who ("nri-housekeeper once"). Each
+// signal waits at most sayBeforeExit for its lines: a log that blocks (a
+// journal or a stderr pipe nobody reads) holds neither the stop nor the
+// exit for longer. A pass stuck in a call that does not heed its context
+// (a read of a hung NFS volume) would otherwise hold the process until
+// systemd's SIGKILL, and swallow an operator's second Ctrl-C.
 //
 // Exiting at once loses nothing the state file must keep: it is what that
 // SIGKILL, or the OOM killer, would do, and the file is built to survive
@@ -47,8 +47,8 @@ func (s stoppedBy) Error() string { return s.signal.String() }
 // dir is reported, not removed), and a mark dropped since comes back, to
 // be checked again as every restored one is.
 //
-// sayBeforeExit bounds how long a second signal waits for its log line and
-// its stderr line before it exits: a log that blocks does not hold it.
+// sayBeforeExit bounds how long a signal waits for its lines to be said
+// before it is acted on: a log that blocks does not hold it.
 const sayBeforeExit = time.Second
 
 // stop ends ctx and lets the signals go (a later one has its default
@@ -70,18 +70,26 @@ func stopOnSignal(parent context.Context, who string, log logrus.FieldLogger, st
 			case <-done:
 				return
 			case sig := <-signals:
-				// Acted on before it is said: a log that blocks (a
-				// journal or a stderr pipe nobody reads) must not hold
-				// the stop, nor the exit.
+				// Said before it is acted on, so that the line comes
+				// before what the stop makes the command say; but a log
+				// that blocks (a journal or a stderr pipe nobody reads)
+				// holds neither the stop nor the exit for more than
+				// sayBeforeExit.
 				if !stopping {
 					stopping = true
-					cancel(stoppedBy{sig})
+					said := make(chan struct{})
 					stoppingSaid.Add(1)
 					go func() {
 						defer stoppingSaid.Done()
+						defer close(said)
 						log.WithField("signal", sig.String()).Info("stopping: the pass in progress ends at its next safe point, " +
 							"then the state file is written; a second signal exits at once")
 					}()
+					select {
+					case <-said:
+					case <-time.After(sayBeforeExit):
+					}
+					cancel(stoppedBy{sig})
 					continue
 				}
 				const exiting = "exiting at once (status 1), without waiting for the pass in progress to end and " +
