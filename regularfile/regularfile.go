@@ -7,6 +7,7 @@ package regularfile
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -17,11 +18,83 @@ import (
 
 // Open opens path with flag (O_RDONLY, O_RDWR, O_CREATE, O_NOFOLLOW...)
 // and perm, non-blocking, and returns it with its stat when it is a regular
-// file; what is not is closed and refused, the error naming path and what
-// it is. Symlinks are followed unless flag has O_NOFOLLOW (then a symlink
-// is an open error, ELOOP).
+// file; what is not is refused without being opened, the error naming path
+// and what it is. Symlinks are followed unless flag has O_NOFOLLOW (then a
+// symlink is an open error, ELOOP).
+//
+// The file is looked at through an O_PATH descriptor first and opened
+// through that very descriptor (/proc/self/fd), only when it is regular:
+// opening is itself an act on what is not (a FIFO's blocked writer is let
+// go and then gets EPIPE, a watchdog device is armed and reboots the node
+// when its opener closes it, a tape rewinds).
 func Open(path string, flag int, perm fs.FileMode) (*os.File, fs.FileInfo, error) {
-	f, err := os.OpenFile(path, flag|unix.O_NONBLOCK, perm)
+	// Two tries: a file made by someone else between the look that found
+	// none and our exclusive create (which never opens what is there) is
+	// looked at again.
+	for range 2 {
+		f, fi, err := openExisting(path, flag)
+		if !errors.Is(err, fs.ErrNotExist) || flag&os.O_CREATE == 0 {
+			return f, fi, err
+		}
+		f, fi, err = create(path, flag, perm)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, fi, err
+		}
+	}
+	return nil, nil, fmt.Errorf("%s is not there to open, and cannot be made: a symlink to nothing, or made and removed by another while opened", path)
+}
+
+// openExisting opens the regular file at path, looked at first through an
+// O_PATH descriptor (see Open).
+func openExisting(path string, flag int) (*os.File, fs.FileInfo, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC|flag&unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	pathFile := os.NewFile(uintptr(fd), path)
+	defer pathFile.Close()
+	looked, err := pathFile.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case looked.Mode()&fs.ModeSymlink != 0:
+		// O_PATH|O_NOFOLLOW opens the link itself; an open would fail.
+		return nil, nil, &fs.PathError{Op: "open", Path: path, Err: unix.ELOOP}
+	case !looked.Mode().IsRegular():
+		return nil, nil, fmt.Errorf("%s is %s, not a regular file", path, TypeName(looked.Mode()))
+	}
+	reopen := flag&^(os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW) | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	opened, err := openRetryingEINTR(fmt.Sprintf("/proc/self/fd/%d", fd), reopen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening %s through its O_PATH descriptor (is /proc mounted?): %w", path, err)
+	}
+	f := os.NewFile(uintptr(opened), path)
+	fi, err := f.Stat()
+	if err == nil && !os.SameFile(fi, looked) {
+		err = fmt.Errorf("%s was opened as another file than the one looked at", path)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// openRetryingEINTR is open(2) again while interrupted, as os.OpenFile does.
+func openRetryingEINTR(path string, flag int) (int, error) {
+	for {
+		fd, err := unix.Open(path, flag, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+// create makes the file at path, exclusively (fs.ErrExist when another
+// made it first: it is looked at again, see Open).
+func create(path string, flag int, perm fs.FileMode) (*os.File, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, flag|os.O_EXCL|unix.O_NONBLOCK|unix.O_NOCTTY, perm)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -29,10 +102,6 @@ func Open(path string, flag int, perm fs.FileMode) (*os.File, fs.FileInfo, error
 	if err != nil {
 		f.Close()
 		return nil, nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, nil, fmt.Errorf("%s is %s, not a regular file", path, TypeName(fi.Mode()))
 	}
 	return f, fi, nil
 }

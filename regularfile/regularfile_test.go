@@ -2,11 +2,13 @@ package regularfile
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -87,5 +89,84 @@ func TestOpenCreatesARegularFileAndRefusesAFIFO(t *testing.T) {
 	regularfiletest.ReturnsWithin(t, func() { f, _, err = Open(fifo, os.O_CREATE|os.O_RDONLY, 0o750) })
 	if err == nil || f != nil || !strings.Contains(err.Error(), fifo+" is a FIFO, not a regular file") {
 		t.Fatalf("Open(FIFO) = %v, %v, want it refused", f, err)
+	}
+}
+
+// TestWhatIsNotARegularFileIsNotEvenOpened: opening acts on a FIFO (its
+// writer blocked in open is let go, then gets EPIPE) and on some devices (a
+// watchdog is armed): what is refused is looked at, never opened.
+func TestWhatIsNotARegularFileIsNotEvenOpened(t *testing.T) {
+	for _, flag := range []int{os.O_RDONLY, os.O_RDONLY | unix.O_NOFOLLOW, os.O_CREATE | os.O_RDONLY} {
+		t.Run(fmt.Sprintf("flag %#x", flag), func(t *testing.T) {
+			fifo := filepath.Join(t.TempDir(), "fifo")
+			if err := unix.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			writerOpened := make(chan error, 1)
+			go func() {
+				// Blocks until a reader opens the FIFO.
+				w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+				if err == nil {
+					w.Close()
+				}
+				writerOpened <- err
+			}()
+			// Let the writer block in its open first.
+			time.Sleep(50 * time.Millisecond)
+			var f *os.File
+			var err error
+			regularfiletest.ReturnsWithin(t, func() { f, _, err = Open(fifo, flag, 0o600) })
+			if err == nil || f != nil || !strings.Contains(err.Error(), fifo+" is a FIFO, not a regular file") {
+				t.Fatalf("Open(FIFO) = %v, %v, want it refused", f, err)
+			}
+			select {
+			case err := <-writerOpened:
+				t.Fatalf("the FIFO's writer got through its open (err %v): Open opened the FIFO it refused", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			// Let the writer go.
+			r, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if err := <-writerOpened; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestOpenReadsAndWritesTheFileItLookedAt: the file opened through the
+// O_PATH descriptor is the one at path, with the flags asked for.
+func TestOpenReadsAndWritesTheFileItLookedAt(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "file")
+	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, fi, err := Open(path, os.O_RDWR|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Name() != path || fi.Size() != 0 {
+		t.Errorf("opened %s of %d bytes, want %s truncated", f.Name(), fi.Size(), path)
+	}
+	if _, err := f.WriteString("new"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if data, err := os.ReadFile(path); err != nil || string(data) != "new" {
+		t.Errorf("%s holds %q, %v; want what was written through Open", path, data, err)
+	}
+	dangling := filepath.Join(dir, "dangling")
+	if err := os.Symlink(filepath.Join(dir, "nothing"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	if f, _, err := Open(dangling, os.O_CREATE|os.O_RDONLY, 0o600); err == nil || !strings.Contains(err.Error(), "a symlink to nothing") {
+		t.Errorf("Open(symlink to nothing, O_CREATE) = %v, %v; want it refused as such", f, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "nothing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the symlink's target was made: %v", err)
 	}
 }
