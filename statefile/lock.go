@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
 
 // Lock is a plugin's hold on a state file: one running plugin per file.
@@ -55,8 +57,9 @@ func TryLock(ctx context.Context, path string) (*Lock, error) {
 		return nil, err
 	}
 	// O_NOFOLLOW: a symlink planted at the lock's name is refused, not
-	// followed to truncate what it points at.
-	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	// followed to truncate what it points at. What is not a regular file
+	// (a FIFO, a device) is refused unopened.
+	f, _, err := regularfile.Open(lockPath, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open the state file's lock: %w", err)
 	}

@@ -9,6 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile/regularfiletest"
 )
 
 func TestASecondPluginOnTheSameStateFileIsRefusedAndToldWho(t *testing.T) {
@@ -102,5 +106,26 @@ func TestALockPathThatIsASymlinkIsRefused(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(target); string(b) != "keep me" {
 		t.Fatalf("the symlink's target was changed: %q", b)
+	}
+}
+
+// What is not a regular file at the lock's name (a FIFO, a device) is
+// refused unopened, the error naming it: a device opened read-write may act
+// (a watchdog is armed), and flock on a FIFO would "lock" nothing anyone
+// else takes.
+func TestALockPathThatIsNotARegularFileIsRefusedUnopened(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	if err := unix.Mkfifo(LockPath(path), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var l *Lock
+	var err error
+	regularfiletest.ReturnsWithin(t, func() { l, err = TryLock(context.Background(), path) })
+	if err == nil {
+		_ = l.Release()
+		t.Fatal("a FIFO at the lock's name was taken for the lock")
+	}
+	if want := LockPath(path) + " is a FIFO, not a regular file"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("TryLock = %v, want an error saying %q", err, want)
 	}
 }
