@@ -150,6 +150,9 @@ type Loop struct {
 	opts    Options
 	log     logrus.FieldLogger
 	now     func() time.Time
+	// inspectPodDir is nodefs.InspectPodDir; tests make it fail as only an
+	// I/O error would.
+	inspectPodDir func(ctx context.Context, kubeletRoot, uid string) (nodefs.PodDir, error)
 
 	resync chan struct{}
 	wake   chan struct{}
@@ -253,7 +256,8 @@ func New(state *podstate.State, runtime Runtime, opts Options, log logrus.FieldL
 	}
 	l := &Loop{
 		state: state, runtime: runtime, opts: opts, log: log, now: time.Now, started: time.Now(),
-		resync: make(chan struct{}, 1), wake: make(chan struct{}, 1),
+		inspectPodDir: nodefs.InspectPodDir,
+		resync:        make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		phases: make(map[string]podstate.Phase), reported: make(map[string]bool), tornDown: make(map[string]*tornDownMark),
 		dismissed: make(map[string]time.Time),
 		said:      make(map[string]string),
@@ -719,7 +723,7 @@ func (l *Loop) inspectPodDirs(ctx context.Context, dirs nodefs.PodDirs, listed p
 		if listed.has(uid) {
 			continue
 		}
-		d, err := nodefs.InspectPodDir(ctx, l.opts.KubeletRoot, uid)
+		d, err := l.inspectPodDir(ctx, l.opts.KubeletRoot, uid)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			continue // removed since it was listed

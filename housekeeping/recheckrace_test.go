@@ -3,6 +3,7 @@ package housekeeping
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
@@ -505,5 +509,66 @@ func TestAnOrphanedPodsCgroupThatCannotBeLookedUpAgainIsKept(t *testing.T) {
 	}
 	if len(o.files.done) > 0 {
 		t.Fatalf("node steps %v, though the pod cgroup could not be looked up again (outcomes %+v)", o.files.done, r.Outcomes)
+	}
+}
+
+// A CPU reduction goes ahead when the pod dir cannot be inspected again
+// ("cannot tell" is what a reduction is for), but not when the pod cgroup
+// was made again meanwhile: that cgroup is a new pod's, kubelet adding a
+// pod of the UID again, and its CPU must not be cut.
+func TestACPUReductionWhosePodDirCannotBeInspectedAgainStillLooksItsCgroupUp(t *testing.T) {
+	uid := testUID(643)
+	podCgroup := func(mp string) string { return filepath.Join(mp, "memory", "kubepods", "besteffort", "pod"+uid) }
+	for _, tc := range []struct {
+		name   string
+		remake bool
+		want   []string
+	}{
+		{name: "the pod cgroup is the one left: the CPU is reduced", want: []string{"ReducePodCgroupCPU " + uid}},
+		{name: "the pod cgroup is made again: it is left alone", remake: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := podDirs(t, uid)
+			if err := os.MkdirAll(filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~empty-dir", "x"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cg := fakeCgroups(t, uid)
+			o := newOrphanedPod(t, uid, root, cg, false)
+			o.pass(0)
+			o.pass(3 * time.Minute)
+			if o.loop.tornDown[uid] == nil || o.loop.tornDown[uid].cgroups == nil || len(o.files.done) > 0 {
+				t.Fatalf("seen torn down: %v, done %v before leak_grace: the test proves nothing", o.loop.tornDown[uid] != nil, o.files.done)
+			}
+			o.race = func() {
+				if tc.remake {
+					// Another inode in place of the pod cgroup, as a
+					// new mkdir by kubelet makes.
+					made := podCgroup(cg.Mountpoint) + ".new"
+					if err := os.Mkdir(made, 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.RemoveAll(podCgroup(cg.Mountpoint)); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Rename(made, podCgroup(cg.Mountpoint)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				o.loop.inspectPodDir = func(_ context.Context, _, uid string) (nodefs.PodDir, error) {
+					return nodefs.PodDir{UID: uid}, fmt.Errorf("inspecting pod dir %s: reading volumes: %w", uid, unix.EIO)
+				}
+			}
+			r := o.pass(6 * time.Minute)
+			var planned []gc.Kind
+			for _, a := range r.Plan.Actions {
+				planned = append(planned, a.Kind)
+			}
+			if !slices.Equal(planned, []gc.Kind{gc.ReducePodCgroupCPU}) || r.Blocked != "" {
+				t.Fatalf("planned %v (blocked %q): the test proves nothing (kept %+v)", planned, r.Blocked, r.Plan.Kept)
+			}
+			if !slices.Equal(o.files.done, tc.want) {
+				t.Fatalf("node steps %v, want %v (outcomes %+v)", o.files.done, tc.want, r.Outcomes)
+			}
+		})
 	}
 }

@@ -437,7 +437,7 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 	if mark == nil {
 		return fmt.Errorf("pod %s is no longer one seen torn down", uid)
 	}
-	d, err := nodefs.InspectPodDir(ctx, l.opts.KubeletRoot, uid)
+	d, err := l.inspectPodDir(ctx, l.opts.KubeletRoot, uid)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && a.Rule == gc.RuleCgroupOrphaned && slices.Contains(a.DependsOn, "pod-dir/"+uid):
 		// This pass removed the dir before it (a dependency): the pod has
@@ -448,8 +448,9 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 	case err != nil && a.Rule == gc.RuleCgroupVolumesRemain && !errors.Is(err, fs.ErrNotExist):
 		// "Cannot tell" is what a CPU reduction is for (kubelet's
 		// ReduceCPULimits): the pod is still seen torn down and nothing of
-		// it is listed or started.
-		return nil
+		// it is listed or started. Its pod cgroup is still looked up: one
+		// made again is a new pod's, whose CPU must not be cut.
+		return l.recheckCgroupsNotMade(ctx, mark, uid)
 	case err != nil:
 		return fmt.Errorf("cannot inspect the pod dir again: %w", err)
 	}
