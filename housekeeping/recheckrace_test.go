@@ -442,10 +442,7 @@ func TestAVolumeMadeBetweenPlanAndStepKeepsAnOrphanedPodsDirAndCgroup(t *testing
 				o.race = func() { tc.race(t, root) }
 			}
 			r := o.pass(6 * time.Minute)
-			var planned []gc.Kind
-			for _, a := range r.Plan.Actions {
-				planned = append(planned, a.Kind)
-			}
+			planned := plannedKinds(r)
 			if !slices.Equal(planned, tc.planned) || r.Blocked != "" {
 				t.Fatalf("planned %v (blocked %q), want %v: the test proves nothing (kept %+v)", planned, r.Blocked, tc.planned, r.Plan.Kept)
 			}
@@ -500,10 +497,7 @@ func TestAnOrphanedPodsCgroupThatCannotBeLookedUpAgainIsKept(t *testing.T) {
 		}
 	}
 	r := o.pass(6 * time.Minute)
-	var planned []gc.Kind
-	for _, a := range r.Plan.Actions {
-		planned = append(planned, a.Kind)
-	}
+	planned := plannedKinds(r)
 	if !slices.Equal(planned, []gc.Kind{gc.RemovePodCgroup}) || r.Blocked != "" {
 		t.Fatalf("planned %v (blocked %q): the test proves nothing (kept %+v)", planned, r.Blocked, r.Plan.Kept)
 	}
@@ -559,10 +553,7 @@ func TestACPUReductionWhosePodDirCannotBeInspectedAgainStillLooksItsCgroupUp(t *
 				}
 			}
 			r := o.pass(6 * time.Minute)
-			var planned []gc.Kind
-			for _, a := range r.Plan.Actions {
-				planned = append(planned, a.Kind)
-			}
+			planned := plannedKinds(r)
 			if !slices.Equal(planned, []gc.Kind{gc.ReducePodCgroupCPU}) || r.Blocked != "" {
 				t.Fatalf("planned %v (blocked %q): the test proves nothing (kept %+v)", planned, r.Blocked, r.Plan.Kept)
 			}
@@ -571,4 +562,13 @@ func TestACPUReductionWhosePodDirCannotBeInspectedAgainStillLooksItsCgroupUp(t *
 			}
 		})
 	}
+}
+
+// plannedKinds is the kinds of a pass's planned actions, in order.
+func plannedKinds(r PassResult) []gc.Kind {
+	var kinds []gc.Kind
+	for _, a := range r.Plan.Actions {
+		kinds = append(kinds, a.Kind)
+	}
+	return kinds
 }
