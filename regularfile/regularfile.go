@@ -1,8 +1,9 @@
 // Package regularfile opens and reads node files that must be regular
-// files. Each is opened without blocking and refused unless it is one: a
-// FIFO put in its place (a path naming the wrong file, another agent's
-// doing) would block the open or the read, and with it every pass, for
-// ever, and a device such as /dev/zero would never end. Reads are bounded.
+// files. Each is looked at before it is opened, and refused unopened unless
+// it is one: a FIFO put in its place (a path naming the wrong file, another
+// agent's doing) would block the open or the read, and with it every pass,
+// for ever; a device such as /dev/zero would never end, and opening some
+// devices acts on them. Opens do not block, and reads are bounded.
 package regularfile
 
 import (
