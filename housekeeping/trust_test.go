@@ -397,15 +397,7 @@ func TestACRIStepOfAGonePodIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 					{ID: "new", SandboxID: "live", Name: "app", State: cri.ContainerExited, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(live)},
 				}}, nil)
 			calls := &criCalls{}
-			exec := racingExecutor{
-				before: func() { tc.race(t, state, root) },
-				inner:  executor.New(calls, &nodeRecorder{}, executor.Options{MaxParallel: 1}, nil),
-			}
-			log, _ := testLogger()
-			loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, Executor: exec,
-				Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(),
-					Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}}}, log)
-			loop.started = now.Add(-time.Hour)
+			loop := racingCRILoop(t, state, rt, root, calls, func() { tc.race(t, state, root) })
 			r := loop.Pass(context.Background())
 			if len(r.Plan.Actions) != 2 {
 				t.Fatalf("planned %+v: want the gone pod's sandbox and the live pod's old container", r.Plan.Actions)
@@ -431,19 +423,11 @@ func TestAContainerOfAnotherPodInAGoneSandboxIsCheckedAsItsOwnPods(t *testing.T)
 		Containers: []cri.Container{{ID: "c", SandboxID: "sb", Name: "app", State: cri.ContainerExited, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(ctrPod)}},
 	}, nil)
 	calls := &criCalls{}
-	exec := racingExecutor{
-		before: func() {
-			if err := os.Mkdir(filepath.Join(root, "pods", ctrPod), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		},
-		inner: executor.New(calls, &nodeRecorder{}, executor.Options{MaxParallel: 1}, nil),
-	}
-	log, _ := testLogger()
-	loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Executor: exec,
-		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(),
-			Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}}}, log)
-	loop.started = now.Add(-time.Hour)
+	loop := racingCRILoop(t, podstate.New(0), rt, root, calls, func() {
+		if err := os.Mkdir(filepath.Join(root, "pods", ctrPod), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	})
 	r := loop.Pass(context.Background())
 	if len(r.Plan.Actions) != 2 {
 		t.Fatalf("planned %+v: want the container and its sandbox", r.Plan.Actions)
@@ -451,6 +435,19 @@ func TestAContainerOfAnotherPodInAGoneSandboxIsCheckedAsItsOwnPods(t *testing.T)
 	if len(calls.calls) > 0 {
 		t.Fatalf("CRI calls %v after the container's pod came back between plan and execution (outcomes %+v)", calls.calls, r.Outcomes)
 	}
+}
+
+// racingCRILoop is a loop over rt and root whose CRI steps are recorded
+// in calls, race running between its plan and its steps.
+func racingCRILoop(t *testing.T, state *podstate.State, rt *fakeRuntime, root string, calls *criCalls, race func()) *Loop {
+	t.Helper()
+	exec := racingExecutor{before: race, inner: executor.New(calls, &nodeRecorder{}, executor.Options{MaxParallel: 1}, nil)}
+	log, _ := testLogger()
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, Executor: exec,
+		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(),
+			Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}}}, log)
+	loop.started = now.Add(-time.Hour)
+	return loop
 }
 
 // Case 4: a pod torn down while watched leaves its dir behind; then kubelet

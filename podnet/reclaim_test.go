@@ -1085,14 +1085,7 @@ func TestTheDELsOfOneNamespaceRunOneAtATime(t *testing.T) {
 	n, cfg, _, pods, storage := twoNetworksInOneNamespace(t)
 	r := NewReclaimer(cfg, n.cacheDir, "")
 	// A clock a second on at each look: no DEL shares a read by age alone.
-	var mu sync.Mutex
-	now := time.Now()
-	r.threads.now = func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		now = now.Add(time.Second)
-		return now
-	}
+	r.threads.now = (&lockedClock{now: time.Now(), step: time.Second}).look
 	first := make(chan error, 1)
 	go func() { first <- r.DeleteAttachment(ctx, pods) }()
 	waitInNetns(t, n)
@@ -1187,28 +1180,19 @@ func TestADELAfterAnotherInItsNamespaceDoesNotShareAReadMadeWhileItsPluginsWereT
 	r := NewReclaimer(cfg, n.cacheDir, "")
 	// A clock that moves only when the test moves it: every read is
 	// young enough to be shared by age.
-	var mu sync.Mutex
-	now := time.Now()
-	r.threads.now = func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
+	clock := &lockedClock{now: time.Now()}
+	r.threads.now = clock.look
 	first := make(chan error, 1)
 	go func() { first <- r.DeleteAttachment(ctx, pods) }()
 	waitInNetns(t, n)
 	// The read a DEL in another namespace makes now, the first DEL's own
 	// too old to share.
-	mu.Lock()
-	now = now.Add(threadsMaxAge)
-	mu.Unlock()
+	clock.move(threadsMaxAge)
 	seen, err := r.threads.get(ctx, time.Time{})
 	if err != nil || !seen[ns.Inode] {
 		t.Fatalf("a read while the first DEL's plugin is in net:[%d]: %v, %v; want it seen there", ns.Inode, seen, err)
 	}
-	mu.Lock()
-	now = now.Add(100 * time.Millisecond)
-	mu.Unlock()
+	clock.move(100 * time.Millisecond)
 	if err := <-first; err != nil {
 		t.Fatalf("the first DEL: %v", err)
 	}
@@ -1300,4 +1284,25 @@ func TestAWaitForAnotherDELInItsNamespaceEndsWithItsContext(t *testing.T) {
 	if turns.turns[7] != nil {
 		t.Errorf("the turn of net:[7] is kept a second after its last DEL: the wait that ended with its context still counts as a user (%d)", turns.turns[7].users)
 	}
+}
+
+// lockedClock is a fake clock that the DELs of a test read from their own
+// goroutines: each look moves it on by step (with none, only move does).
+type lockedClock struct {
+	mu   sync.Mutex
+	now  time.Time
+	step time.Duration
+}
+
+func (c *lockedClock) look() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(c.step)
+	return c.now
+}
+
+func (c *lockedClock) move(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }

@@ -29,14 +29,7 @@ func TestStopOnSignal(t *testing.T) {
 	ctx, stop := stopOnSignal(context.Background(), "nri-housekeeper test", log, &stderr, func(code int) { exited <- code })
 	defer stop()
 
-	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-ctx.Done():
-	case <-time.After(4 * time.Second):
-		t.Fatal("the context did not end at SIGHUP")
-	}
+	hangUpAndWait(t, ctx, "")
 	var cause stoppedBy
 	if !errors.As(context.Cause(ctx), &cause) || cause.signal != syscall.SIGHUP {
 		t.Errorf("cause %v, want stoppedBy SIGHUP", context.Cause(ctx))
@@ -46,17 +39,7 @@ func TestStopOnSignal(t *testing.T) {
 		t.Errorf("log:\n%s", logs.String())
 	}
 
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case code := <-exited:
-		if code != 1 {
-			t.Errorf("exit(%d), want exit(1)", code)
-		}
-	case <-time.After(4 * time.Second):
-		t.Fatal("a second signal did not exit")
-	}
+	terminateAndWaitForExit(t, exited, 4*time.Second, "")
 	if !containsAll(logs.String(), "level=error", "exiting at once", "signal=terminated") {
 		t.Errorf("log:\n%s", logs.String())
 	}
@@ -140,14 +123,29 @@ func TestASignalIsNotHeldByALogThatBlocks(t *testing.T) {
 	ctx, stop := stopOnSignal(context.Background(), "nri-housekeeper test", log, blockedWriter{release}, func(code int) { exited <- code })
 	defer stop()
 	defer close(release) // first: stop waits for a goroutine a write may hold
+	hangUpAndWait(t, ctx, " while the log blocks")
+	terminateAndWaitForExit(t, exited, sayBeforeExit+4*time.Second, " while the log blocks")
+}
+
+// hangUpAndWait sends this process SIGHUP and waits at most 4 s for ctx
+// to end; while says what else goes on, for the failure.
+func hangUpAndWait(t *testing.T, ctx context.Context, while string) {
+	t.Helper()
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-ctx.Done():
 	case <-time.After(4 * time.Second):
-		t.Fatal("the context did not end at SIGHUP while the log blocks")
+		t.Fatal("the context did not end at SIGHUP" + while)
 	}
+}
+
+// terminateAndWaitForExit sends this process SIGTERM, a second signal,
+// and waits at most within for exit(1); while says what else goes on, for
+// the failure.
+func terminateAndWaitForExit(t *testing.T, exited <-chan int, within time.Duration, while string) {
+	t.Helper()
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +154,7 @@ func TestASignalIsNotHeldByALogThatBlocks(t *testing.T) {
 		if code != 1 {
 			t.Errorf("exit(%d), want exit(1)", code)
 		}
-	case <-time.After(sayBeforeExit + 4*time.Second):
-		t.Fatal("a second signal did not exit while the log blocks")
+	case <-time.After(within):
+		t.Fatal("a second signal did not exit" + while)
 	}
 }
