@@ -138,6 +138,12 @@ func (l *Loop) restore(ctx context.Context) {
 			l.persisted = data
 		}
 	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == fs.ModeSymlink {
+		// Read through the link, but never written (statefile.Write): the
+		// first pass tries, to say so now rather than at the first change
+		// of what the file keeps, which a restart may lose first.
+		l.persisted = nil
+	}
 	f := l.log.WithFields(logrus.Fields{"path": path, "torn_down": len(l.tornDown), "budgeted_last_hour": hour, "aged_by": clock.why})
 	if !l.budgetHeldUntil.IsZero() {
 		f = f.WithField("held_until", l.budgetHeldUntil.Format(time.RFC3339))

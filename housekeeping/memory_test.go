@@ -299,6 +299,53 @@ func TestAStateFileThatCannotBeWrittenIsSaidWhileItLasts(t *testing.T) {
 	}
 }
 
+// A symlink at housekeeping.state_file is read through at the start but
+// never written over, nor what it points to (statefile.Write): the plugin
+// says so at its first pass, not at the first change of what it keeps
+// (which may be hours later, with a restart in between losing it), and
+// leaves both the link and its target as they were.
+func TestAStateFileThatIsASymlinkIsSaidAtTheFirstPassAndLeftAsItIs(t *testing.T) {
+	uid := testUID(6)
+	root := podDirs(t)
+	dir := t.TempDir()
+	target := filepath.Join(dir, "persistent", "state.json")
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// One budgeted step of the last hour: nothing a pass changes.
+	kept, err := statefile.Encode(statefile.State{Spent: []statefile.Spent{{At: now.Add(-time.Minute), Class: "orphans", Unit: uid}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(target, kept, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "state.json")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	loop, buf, obs, pass := stateFileLoop(t, podstate.New(0), root, link)
+	loop.now = func() time.Time { return now }
+	loop.Restore(context.Background())
+	if len(loop.spent) != 1 {
+		t.Fatalf("the step the file behind the link keeps was not restored:\n%s", buf.String())
+	}
+	pass(0)
+	pass(1)
+	if n := strings.Count(buf.String(), "cannot write the state file"); n != 1 || !strings.Contains(buf.String(), link+" is a symlink (to "+target+")") {
+		t.Fatalf("said %d times in 2 passes, want once, naming the link and its target:\n%s", n, buf.String())
+	}
+	if degraded, _ := obs.told(PartStateFile); !degraded {
+		t.Fatal("the state-file part is not degraded while the file is a symlink")
+	}
+	if got, err := os.Readlink(link); err != nil || got != target {
+		t.Fatalf("the link after two passes: %q, %v; want it left pointing to %s", got, err, target)
+	}
+	if data, err := os.ReadFile(target); err != nil || !bytes.Equal(data, kept) {
+		t.Fatalf("the file behind the link after two passes: %q, %v; want it as it was", data, err)
+	}
+}
+
 // Two plugins on one node (a DaemonSet beside a leftover systemd unit)
 // would each count only their own budgeted steps: together, twice
 // budget.max_per_hour. The second one to start finds the state file's lock

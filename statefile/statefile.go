@@ -116,7 +116,8 @@ func Encode(s State) ([]byte, error) {
 // Write replaces the file at path with data: the directory is made if
 // missing (0700), the file is written 0600 (it names pods) and synced
 // before it replaces the old one, and the directory is synced after. A
-// FIFO, socket or device at path is an error, and is left as it is.
+// FIFO, socket, device or symlink at path is an error, and is left as it
+// is.
 func Write(ctx context.Context, path string, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -129,9 +130,17 @@ func Write(ctx context.Context, path string, data []byte) error {
 	// device there is another program's (housekeeping.state_file naming
 	// the wrong file), which Load refuses and Restore leaves in place: it
 	// is not written over either. (A directory fails the rename by
-	// itself; a symlink is replaced, not what it points to.)
+	// itself.) A symlink is someone's too: renamed over, the link would be
+	// gone and the state kept beside it, not where it points; followed, a
+	// link planted where others can write (state_file in a shared
+	// directory) would turn the write onto any file. Neither is a guess
+	// to make: the write fails, naming the file to configure instead.
 	if fi, err := os.Lstat(path); err == nil {
-		if typ := fi.Mode().Type(); typ != 0 && typ != fs.ModeDir && typ != fs.ModeSymlink {
+		switch typ := fi.Mode().Type(); {
+		case typ == fs.ModeSymlink:
+			return fmt.Errorf("write the state file: %s is a symlink (to %s): not written over, nor what it points to; "+
+				"set housekeeping.state_file to the file itself", path, linkTarget(path))
+		case typ != 0 && typ != fs.ModeDir:
 			return fmt.Errorf("write the state file: %s is %s, not a regular file: not written over", path, regularfile.TypeName(fi.Mode()))
 		}
 	}
@@ -152,6 +161,19 @@ func Write(ctx context.Context, path string, data []byte) error {
 		return fmt.Errorf("sync the state file's directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+// linkTarget names what the symlink at path leads to: the file at the end
+// of its chain, or, where that cannot be resolved (a link to nothing), its
+// own target.
+func linkTarget(path string) string {
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		return resolved
+	}
+	if target, err := os.Readlink(path); err == nil {
+		return target
+	}
+	return "an unreadable target"
 }
 
 // makeDir makes the directory of the file at path if it is missing (0700:

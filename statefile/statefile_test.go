@@ -1,6 +1,7 @@
 package statefile
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -318,4 +319,49 @@ func FuzzDecodeNeverPanics(f *testing.F) {
 			t.Fatalf("a decoded state does not decode after encoding: %v", err)
 		}
 	})
+}
+
+// TestWriteDoesNotReplaceASymlinkNorWriteThroughIt: a symlink at
+// housekeeping.state_file was renamed over by the first write (the link
+// gone, the state kept beside where it pointed, said nowhere). Followed
+// instead, a link planted in a shared directory would turn the write onto
+// any file. The write fails, naming the file to configure; the link and
+// what it points to are left as they were.
+func TestWriteDoesNotReplaceASymlinkNorWriteThroughIt(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "kept", "state.json")
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := []byte("what the target held\n")
+	if err := os.WriteFile(target, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, to, want string
+	}{
+		{"a link to a file", target, target},
+		{"a link to nothing", filepath.Join(dir, "absent.json"), filepath.Join(dir, "absent.json")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			link := filepath.Join(t.TempDir(), "state.json")
+			if err := os.Symlink(tc.to, link); err != nil {
+				t.Fatal(err)
+			}
+			err := Write(context.Background(), link, []byte("{}\n"))
+			want := link + " is a symlink (to " + tc.want + "): not written over"
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "housekeeping.state_file") {
+				t.Fatalf("err %v, want one saying %q and which key to set", err, want)
+			}
+			if got, err := os.Readlink(link); err != nil || got != tc.to {
+				t.Fatalf("the link after the write: %q, %v; want it left pointing to %s", got, err, tc.to)
+			}
+			if data, err := os.ReadFile(target); err != nil || !bytes.Equal(data, old) {
+				t.Fatalf("the file the link pointed to after the write: %q, %v; want it as it was", data, err)
+			}
+			if _, err := os.Lstat(tc.to); tc.to != target && !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("the link's target was made: %v", err)
+			}
+		})
+	}
 }
