@@ -403,7 +403,9 @@ func BenchmarkLabChurnLatency(b *testing.B) {
 // reported next to what the node burns idle, to show the cores a remover
 // has left; with LAB_DEBUG_ADDRESS (make bench-lab), so is where
 // containerd's RemovePodSandbox calls were (removalWaits): queued for its
-// metadata database's single writer, or not.
+// metadata database's single writer, or not. With LAB_STATS_COLLECT_PERIOD
+// (lab.sh), containerd's CPU stats collector runs at that period, to show
+// what the cores it takes idle change.
 func BenchmarkLabReclaimLeakedPods(b *testing.B) {
 	n := 300
 	if v, err := strconv.Atoi(os.Getenv("NRIHK_BENCH_LEAKED")); err == nil && v > 0 {
