@@ -293,6 +293,11 @@ pid_matches() {
 
 # alive PIDFILE PATTERN: the pid in PIDFILE runs (not a zombie: nobody may reap
 # a kill -9'd containerd) and its cmdline contains PATTERN (guards against pid reuse).
+# An empty PATTERN takes any cmdline, an empty one too: in the middle of its
+# execve a process's cmdline reads empty (the kernel has switched to the new
+# program's memory but not yet set its arguments), and a containerd caught
+# there was taken for one that had exited (restart: "exited 0.00s after it
+# was started", with nothing in its log).
 alive() {
 	local pid stat
 	[[ -f $1 ]] || return 1
@@ -301,7 +306,7 @@ alive() {
 	stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
 	stat=${stat##*) }
 	[[ ${stat%% *} != Z ]] || return 1
-	pid_matches "$pid" "$2"
+	[[ -z $2 ]] || pid_matches "$pid" "$2"
 }
 containerd_alive() { alive "$PIDFILE" "--config $CONFIG "; }
 
