@@ -310,3 +310,73 @@ func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
 }
+
+func TestStderrTargetWritesToTheFileWhenStderrIsDiscardedAndSaysWhy(t *testing.T) {
+	tests := []struct {
+		name    string
+		logFile bool // log.file is set, else the default fallback file is used
+	}{
+		{"log.file set", true},
+		{"log.file empty", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fallback := filepath.Join(dir, "default.log")
+			opts := Options{Target: TargetStderr, Stderr: devNull(t), fallbackFile: fallback}
+			want := fallback
+			if tt.logFile {
+				opts.File = filepath.Join(dir, "set.log")
+				want = opts.File
+			}
+			logger, closeFn, err := New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logger.WithField(FieldAction, "remove-sandbox").Info("stopped and removed sandbox")
+			if err := closeFn(); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(want)
+			if err != nil {
+				t.Fatalf("nothing logged to %s: %v", want, err)
+			}
+			lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+			notice := `level=warning msg="log.target = \"stderr\" but stderr is discarded (` + os.DevNull +
+				`), as when containerd launches the plugin: logging to ` + want + ` instead"`
+			if len(lines) != 2 || !strings.HasSuffix(lines[0], notice) ||
+				!strings.HasSuffix(lines[1], `msg="stopped and removed sandbox" action=remove-sandbox`) {
+				t.Errorf("want the notice %q then the entry, got:\n%s", notice, b)
+			}
+		})
+	}
+}
+
+func TestStderrTargetKeepsAStderrThatIsReadAndOpensNoFile(t *testing.T) {
+	dir := t.TempDir()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	logFile := filepath.Join(dir, "set.log")
+	logger, closeFn, err := New(Options{Target: TargetStderr, Stderr: w, File: logFile, fallbackFile: filepath.Join(dir, "default.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger.Info("stopped and removed sandbox")
+	if err := closeFn(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(out), "\n"); got != 1 || !strings.Contains(string(out), `msg="stopped and removed sandbox"`) {
+		t.Errorf("stderr got %q, want the one entry", out)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("files made in %s: %v, want none", dir, entries)
+	}
+}

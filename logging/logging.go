@@ -10,7 +10,10 @@
 //     discarded, the fallback is a file instead; see below.
 //   - journald: structured entries sent with the systemd native journal protocol. New fails
 //     when the socket is missing or unusable.
-//   - stderr: logrus text lines with millisecond timestamps (colors only on a TTY).
+//   - stderr: logrus text lines with millisecond timestamps (colors only on a TTY). With
+//     stderr discarded (see below) they go to log.file or DefaultFallbackFile instead, the
+//     first line saying why, at warning level: nobody reads a discarded stderr, and a
+//     target that loses every entry, executed actions included, is never what was meant.
 //   - file: the same text lines, appended to log.file. The file is opened with
 //     O_APPEND|O_CREATE and mode 0640 (before umask) when it does not exist yet; its parent
 //     directory is NOT created: making directories (owner, mode, SELinux label) is the
@@ -197,8 +200,32 @@ func New(opts Options) (*logrus.Logger, func() error, error) {
 		return logger, func() error { return errors.Join(closeFn(), closeFile()) }, nil
 
 	case TargetStderr:
-		useText(logger, stderr)
-		return logger, noop, nil
+		// Stderr as asked, unless nobody reads it: then every entry,
+		// executed actions included, would be lost without a word. The
+		// file is what auto and journald fall back to as well.
+		discarded := opts.discarded
+		if discarded == nil {
+			discarded = stderrDiscarded
+		}
+		discardedAs, isDiscarded := discarded(stderr)
+		if !isDiscarded {
+			useText(logger, stderr)
+			return logger, noop, nil
+		}
+		path := cmp.Or(opts.File, opts.fallbackFile, DefaultFallbackFile)
+		f, err := openLogFile(path)
+		if err != nil {
+			// Nothing better is possible; the warning is for a stderr
+			// that is only closed now and read again later.
+			useText(logger, stderr)
+			logger.WithError(err).Warnf("log.target = %q but stderr is discarded (%s), and log file %s cannot be opened: entries are lost",
+				TargetStderr, discardedAs, path)
+			return logger, noop, nil
+		}
+		useText(logger, f)
+		logger.Warnf("log.target = %q but stderr is discarded (%s), as when containerd launches the plugin: logging to %s instead",
+			TargetStderr, discardedAs, path)
+		return logger, f.Close, nil
 
 	case TargetFile:
 		if opts.File == "" {
