@@ -203,7 +203,9 @@ func isHelpFlag(arg string) bool {
 func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, done bool) {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {} // the error is said by Parse, the pointer to help below
+	fs.VisitAll(func(f *flag.Flag) { f.Value = &strictValue{Value: f.Value, name: f.Name} })
 	err := fs.Parse(args)
+	fs.VisitAll(func(f *flag.Flag) { f.Value = f.Value.(*strictValue).Value }) // help names the types
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(stdout, commandHelp[fs.Name()])
@@ -222,6 +224,32 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code
 		return 2, true
 	}
 	return 0, false
+}
+
+// strictValue refuses what Go's flag package takes without a word: a flag
+// given twice (the last one would win: "--config a --config b" runs b) and
+// an empty value ("--config $UNSET" would run the built-in defaults, which
+// for once act for real; "--leak-grace=" would keep the configured grace).
+type strictValue struct {
+	flag.Value
+	name string
+	set  bool
+}
+
+func (v *strictValue) Set(s string) error {
+	if v.set {
+		return fmt.Errorf("given twice: give --%s once", v.name)
+	}
+	v.set = true
+	if s == "" && !v.IsBoolFlag() {
+		return fmt.Errorf("empty: give a value, or leave --%s out for its default", v.name)
+	}
+	return v.Value.Set(s)
+}
+
+func (v *strictValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 func configCommand(args []string, stdout, stderr io.Writer) int {
@@ -276,7 +304,7 @@ func moduleVersion(path string) string {
 // runPlugin is the `run` command.
 func runPlugin(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	configPath := fs.String("config", "", "TOML configuration file (external mode); built-in defaults when empty")
+	configPath := fs.String("config", "", "TOML configuration file (external mode); built-in defaults when not given")
 	if code, done := parseFlags(fs, args, stdout, stderr); done {
 		return code
 	}

@@ -176,6 +176,45 @@ func TestAStrayArgumentIsAnErrorNotTheDefaults(t *testing.T) {
 	}
 }
 
+// TestAFlagGivenTwiceOrEmptyIsAnErrorNotAGuess: Go's flag package lets the
+// last of two --config win and takes --config "" as not given; either ran a
+// configuration other than the one meant (for once, the built-in defaults
+// act for real). Both end the command, naming the flag.
+func TestAFlagGivenTwiceOrEmptyIsAnErrorNotAGuess(t *testing.T) {
+	dir := t.TempDir()
+	dry := filepath.Join(dir, "dry.toml")
+	if err := os.WriteFile(dry, []byte("dry_run = true\n[runtime]\nendpoint = \"unix:///nonexistent/containerd.sock\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("no_such_key = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// once is left out for the reason TestAStrayArgumentIsAnErrorNotTheDefaults gives.
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"report", "--config="}, `flag -config: empty: give a value, or leave --config out for its default`},
+		{[]string{"report", "--config", ""}, `flag -config: empty`},
+		{[]string{"report", "--config", dry, "--leak-grace="}, `flag -leak-grace: empty`},
+		{[]string{"report", "--config", filepath.Join(dir, "other.toml"), "--config", dry}, `flag -config: given twice: give --config once`},
+		{[]string{"report", "--config", dry, "--json", "--json"}, `flag json: given twice`},
+		// run's cases end in a config it refuses (a run of defaults would
+		// not end): on a regression the test fails, it does not hang.
+		{[]string{"run", "--config", bad, "--config", bad}, `flag -config: given twice`},
+		{[]string{"run", "--config=", "--config", bad}, `flag -config: empty`},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(tt.args, &stdout, &stderr); code != 2 {
+			t.Errorf("%q: exit %d, want 2; stderr:\n%s", tt.args, code, stderr.String())
+		}
+		if msg := stderr.String(); !strings.Contains(msg, tt.want) || strings.Contains(msg, "containerd.sock") {
+			t.Errorf("%q: stderr does not say %q, or tried the runtime:\n%s", tt.args, tt.want, msg)
+		}
+	}
+}
+
 // TestEveryCommandHasHelp: help asked for, in any of the usual ways, is
 // printed to stdout (so that it can be paged and grepped) with exit 0, and
 // says what the command does.

@@ -26,7 +26,7 @@ import (
 // it is (once) or shows it all as due (report).
 func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	configPath := fs.String("config", "", "TOML configuration file; built-in defaults when empty")
+	configPath := fs.String("config", "", "TOML configuration file; built-in defaults when not given")
 	grace := fs.String("leak-grace", "", "override housekeeping.leak_grace (e.g. 0s: no history is kept between runs, so grace counts from now)")
 	asJSON := false
 	if cmd == "report" {
