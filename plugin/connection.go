@@ -17,6 +17,12 @@ import (
 // NRI plugin directory: it then passes the connection as an inherited fd.
 func PreRegistered() bool { return os.Getenv(api.PluginSocketEnvVar) != "" }
 
+// LaunchedAs is the name and index containerd gave a plugin it launched,
+// from the plugin's file name (NN-name): the stub registers with these.
+func LaunchedAs() (name, index string) {
+	return os.Getenv(api.PluginNameEnvVar), os.Getenv(api.PluginIdxEnvVar)
+}
+
 // ConnectOptions says how to reach the runtime in external mode.
 type ConnectOptions struct {
 	SocketPath  string

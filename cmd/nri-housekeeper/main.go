@@ -53,10 +53,12 @@ Modes:
   pre-registered  installed as /opt/nri/plugins/NN-nri-housekeeper; containerd
                   starts it with the connection on fd 3 and passes the contents
                   of /etc/nri/conf.d/NN-nri-housekeeper.conf as its
-                  configuration. stdout/stderr are discarded in this mode: with
-                  log.target = "auto" logs go to journald, else to log.file
-                  (default /var/log/nri-housekeeper.log). Exits when containerd
-                  goes away; containerd starts it again.
+                  configuration; it registers with the file's name and index
+                  (nri.plugin_name and nri.plugin_index are not used).
+                  stdout/stderr are discarded in this mode: with log.target =
+                  "auto" logs go to journald, else (and with "stderr") to
+                  log.file (default /var/log/nri-housekeeper.log). Exits when
+                  containerd goes away; containerd starts it again.
 
 Signals:
   SIGTERM, SIGINT and SIGHUP stop run, report and once gracefully: the pass

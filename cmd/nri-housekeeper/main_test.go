@@ -336,3 +336,39 @@ func TestExecRootProblemsAreSaidAtStart(t *testing.T) {
 		})
 	}
 }
+
+// TestNameKeysALaunchedPluginDoesNotUseAreSaid: containerd registers a
+// plugin it launches under its file's name (NN-name); a configuration that
+// chose another name or index is told so at start, one left at the
+// defaults is not (the file may be 20-nri-housekeeper).
+func TestNameKeysALaunchedPluginDoesNotUseAreSaid(t *testing.T) {
+	def := config.Default()
+	for _, tt := range []struct {
+		name, pluginName, pluginIndex string
+		fileName, fileIndex           string
+		want                          []string
+	}{
+		{"defaults, file of another index", def.NRI.PluginName, def.NRI.PluginIndex, "nri-housekeeper", "20", nil},
+		{"chosen values the file has", "hk", "30", "hk", "30", nil},
+		{"chosen name the file lacks", "hk", def.NRI.PluginIndex, "nri-housekeeper", "10",
+			[]string{`nri.plugin_name = "hk" is not used: containerd launched this plugin from its file 10-nri-housekeeper`}},
+		{"chosen index the file lacks", def.NRI.PluginName, "30", "nri-housekeeper", "10",
+			[]string{`nri.plugin_index = "30" is not used: containerd launched this plugin from its file 10-nri-housekeeper`}},
+		{"both", "hk", "30", "nri-housekeeper", "10",
+			[]string{`nri.plugin_name = "hk" is not used`, `nri.plugin_index = "30" is not used`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.NRI.PluginName, cfg.NRI.PluginIndex = tt.pluginName, tt.pluginIndex
+			got := unusedNameKeys(cfg, tt.fileName, tt.fileIndex)
+			if len(got) != len(tt.want) {
+				t.Fatalf("said %q, want %d line(s) starting %q", got, len(tt.want), tt.want)
+			}
+			for i := range got {
+				if !strings.HasPrefix(got[i], tt.want[i]) || !strings.Contains(got[i], "rename the file") {
+					t.Errorf("line %d: %q, want it to start %q and say what to do", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}

@@ -104,6 +104,12 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	for _, n := range cfg.Notices {
 		log.Warn(n)
 	}
+	if preRegistered {
+		name, index := plugin.LaunchedAs()
+		for _, n := range unusedNameKeys(cfg, name, index) {
+			log.Warn(n)
+		}
+	}
 
 	if cfg.Cgroups.Enabled && os.Getpid() == 1 {
 		// PID 1 means a PID namespace of our own (a pod without hostPID):
@@ -279,4 +285,24 @@ func reconfigureLogger(log *logrus.Logger, opts logging.Options) (func() error, 
 	log.SetOutput(configured.Out)
 	log.SetLevel(configured.GetLevel())
 	return closeFn, nil
+}
+
+// unusedNameKeys says which of nri.plugin_name and nri.plugin_index a
+// launched plugin's configuration sets to no effect: containerd names a
+// plugin it launches after its file (NN-name), and that is what registers.
+// A key left at its default is not said (the file may be 20-nri-housekeeper
+// with the defaults): only a value someone chose that is not the file's.
+func unusedNameKeys(cfg config.Config, name, index string) []string {
+	def := config.Default().NRI
+	file := index + "-" + name
+	var out []string
+	if v := cfg.NRI.PluginName; v != def.PluginName && v != name {
+		out = append(out, fmt.Sprintf("nri.plugin_name = %q is not used: containerd launched this plugin from its file %s, whose name it registers with; "+
+			"rename the file (and its conf.d file with it) to change it", v, file))
+	}
+	if v := cfg.NRI.PluginIndex; v != def.PluginIndex && v != index {
+		out = append(out, fmt.Sprintf("nri.plugin_index = %q is not used: containerd launched this plugin from its file %s, whose index it registers with; "+
+			"rename the file (and its conf.d file with it) to change it", v, file))
+	}
+	return out
 }
