@@ -128,7 +128,7 @@ func (m *model) apply(ev Event) {
 		return
 	}
 	p := m.pod(ev.Pod, SourceEvent, ev.At)
-	if ev.Kind == RunPodSandbox || ev.Kind == StartContainer {
+	if (ev.Kind == RunPodSandbox || ev.Kind == StartContainer) && ev.At.After(p.lastLife) {
 		p.lastLife = ev.At
 	}
 	switch ev.Kind {

@@ -84,7 +84,10 @@ func (s *State) Apply(ev Event) error {
 	defer s.mu.Unlock()
 	s.seq++
 	p := s.podFor(ev.Pod, SourceEvent, ev.At)
-	if ev.Kind == RunPodSandbox || ev.Kind == StartContainer {
+	if (ev.Kind == RunPodSandbox || ev.Kind == StartContainer) && ev.At.After(p.lastLifeEvent) {
+		// The newest, not the last applied: handlers take At before this
+		// lock, so two of one pod may apply out of order, and an older
+		// time would hide a start after a listing from the re-check.
 		p.lastLifeEvent = ev.At
 	}
 	// The pod of the record the event changed: the event's own, but for

@@ -140,6 +140,26 @@ func TestEventsNeverMoveStateBack(t *testing.T) {
 	}
 }
 
+// TestALifeEventAppliedLateDoesNotMoveLastLifeEventBack: handlers stamp an
+// event before they take the state's lock, so a pod's two life events can
+// be applied in the opposite order; the newest stays the pod's last.
+func TestALifeEventAppliedLateDoesNotMoveLastLifeEventBack(t *testing.T) {
+	s := New(0)
+	mustApply(t, s,
+		podEvent(RunPodSandbox, "u", "s1", 0),
+		ctrEvent(CreateContainer, "u", "s1", "c1", 1*time.Second),
+		ctrEvent(StartContainer, "u", "s1", "c1", 10*time.Second),
+		ctrEvent(StartContainer, "u", "s1", "c2", 9*time.Second), // stamped before c1's, applied after
+	)
+	p, ok := s.Pod("u")
+	if !ok {
+		t.Fatal("pod u unknown")
+	}
+	if got := p.LastLifeEvent; !got.Equal(t0.Add(10 * time.Second)) {
+		t.Errorf("LastLifeEvent = %s after the start at 10s, want 10s", got.Sub(t0))
+	}
+}
+
 func TestContainerEventDoesNotInventASandbox(t *testing.T) {
 	s := New(0)
 	mustApply(t, s, ctrEvent(StopContainer, "u", "s1", "c1", 0))
