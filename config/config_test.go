@@ -65,9 +65,19 @@ var badConfigs = []struct {
 	{"leak_grace_default_shorter_than_period", "[housekeeping]\nperiod = \"10m\"\n", "housekeeping.leak_grace", 0, `must be at least housekeeping.period (10m0s), got "5m0s"`},
 	{"leak_grace_not_compared_with_zero_period", "[housekeeping]\nperiod = \"0s\"\nleak_grace = \"0s\"\n", "housekeeping.period", 2, "must be at least 1s"},
 	{"leak_grace_negative_not_compared_with_period", "[housekeeping]\nleak_grace = \"-1s\"\n", "housekeeping.leak_grace", 2, "must not be negative"},
+	// A period of the wrong type keeps its default (30s), which the user never wrote.
+	{"leak_grace_not_compared_with_period_of_wrong_type", "[housekeeping]\nperiod = 10\nleak_grace = \"10s\"\n", "housekeeping.period", 2, `expected a duration string such as "30s"`},
+	{"period_not_compared_with_leak_grace_of_wrong_type", "[housekeeping]\nperiod = \"10m\"\nleak_grace = 600\n", "housekeeping.leak_grace", 3, `expected a duration string such as "30s"`},
 
 	// Counts.
 	{"state_file_relative", "[housekeeping]\nstate_file = \"state.json\"\n", "housekeeping.state_file", 2, `must be an absolute path, got "state.json"`},
+	{"state_file_a_directory", "[housekeeping]\nstate_file = \"/var/lib/nri-housekeeper/\"\n", "housekeeping.state_file", 2,
+		`must name a file, not a directory, got "/var/lib/nri-housekeeper/" (such as "/var/lib/nri-housekeeper/state.json")`},
+	{"state_file_dot", "[housekeeping]\nstate_file = \"/var/lib/nri-housekeeper/.\"\n", "housekeeping.state_file", 2, `must name a file, not a directory`},
+	{"state_file_root", "[housekeeping]\nstate_file = \"/\"\n", "housekeeping.state_file", 2, `must name a file, not a directory`},
+	{"log_file_a_directory", "[log]\nfile = \"/var/log/\"\n", "log.file", 2, `must name a file, not a directory, got "/var/log/" (such as "/var/log/nri-housekeeper.log")`},
+	{"stop_timeout_above_max", "[orphans]\nstop_timeout = \"11m\"\n", "orphans.stop_timeout", 2, `must be at most 10m0s, got "11m0s": the pass waits for each stop`},
+	{"stop_timeout_that_would_overflow", "[orphans]\nstop_timeout = \"2562047h\"\n", "orphans.stop_timeout", 2, `must be at most 10m0s`},
 	{"max_parallel_below_1", "[housekeeping]\nmax_parallel = 0\n", "housekeeping.max_parallel", 2, "must be at least 1, got 0"},
 	{"max_per_pod_container_negative", "[containers]\nmax_per_pod_container = -1\n", "containers.max_per_pod_container", 2, "must be at least 0, got -1"},
 	{"max_containers_below_minus_1", "[containers]\nmax_containers = -2\n", "containers.max_containers", 2, "must be at least -1, got -2"},
@@ -82,6 +92,7 @@ var badConfigs = []struct {
 	{"min_per_pass_above_max_per_pass", "[budget]\nmax_per_pass = 2\nmin_per_pass = 3\n", "budget.min_per_pass", 3, "must be at most budget.max_per_pass (2), got 3: the floor"},
 	{"min_per_pass_default_above_max_per_pass", "[budget]\nmax_per_pass = 0\n", "budget.min_per_pass", 0, "must be at most budget.max_per_pass (0), got 1"},
 	{"min_per_pass_not_compared_with_negative_max_per_pass", "[budget]\nmax_per_pass = -1\n", "budget.max_per_pass", 2, "must be at least 0, got -1"},
+	{"min_per_pass_not_compared_with_max_per_pass_of_wrong_type", "[budget]\nmax_per_pass = \"10\"\nmin_per_pass = 5\n", "budget.max_per_pass", 2, "expected an integer"},
 
 	// Deprecated aliases: validated as their budget key, reported as the key the text used.
 	{"alias_max_per_pass_wrong_type", "[orphans]\nmax_per_pass = 1.5\n", "orphans.max_per_pass", 2, "expected an integer, got float 1.5"},
@@ -654,6 +665,7 @@ func TestValidateAcceptsBoundaryValues(t *testing.T) {
 	c.Budget.MaxPerPass = 3
 	c.Metrics.Address = "[::1]:0"
 	c.NRI.PluginIndex = "99"
+	c.Orphans.StopTimeout = MaxStopTimeout
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -98,6 +98,14 @@ func (p *problems) name(key string) string {
 	return key
 }
 
+// has reports whether key (as the text spelled it) has a problem already:
+// a key with a value of the wrong type keeps its default, which a rule
+// between two keys must not then hold against the other.
+func (p *problems) has(key string) bool {
+	key = p.name(key)
+	return slices.ContainsFunc(p.list, func(e *Error) bool { return e.Key == key })
+}
+
 func (p *problems) addAt(line int, key, format string, args ...any) {
 	p.list = append(p.list, &Error{
 		Source: p.source,

@@ -31,7 +31,7 @@ func validate(p *problems, c Config) {
 		"every pass lists every pod and reads the node's pod dirs and cgroups: a typo such as \"30ms\" for \"30s\" would do that dozens of times a second; use e.g. \"30s\"")
 	nonNegative(p, "housekeeping.startup_delay", h.StartupDelay)
 	nonNegative(p, "housekeeping.leak_grace", h.LeakGrace)
-	if h.Period >= MinPeriod && h.LeakGrace >= 0 && h.LeakGrace < h.Period {
+	if h.Period >= MinPeriod && h.LeakGrace >= 0 && h.LeakGrace < h.Period && !p.has("housekeeping.period") && !p.has("housekeeping.leak_grace") {
 		p.add("housekeeping.leak_grace", "must be at least housekeeping.period (%s), got %q: an object would be acted on the first time a pass sees it, "+
 			"before kubelet had a chance (a new pod's cgroup exists before its pod dir); for a one-off pass on purpose use 'nri-housekeeper once --leak-grace 0s'",
 			h.Period, h.LeakGrace.String())
@@ -39,7 +39,7 @@ func validate(p *problems, c Config) {
 	nonNegative(p, "housekeeping.slow_pass_warning", h.SlowPassWarning)
 	atLeast(p, "housekeeping.max_parallel", h.MaxParallel, 1)
 	if h.StateFile != "" {
-		absPath(p, "housekeeping.state_file", h.StateFile)
+		filePath(p, "housekeeping.state_file", h.StateFile, "state.json")
 	}
 
 	absPath(p, "nri.socket", c.NRI.Socket)
@@ -72,6 +72,10 @@ func validate(p *problems, c Config) {
 	o := c.Orphans
 	oneOf(p, "orphans.action", o.Action, OrphansActionReport, OrphansActionStop)
 	nonNegative(p, "orphans.stop_timeout", o.StopTimeout)
+	if o.StopTimeout > MaxStopTimeout {
+		p.add("orphans.stop_timeout", "must be at most %s, got %q: the pass waits for each stop, and every other step of the node waits behind it; "+
+			"kubelet's default grace is 30s", MaxStopTimeout, o.StopTimeout.String())
+	}
 
 	b := c.Budget
 	atLeast(p, "budget.max_per_pass", b.MaxPerPass, 0)
@@ -79,7 +83,7 @@ func validate(p *problems, c Config) {
 		p.add("budget.max_fraction", "must be between 0 and 1, got %s", strconv.FormatFloat(b.MaxFraction, 'g', -1, 64))
 	}
 	atLeast(p, "budget.min_per_pass", b.MinPerPass, 0)
-	if b.MinPerPass >= 0 && b.MaxPerPass >= 0 && b.MinPerPass > b.MaxPerPass {
+	if b.MinPerPass >= 0 && b.MaxPerPass >= 0 && b.MinPerPass > b.MaxPerPass && !p.has("budget.min_per_pass") && !p.has("budget.max_per_pass") {
 		p.add("budget.min_per_pass", "must be at most %s (%d), got %d: the floor of what a pass may do of one class cannot exceed its cap "+
 			"(setting both to 0 disables every budgeted step)", p.name("budget.max_per_pass"), b.MaxPerPass, b.MinPerPass)
 	}
@@ -135,7 +139,7 @@ func validate(p *problems, c Config) {
 	oneOf(p, "log.target", c.Log.Target, TargetAuto, TargetJournald, TargetStderr, TargetFile)
 	switch {
 	case c.Log.File != "":
-		absPath(p, "log.file", c.Log.File)
+		filePath(p, "log.file", c.Log.File, "nri-housekeeper.log")
 	case c.Log.Target == TargetFile:
 		p.add("log.file", "must be set to an absolute path when log.target is %q", TargetFile)
 	}
@@ -149,10 +153,12 @@ var (
 )
 
 // MinPeriod and MinRPCTimeout are the least housekeeping.period and
-// runtime.rpc_timeout a configuration may set.
+// runtime.rpc_timeout a configuration may set; MaxStopTimeout the most
+// orphans.stop_timeout may.
 const (
-	MinPeriod     = time.Second
-	MinRPCTimeout = time.Second
+	MinPeriod      = time.Second
+	MinRPCTimeout  = time.Second
+	MaxStopTimeout = 10 * time.Minute
 )
 
 // atLeastDuration: d must be at least least; why says what a smaller one
@@ -189,6 +195,18 @@ func oneOf(p *problems, key, v string, allowed ...string) {
 func absPath(p *problems, key, path string) {
 	if !filepath.IsAbs(path) || strings.ContainsRune(path, 0) {
 		p.add(key, "must be an absolute path, got %s", quote(path))
+	}
+}
+
+// filePath: path names a file the plugin writes (and replaces): absolute,
+// and not a directory's name (a trailing / or a last element . or ..),
+// which the first write would only fail at.
+func filePath(p *problems, key, path, example string) {
+	switch base := filepath.Base(path); {
+	case !filepath.IsAbs(path) || strings.ContainsRune(path, 0):
+		p.add(key, "must be an absolute path, got %s", quote(path))
+	case strings.HasSuffix(path, "/") || base == "." || base == "..":
+		p.add(key, "must name a file, not a directory, got %s (such as %s)", quote(path), quote(filepath.Join(path, example)))
 	}
 }
 
