@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math/rand"
@@ -272,10 +273,32 @@ func (f kubeletFilter) skipped(uid string) bool {
 
 // container keeps kubelet's removal of a container only if the container
 // has kubelet's labels (README: "only objects with kubelet's labels ...
-// are ever touched") and its pod is not skipped.
+// are ever touched"), its pod is not skipped, and it is not an UNKNOWN
+// container of an orphaned live pod (README: "left with the pod to
+// orphans.action").
 func (f kubeletFilter) container(c cri.Container) bool {
 	id, ok := podstate.KubeletPod(c.Labels)
-	return ok && !f.skipped(id.UID)
+	return ok && !f.skipped(id.UID) && !(c.State == cri.ContainerUnknown && f.liveGone(id.UID))
+}
+
+// liveGone: the pod is gone but still has a Ready sandbox (of kubelet's, its
+// pod UID the CRI metadata's, else the label's) or a running container.
+func (f kubeletFilter) liveGone(uid string) bool {
+	if !f.gone(uid) {
+		return false
+	}
+	for _, s := range f.in.Sandboxes {
+		id, ok := podstate.KubeletPod(s.Labels)
+		if ok && s.Ready && cmp.Or(s.UID, id.UID) == uid {
+			return true
+		}
+	}
+	for _, c := range f.in.Containers {
+		if id, ok := podstate.KubeletPod(c.Labels); ok && c.State == cri.ContainerRunning && id.UID == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // sandbox keeps kubelet's removal of a sandbox only if it has kubelet's

@@ -269,9 +269,21 @@ func (p *planner) containerRules() {
 	// and cheaper than sorting thousands of keys).
 	units := make(map[string][]*containerInfo)
 	var keys []string
+	liveGone := p.liveGonePods()
 	for _, c := range p.containers {
 		if c.State == cri.ContainerRunning {
 			continue // never evicted; a running container of a gone pod is an orphan
+		}
+		if c.State == cri.ContainerUnknown && c.gone && liveGone[c.pod.UID] != nil {
+			// It may run, in a pod that still runs: the pod's, and so
+			// orphans.action's (reported, or stopped with the pod and
+			// under its breaker), not the dead containers' rule, which
+			// would kill it with 2 s grace whatever orphans.action says.
+			if !p.in.Policy.StopOrphans || !liveGone[c.pod.UID][c.SandboxID] {
+				p.keep(containerObject(*c.Container), c.pod, "state UNKNOWN (it may run) in an orphaned live pod whose pod is gone: "+
+					"left with the pod to orphans.action (%q), removed once stopped", orphansAction(p.in.Policy.StopOrphans))
+			}
+			continue
 		}
 		if age := p.in.Now.Sub(c.CreatedAt); age < p.in.Policy.MinAge {
 			p.keep(containerObject(*c.Container), c.pod, "younger than containers.min_age (%s < %s)", round(age), p.in.Policy.MinAge)
@@ -311,6 +323,34 @@ func (p *planner) containerRules() {
 				c.Name, p.in.Policy.MaxPerPodContainer)
 		}
 	}
+}
+
+// liveGonePods maps each gone pod that still has a Ready sandbox or a
+// running container (an orphaned live pod, see orphanRules) to the IDs of
+// its Ready sandboxes.
+func (p *planner) liveGonePods() map[string]map[string]bool {
+	live := make(map[string]map[string]bool)
+	for _, s := range p.sandboxes {
+		if s.Ready && s.gone {
+			if live[s.pod.UID] == nil {
+				live[s.pod.UID] = make(map[string]bool)
+			}
+			live[s.pod.UID][s.ID] = true
+		}
+	}
+	for _, c := range p.containers {
+		if c.State == cri.ContainerRunning && c.gone && live[c.pod.UID] == nil {
+			live[c.pod.UID] = make(map[string]bool)
+		}
+	}
+	return live
+}
+
+func orphansAction(stop bool) string {
+	if stop {
+		return "stop"
+	}
+	return "report"
 }
 
 // capContainers applies max_containers to the units of live pods, leaving

@@ -472,6 +472,60 @@ func TestOrphanedLivePodsAreReportedOrStopped(t *testing.T) {
 	}
 }
 
+// TestAnUnknownContainerOfAnOrphanedLivePodIsLeftToOrphansAction: an
+// UNKNOWN container may run, and in a pod that still runs it is the pod's:
+// with orphans.action = "report" it is reported with the pod, not killed
+// by the dead containers' rule; with "stop" it is stopped with the pod,
+// under the orphan breaker, and removed once stopped (a later pass). An
+// UNKNOWN container of a gone pod that runs nothing else is kubelet's dead
+// container as before.
+func TestAnUnknownContainerOfAnOrphanedLivePodIsLeftToOrphansAction(t *testing.T) {
+	sandboxes := []cri.Sandbox{sb("s1", "u1", true, time.Hour), sb("old", "u1", false, 2*time.Hour),
+		sb("s2", "u2", false, time.Hour), sb("live", "u9", true, time.Hour)}
+	containers := []cri.Container{
+		ctr("run", "s1", "u1", "app", cri.ContainerRunning, time.Hour),
+		ctr("unk", "s1", "u1", "side", cri.ContainerUnknown, time.Hour),
+		ctr("unk-old", "old", "u1", "side", cri.ContainerUnknown, 2*time.Hour), // not in a Ready sandbox
+		ctr("dead", "s1", "u1", "init", cri.ContainerExited, time.Hour),
+		ctr("unk2", "s2", "u2", "app", cri.ContainerUnknown, time.Hour), // u2 runs nothing
+	}
+	in := Input{Now: now, Policy: policy(), Oracle: present("u9"), Sandboxes: sandboxes, Containers: containers}
+
+	r := Plan(in)
+	same(t, "report: due", due(r), []string{"remove-container dead", "remove-container unk2", "remove-sandbox s2"})
+	for _, id := range []string{"unk", "unk-old"} {
+		if why := keptReason(r, "container "+id+" "); !strings.Contains(why, `left with the pod to orphans.action ("report")`) {
+			t.Errorf("report: container %s kept for %q, want it left to orphans.action", id, why)
+		}
+	}
+
+	in.Policy.StopOrphans = true
+	r = Plan(in)
+	same(t, "stop: due", due(r), []string{"remove-container dead", "remove-container unk2", "remove-sandbox s2",
+		"stop-container run", "stop-container unk", "stop-sandbox s1"})
+	for _, a := range r.Actions {
+		if a.ContainerID == "unk" && (a.Rule != RuleOrphanStop || a.Timeout != in.Policy.StopTimeout) {
+			t.Errorf("stop: %s %s by %s with %s, want orphans.stop_timeout under %s", a.Kind, a.ContainerID, a.Rule, a.Timeout, RuleOrphanStop)
+		}
+	}
+	if why := keptReason(r, "container unk-old "); !strings.Contains(why, `left with the pod to orphans.action ("stop")`) {
+		t.Errorf("stop: container unk-old kept for %q, want it left to orphans.action until the pod is stopped", why)
+	}
+
+	// The orphan breaker trips (more live pods stopped than a pass may):
+	// nothing of the orphan is stopped, by any rule.
+	in.Policy.Budget = Budget{MaxPerPass: 0, MaxFraction: 1, MinPerPass: 0, MaxPerHour: 10}
+	r = Plan(in)
+	if len(r.Trips) == 0 {
+		t.Fatalf("no trip: due %v", due(r))
+	}
+	for _, a := range r.Actions {
+		if a.Pod.UID == "u1" && a.ContainerID != "dead" {
+			t.Errorf("tripped: %s %s%s still due by %s", a.Kind, a.ContainerID, a.SandboxID, a.Rule)
+		}
+	}
+}
+
 func TestTheBudgetStopsNoLivePodWhenAPassWouldStopTooMany(t *testing.T) {
 	var sandboxes []cri.Sandbox
 	for i := range 20 {
