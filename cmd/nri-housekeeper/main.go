@@ -100,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "help":
 		switch {
-		case len(args) == 0:
+		case len(args) == 0, len(args) == 1 && args[0] == "help":
 			fmt.Fprint(stdout, usage)
 			return 0
 		case len(args) == 1 && commandHelp[args[0]] != "":
@@ -205,6 +205,9 @@ func isHelpFlag(arg string) bool {
 func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, done bool) {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {} // the error is said by Parse, the pointer to help below
+	if len(args) == 1 && args[0] == "help" {
+		args = []string{"--help"} // as config and version take it
+	}
 	fs.VisitAll(func(f *flag.Flag) { f.Value = &strictValue{Value: f.Value, name: f.Name} })
 	err := fs.Parse(args)
 	fs.VisitAll(func(f *flag.Flag) { f.Value = f.Value.(*strictValue).Value }) // help names the types

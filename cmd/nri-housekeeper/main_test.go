@@ -235,6 +235,10 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{[]string{"version", "--help"}, []string{"Usage: nri-housekeeper version"}},
 		{[]string{"help", "once"}, []string{"acts for real"}},
 		{[]string{"help"}, []string{"nri-housekeeper report", "help [COMMAND]"}},
+		{[]string{"help", "help"}, []string{"nri-housekeeper report", "help [COMMAND]"}},
+		{[]string{"report", "help"}, []string{"changes nothing on the node", "-json"}},
+		{[]string{"once", "help"}, []string{"acts for real"}},
+		{[]string{"run", "help"}, []string{"pre-registered", "Flags of run:"}},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(tc.args, &stdout, &stderr); code != 0 {
