@@ -52,6 +52,9 @@ func randomInput(seed int64, pods int) Input {
 	if rng.Intn(2) == 0 { // the pods dir last changed some minutes ago
 		dirs.ModTime = now.Add(-time.Duration(rng.Intn(900)) * time.Second)
 	}
+	if rng.Intn(3) == 0 { // the file system keeps birth times; a few in the future
+		dirs.Born = now.Add(time.Duration(rng.Intn(900)-850) * time.Second)
+	}
 	in.Oracle = Oracle{Disabled: rng.Intn(10) == 0, PodDirs: dirs}
 	states := []cri.ContainerState{cri.ContainerCreated, cri.ContainerRunning, cri.ContainerExited, cri.ContainerUnknown}
 	id := 0
@@ -347,12 +350,20 @@ func listingDisagrees(in Input) bool {
 	return !in.NRI.Confirmed && !shared && (known > 0 || managed > 0)
 }
 
-// oracleDisagrees restates when the oracle is not to be believed: a pod
-// dir absent from a pods dir unchanged since the pod's sandbox was created,
-// or too many Ready sandboxes' pods called gone.
+// oracleDisagrees restates when the oracle is not to be believed: an empty
+// pods dir made after a sandbox was created, a pod dir absent from a pods
+// dir unchanged since the pod's sandbox was created, or too many Ready
+// sandboxes' pods called gone.
 func oracleDisagrees(in Input) bool {
 	if in.Oracle.Disabled || !in.Oracle.PodDirs.Ready {
 		return false
+	}
+	if born := in.Oracle.PodDirs.Born; !born.IsZero() && len(in.Oracle.PodDirs.UIDs) == 0 && !born.After(in.Now) {
+		for _, s := range in.Sandboxes {
+			if s.Labels != nil && born.Sub(s.CreatedAt) > 2*time.Second {
+				return true
+			}
+		}
 	}
 	if mt := in.Oracle.PodDirs.ModTime; !mt.IsZero() {
 		for _, s := range in.Sandboxes {

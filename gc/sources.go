@@ -147,7 +147,8 @@ const oracleClockMargin = 2 * time.Second
 //     before the sandbox, and removing it would have changed the pods dir,
 //     so this is not the dir kubelet writes to (one such sandbox is proof,
 //     in any state: a completed pod counts too);
-//   - when the pods dir is wholly empty while any Ready sandbox is listed;
+//   - when the pods dir is wholly empty while any Ready sandbox is listed,
+//     or was made after any listed sandbox was created;
 //   - when it calls every settled Ready sandbox's pod gone, or more of them
 //     than max(oracleMaxGone, a quarter of them).
 //
@@ -158,6 +159,9 @@ func (p *planner) checkOracle() string {
 		return ""
 	}
 	if why := p.unchangedSince(); why != "" {
+		return why
+	}
+	if why := p.emptyAndBornAfter(); why != "" {
 		return why
 	}
 	ready, settled, n := 0, 0, 0
@@ -181,6 +185,29 @@ func (p *planner) checkOracle() string {
 		return fmt.Sprintf("the kubelet pods dir lacks the pods of %d of %d Ready sandbox(es) (%s), more than an orphaned pod explains "+
 			"(kubelet never calls a pod gone while the runtime runs it): pods.kubelet_root may not be the root kubelet uses; no pod-gone rule runs",
 			n, settled, p.goneReady(3))
+	}
+	return ""
+}
+
+// emptyAndBornAfter finds a sandbox created before an empty pods dir was
+// made: kubelet made that sandbox's pod dir before it, so not in this dir
+// (a root made where kubelet's volume is not mounted yet, after a reboot
+// that left every sandbox NotReady, so that no Ready one gives it away). A
+// pods dir with entries is left to the other rules: a root kubelet uses
+// again once its volume is back, or copied to a new disk, holds the live
+// pods' dirs, and a leak from before the copy is still a leak.
+func (p *planner) emptyAndBornAfter() string {
+	d := p.in.Oracle.PodDirs
+	if d.Born.IsZero() || len(d.UIDs) > 0 || d.Born.After(p.in.Now) {
+		return "" // no birth time, not empty, or a clock stepped back
+	}
+	for _, s := range p.sandboxes {
+		if d.Born.After(s.CreatedAt.Add(oracleClockMargin)) {
+			return fmt.Sprintf("the kubelet pods dir is empty and was made %s, after sandbox %s of pod %s/%s was created (%s): kubelet makes a pod's dir "+
+				"before its sandbox, so not in this dir; pods.kubelet_root is not the root kubelet uses (its volume not mounted yet?), or kubelet's root "+
+				"was made afresh (then the old sandboxes are the runtime's to remove, crictl rmp, or wait for the first pod); no pod-gone rule runs",
+				d.Born.UTC().Format(time.RFC3339), short(s.ID), s.pod.Namespace, s.pod.Name, s.CreatedAt.UTC().Format(time.RFC3339))
+		}
 	}
 	return ""
 }

@@ -396,6 +396,45 @@ func TestAPodsDirUnchangedSinceASandboxOfAnAbsentPodIsNotTrusted(t *testing.T) {
 	}
 }
 
+// An empty pods dir made after a sandbox was created never held that
+// sandbox's pod dir: with every sandbox NotReady (a reboot) no Ready one
+// gives a wrong kubelet_root away, and every pod would be called gone.
+func TestAnEmptyPodsDirMadeAfterASandboxIsNotTrusted(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		born      time.Time
+		uids      []string // the pods dir's entries
+		untrusted bool
+	}{
+		{"empty, made after the sandboxes", now.Add(-time.Minute), nil, true},
+		{"empty, made before the sandboxes (kubelet removed the last pod dir)", now.Add(-48 * time.Hour), nil, false},
+		{"empty, made after the older sandbox, within the clock margin of the newer", now.Add(-10*time.Minute + time.Second), nil, true},
+		{"empty, made within the clock margin of every sandbox", now.Add(-time.Hour + time.Second), nil, false},
+		{"not empty, made after the sandboxes (a root copied to a new disk)", now.Add(-time.Minute), []string{"u9"}, false},
+		{"no birth time", time.Time{}, nil, false},
+		{"a birth time after the listing (the clock stepped back)", now.Add(time.Minute), nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := present(tc.uids...)
+			o.PodDirs.Born = tc.born
+			in := Input{Now: now, Policy: policy(), Oracle: o,
+				Sandboxes:  []cri.Sandbox{sb("s1", "u1", false, time.Hour), sb("s2", "u2", false, 10*time.Minute)},
+				Containers: []cri.Container{ctr("c1", "s1", "u1", "app", cri.ContainerExited, time.Hour)}}
+			in.PodLogDirs = []nodefs.PodLogDir{logDir("u1")}
+			r := Plan(in)
+			if (r.OracleUntrusted != "") != tc.untrusted || (tc.untrusted && !strings.Contains(r.OracleUntrusted, "is empty and was made")) {
+				t.Fatalf("oracle untrusted %q, want untrusted %v", r.OracleUntrusted, tc.untrusted)
+			}
+			if tc.untrusted && len(r.Actions)+len(r.Deferred) > 0 {
+				t.Fatalf("pods called gone by an untrusted pods dir are planned: %v %v", due(r), deferred(r))
+			}
+			if !tc.untrusted && tc.uids == nil && len(r.Actions) == 0 {
+				t.Fatalf("a trusted empty pods dir plans nothing: the case tests nothing (kept %+v)", r.Kept)
+			}
+		})
+	}
+}
+
 // A unit taken already this hour (a step that failed and is retried) is
 // not counted against the pass again, so it cannot pause its class.
 func TestARetriedStepDoesNotCountAgainstThePass(t *testing.T) {

@@ -35,6 +35,10 @@ type PodDirs struct {
 	// that is absent while ModTime predates the pod's sandbox was never
 	// removed from this dir (the planner's check of the oracle).
 	ModTime time.Time
+	// Born is the pods dir's birth time, zero where the file system keeps
+	// none: an empty pods dir born after a sandbox was created never held
+	// that sandbox's pod dir (the planner's check of the oracle).
+	Born time.Time
 }
 
 // Present reports whether uid has a pod directory. It is false for an oracle
@@ -71,7 +75,17 @@ func ListPodDirs(ctx context.Context, kubeletRoot string) PodDirs {
 	if err != nil {
 		return PodDirs{Err: fmt.Errorf("kubelet pods dir %s cannot be read: %w", dir, err)}
 	}
-	return PodDirs{Ready: true, UIDs: uids, ModTime: fi.ModTime()}
+	return PodDirs{Ready: true, UIDs: uids, ModTime: fi.ModTime(), Born: birthTime(dir)}
+}
+
+// birthTime is path's birth time, or zero where the kernel or the file
+// system does not say (statx before Linux 4.11, tmpfs before 6.x).
+func birthTime(path string) time.Time {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_STATX_SYNC_AS_STAT, unix.STATX_BTIME, &stx); err != nil || stx.Mask&unix.STATX_BTIME == 0 {
+		return time.Time{}
+	}
+	return time.Unix(stx.Btime.Sec, int64(stx.Btime.Nsec))
 }
 
 // PodLogDir is one directory of the pod logs dir whose name parses.

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func mkdirAll(t *testing.T, path string) {
@@ -740,5 +743,24 @@ func TestOnlyCandidateLinksAreExamined(t *testing.T) {
 	}
 	if _, skipped, _ := ListContainerLogLinks(context.Background(), dir, logs, nil); len(skipped) != 1 {
 		t.Fatalf("without a filter the outside link is not skipped (%+v): the test proves nothing", skipped)
+	}
+}
+
+// TestListPodDirsReadsTheBirthTimeWhereTheFileSystemKeepsOne: the oracle's
+// check of an empty pods dir made after the sandboxes needs it.
+func TestListPodDirsReadsTheBirthTimeWhereTheFileSystemKeepsOne(t *testing.T) {
+	root := t.TempDir()
+	before := time.Now().Add(-time.Second)
+	mkdirAll(t, filepath.Join(root, "pods"))
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, root, 0, unix.STATX_BTIME, &stx); err != nil || stx.Mask&unix.STATX_BTIME == 0 {
+		t.Skipf("the file system of %s keeps no birth times (statx: %v)", root, err)
+	}
+	d := ListPodDirs(context.Background(), root)
+	if !d.Ready {
+		t.Fatal(d.Err)
+	}
+	if d.Born.Before(before) || d.Born.After(time.Now()) {
+		t.Errorf("Born = %s, want the pods dir's making, after %s", d.Born, before)
 	}
 }
