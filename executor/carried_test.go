@@ -110,3 +110,45 @@ func TestAContainerOfAnotherPodIsNotCarriedPastItsOwnCheck(t *testing.T) {
 		t.Errorf("calls %q: the container went without its own check passing", calls)
 	}
 }
+
+// TestContainersCarriedByASandboxWhoseCheckAbortsAreAbortedToo: the
+// sandbox's check right before it is its pod's, and so the check of the
+// containers it carries (its own pod's only): each is counted and said
+// aborted, as its own step would have been, once while the reason lasts.
+func TestContainersCarriedByASandboxWhoseCheckAbortsAreAbortedToo(t *testing.T) {
+	f := newFake()
+	log, hook := logtest.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	e := New(f, f, Options{MaxParallel: 4}, log)
+	e.jitter, e.since = noJitter, frozen
+	check := &keyRecheck{abort: map[string]bool{"sandbox/sb": true}}
+	plan := []gc.Action{rmCtr("c1"), rmCtr("c2"), rmSb("sb", "container/c1", "container/c2")}
+	out := e.Execute(context.Background(), plan, t0, check.check)
+	if got, want := results(out), map[string]Result{"container/c1": Aborted, "container/c2": Aborted, "sandbox/sb": Aborted}; !maps.Equal(got, want) {
+		t.Fatalf("results %v, want %v", got, want)
+	}
+	if calls := f.called(); len(calls) > 0 {
+		t.Errorf("calls %q after the sandbox's check failed", calls)
+	}
+	for _, o := range out {
+		if !errors.Is(o.Err, errChanged) {
+			t.Errorf("%s: error %v, want the check's reason", o.Action.Key, o.Err)
+		}
+	}
+	warned := func() int {
+		n := 0
+		for _, en := range hook.AllEntries() {
+			if en.Level == logrus.WarnLevel && en.Message == "not done: checked again right before it: remove container" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := warned(); n != 2 {
+		t.Errorf("%d warnings for the carried containers, want one each", n)
+	}
+	e.Execute(context.Background(), plan, t0, check.check)
+	if n := warned(); n != 2 {
+		t.Errorf("%d warnings after the same abort again, want them said once", n)
+	}
+}

@@ -504,6 +504,19 @@ func (e *Executor) settleCarried(w wave, i int, sandbox Outcome) {
 				fields[fieldSandboxRemoval] = "failed after it"
 			}
 			e.entry(a).WithFields(fields).Info(verbsOf(a).done + " with its sandbox")
+		} else if sandbox.Result == Aborted {
+			// The sandbox's check is its pod's, and so the container's
+			// (it carries only its own pod's): what its own step would
+			// have said, with the same warning, once.
+			o.Result = Aborted
+			o.Err = fmt.Errorf("to be removed with sandbox %s: %w", a.SandboxID, sandbox.Err)
+			entry := e.entry(a).WithField(fieldWithSandbox, a.SandboxID).WithError(o.Err)
+			if e.aborted[a.Key] == o.Err.Error() {
+				entry.Debugf("not done: checked again right before it: %s", verbsOf(a).do)
+			} else {
+				entry.Warnf("not done: checked again right before it: %s", verbsOf(a).do)
+				e.aborted[a.Key] = o.Err.Error()
+			}
 		} else {
 			o.Result = Skipped
 			o.Err = fmt.Errorf("%s: to be removed with sandbox %s, which was not (%s)", a.Key, a.SandboxID, sandbox.Result)
