@@ -58,22 +58,36 @@ func (l *Loop) logPlan(r PassResult) {
 	for _, p := range r.Plan.Skipped {
 		l.log.WithFields(podFields(p)).Debug("a life event arrived after the listing: the pod's actions wait for the next pass")
 	}
-	// Orphans the plan leaves alone are said once, when first found.
+	// Orphans are said once, when first found: those the plan leaves alone,
+	// and, with orphans.action = "stop", those it stops (now, once they
+	// waited out leak_grace, or not while a sandbox's stop is held).
 	seen := make(map[string]bool)
+	say := func(pod gc.PodRef, rule, msg string) {
+		key := rule + "/" + pod.UID
+		if !seen[key] && !l.reported[key] {
+			l.log.WithFields(podFields(pod)).WithField(logging.FieldRule, rule).Warn(msg)
+		}
+		seen[key] = true
+	}
 	for _, k := range r.Plan.Kept {
-		var rule, what string
 		switch {
 		case strings.HasPrefix(k.Object, "live pod "):
-			rule, what = gc.RuleOrphanStop, "orphaned live pod: "
+			say(k.Pod, gc.RuleOrphanStop, "orphaned live pod: "+k.Reason)
+		case strings.HasPrefix(k.Reason, "orphaned live sandbox not stopped"):
+			say(k.Pod, gc.RuleOrphanStop, "orphaned live pod: "+k.Object+": "+k.Reason)
 		case strings.HasPrefix(k.Object, "pod dir ") && strings.HasPrefix(k.Reason, "orphaned pod dir"):
-			rule, what = gc.RuleOrphanedPodDir, k.Object+": "
-		default:
-			continue
+			say(k.Pod, gc.RuleOrphanedPodDir, k.Object+": "+k.Reason)
 		}
-		key := rule + "/" + k.Pod.UID
-		seen[key] = true
-		if !l.reported[key] {
-			l.log.WithFields(podFields(k.Pod)).WithField(logging.FieldRule, rule).Warn(what + k.Reason)
+	}
+	const stopping = "orphaned live pod whose pod is gone from the node: stopped (orphans.action = \"stop\")"
+	for _, a := range r.Plan.Actions {
+		if a.Rule == gc.RuleOrphanStop {
+			say(a.Pod, gc.RuleOrphanStop, stopping+" now")
+		}
+	}
+	for _, d := range r.Plan.Deferred {
+		if d.Action.Rule == gc.RuleOrphanStop {
+			say(d.Action.Pod, gc.RuleOrphanStop, stopping+" once due: "+d.Why())
 		}
 	}
 	l.reported = seen

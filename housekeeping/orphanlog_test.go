@@ -1,0 +1,57 @@
+package housekeeping
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
+)
+
+// TestAnOrphanedLivePodIsAWarningWhateverOrphansActionSays: README "Orphaned
+// live pods are warnings", said once while the pod stays one: reported
+// (orphans.action = "report"), or, with "stop", waiting out leak_grace,
+// stopped now, or held.
+func TestAnOrphanedLivePodIsAWarningWhateverOrphansActionSays(t *testing.T) {
+	pod := gc.PodRef{UID: "u1", Namespace: "ns", Name: "web"}
+	stop := gc.Action{Kind: gc.StopSandbox, Rule: gc.RuleOrphanStop, Pod: pod, Key: "stop-sandbox/s1", SandboxID: "s1"}
+	for _, tc := range []struct {
+		name string
+		plan gc.Result
+		want string
+	}{
+		{"report", gc.Result{Kept: []gc.Kept{{Object: "live pod ns/web", Pod: pod,
+			Reason: `orphaned live pod (1 Ready sandbox(es), 0 running container(s)) whose pod is gone: reported only (orphans.action = "report")`}}},
+			`reported only (orphans.action = \"report\")`},
+		{"stop, waiting out leak_grace", gc.Result{Deferred: []gc.Deferred{{Action: stop, GraceLeft: time.Minute}}},
+			`stopped (orphans.action = \"stop\") once due`},
+		{"stop, due", gc.Result{Actions: []gc.Action{stop}}, `stopped (orphans.action = \"stop\") now`},
+		{"stop, held", gc.Result{Kept: []gc.Kept{{Object: "sandbox s1", Pod: pod,
+			Reason: "orphaned live sandbox not stopped: StopPodSandbox would kill container c9 (debug, RUNNING), which this plan does not stop first"}}},
+			"orphaned live sandbox not stopped"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log, buf := testLogger()
+			loop := New(podstate.New(0), &fakeRuntime{}, Options{Period: time.Hour}, log)
+			for range 3 {
+				loop.logPlan(PassResult{Plan: tc.plan})
+			}
+			var warnings []string
+			for _, line := range strings.Split(buf.String(), "\n") {
+				if strings.Contains(line, "level=warning") {
+					warnings = append(warnings, line)
+				}
+			}
+			if len(warnings) != 1 || !strings.Contains(warnings[0], "orphaned live pod") || !strings.Contains(warnings[0], tc.want) ||
+				!strings.Contains(warnings[0], "pod_uid=u1") {
+				t.Fatalf("warnings in 3 passes:\n%s\nwant one naming the pod and saying %q", strings.Join(warnings, "\n"), tc.want)
+			}
+			loop.logPlan(PassResult{}) // the pod is no orphan any more
+			loop.logPlan(PassResult{Plan: tc.plan})
+			if n := strings.Count(buf.String(), "level=warning"); n != 2 {
+				t.Errorf("%d warnings, want the orphan said again when it is one again", n)
+			}
+		})
+	}
+}
