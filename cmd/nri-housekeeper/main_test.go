@@ -2,12 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
@@ -374,5 +379,42 @@ func TestNameKeysALaunchedPluginDoesNotUseAreSaid(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestATaskExitSubscriptionThatKeepsFailingIsAWarning: one that ends with a
+// containerd restart is no news (debug); one that fails again and again (a
+// wrong namespace, a permission) loses the early passes, which is said
+// once, and so is its recovery.
+func TestATaskExitSubscriptionThatKeepsFailingIsAWarning(t *testing.T) {
+	log, hook := logtest.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	subscribe := func(context.Context) error {
+		calls++
+		if calls == 8 {
+			cancel()
+		}
+		return errors.New("permission denied")
+	}
+	now := make(chan time.Time)
+	close(now)
+	watchTaskExits(ctx, subscribe, log, func(time.Duration) <-chan time.Time { return now })
+	var warnings, debugs int
+	for _, e := range hook.AllEntries() {
+		switch e.Level {
+		case logrus.WarnLevel:
+			warnings++
+			if !strings.Contains(e.Message, "keeps failing") || e.Data["attempts"] != taskExitFailuresSaid {
+				t.Errorf("warning %q %v, want it to say the subscription keeps failing after %d attempts", e.Message, e.Data, taskExitFailuresSaid)
+			}
+		case logrus.DebugLevel:
+			debugs++
+		}
+	}
+	if calls != 8 || warnings != 1 || debugs != 6 {
+		t.Errorf("%d subscriptions: %d warnings and %d debug lines, want 8: one warning (at the third), 6 debug lines", calls, warnings, debugs)
 	}
 }

@@ -146,7 +146,7 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	loop.Restore(ctx) // takes the state file's lock: one plugin per state file
 	defer func() { _ = loop.Close() }()
 	waker.loop.Store(loop)
-	go watchTaskExits(ctx, client, cfg.Runtime.Namespace, loop, log)
+	go watchTaskExits(ctx, func(ctx context.Context) error { return client.WatchTaskExits(ctx, cfg.Runtime.Namespace, loop.Wake) }, log, time.After)
 	if cfg.Metrics.Address != "" {
 		srv, err := m.Listen(ctx, cfg.Metrics.Address, metrics.Health{
 			LastPass: loop.LastProgress, Period: cfg.Housekeeping.Period, StartupDelay: cfg.Housekeeping.StartupDelay,
@@ -157,7 +157,11 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 			return 2
 		}
 		log.WithField("address", srv.Addr().String()).Info("serving /metrics, /healthz and /readyz")
-		go func() { _ = srv.Serve(ctx) }()
+		go func() {
+			if err := srv.Serve(ctx); err != nil && ctx.Err() == nil {
+				log.WithError(err).Error("metrics server stopped: /metrics, /healthz and /readyz are not served until the plugin restarts")
+			}
+		}()
 	}
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- loop.Run(ctx) }()
@@ -215,25 +219,40 @@ func newExecutor(cfg config.Config, client *cri.Client, network *housekeeping.Ne
 	return executor.New(client, node, executor.Options{MaxParallel: cfg.Housekeeping.MaxParallel, DryRun: cfg.DryRun}, log), nil
 }
 
+// taskExitFailuresSaid is how many subscriptions in a row that end within
+// a minute are a failure worth a warning (one containerd restart ends one).
+const taskExitFailuresSaid = 3
+
 // watchTaskExits wakes the loop on every containerd task exit: a sandbox's
 // pause process dying produces no NRI event. It resubscribes with backoff
-// when containerd restarts.
-func watchTaskExits(ctx context.Context, client *cri.Client, namespace string, loop *housekeeping.Loop, log logrus.FieldLogger) {
-	wait := time.Second
+// when containerd restarts, and says so when it keeps failing.
+func watchTaskExits(ctx context.Context, subscribe func(context.Context) error, log logrus.FieldLogger, after func(time.Duration) <-chan time.Time) {
+	wait, failing := time.Second, 0
 	for {
 		start := time.Now()
-		err := client.WatchTaskExits(ctx, namespace, loop.Wake)
+		err := subscribe(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if time.Since(start) > time.Minute {
-			wait = time.Second
+			// It served: a containerd restart ends it, and that is no news.
+			if failing >= taskExitFailuresSaid {
+				log.Info("containerd task-exit subscription works again: task exits wake housekeeping early again")
+			}
+			wait, failing = time.Second, 0
+		} else {
+			failing++
 		}
-		log.WithError(err).Debug("containerd task-exit subscription ended; resubscribing")
+		entry := log.WithError(err).WithField("attempts", failing)
+		if failing == taskExitFailuresSaid {
+			entry.Warn("containerd task-exit subscription keeps failing: a task exit no longer starts a pass early (passes still run every housekeeping.period); retrying every 10s")
+		} else {
+			entry.Debug("containerd task-exit subscription ended; resubscribing")
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-after(wait):
 		}
 		wait = min(2*wait, 10*time.Second)
 	}
