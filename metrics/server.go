@@ -40,6 +40,11 @@ type Health struct {
 	// /healthz fails only once the process is older than StartupDelay plus
 	// 3 periods, since the first pass waits that long by design.
 	StartupDelay time.Duration
+	// LongestStep is the longest one step may take by its own timeouts
+	// (an orphan stop: orphans.stop_timeout and runtime.rpc_timeout): a
+	// pass waiting on it makes no progress, yet is not stuck, so it is
+	// added to the 3 periods.
+	LongestStep time.Duration
 	// Ready returns nil when the sources are ready and NRI is connected,
 	// else why not.
 	Ready func() error
@@ -53,7 +58,7 @@ const stalePeriods = 3
 func (h Health) alive(now, started time.Time) error {
 	// Saturated, not overflowed: any period of at least a second is valid,
 	// and three of a huge one would wrap to a negative limit.
-	var limit time.Duration
+	limit := h.LongestStep
 	for range stalePeriods {
 		limit = saturatingAdd(limit, h.Period)
 	}
@@ -66,7 +71,7 @@ func (h Health) alive(now, started time.Time) error {
 		return nil
 	}
 	if since := now.Sub(last); since > limit {
-		return fmt.Errorf("no housekeeping pass finished, and no step of one started, for %s (limit %s: %d periods)", since.Round(time.Millisecond), limit, stalePeriods)
+		return fmt.Errorf("no housekeeping pass finished, and no step of one started, for %s (limit %s: %d periods and the longest step)", since.Round(time.Millisecond), limit, stalePeriods)
 	}
 	return nil
 }

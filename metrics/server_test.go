@@ -365,3 +365,18 @@ func TestServerHasTimeouts(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthzAllowsForTheLongestStep: a pass waiting on an orphan stop with
+// a long orphans.stop_timeout starts no step and finishes nothing for that
+// long, and is not stuck: a liveness probe must not kill it half way.
+func TestHealthzAllowsForTheLongestStep(t *testing.T) {
+	started := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	last := started.Add(time.Minute)
+	h := Health{LastPass: func() time.Time { return last }, Period: 30 * time.Second, LongestStep: 5*time.Minute + 10*time.Second}
+	if err := h.alive(last.Add(90*time.Second+5*time.Minute), started); err != nil {
+		t.Errorf("3 periods and a 5m10s step after the last step started: %v, want alive", err)
+	}
+	if err := h.alive(last.Add(90*time.Second+5*time.Minute+11*time.Second), started); err == nil || !strings.Contains(err.Error(), "the longest step") {
+		t.Errorf("past 3 periods and the longest step: %v, want an error saying both", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/housekeeping"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
 	"github.com/nri-housekeeper/nri-housekeeper/metrics"
@@ -150,7 +151,8 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	if cfg.Metrics.Address != "" {
 		srv, err := m.Listen(ctx, cfg.Metrics.Address, metrics.Health{
 			LastPass: loop.LastProgress, Period: cfg.Housekeeping.Period, StartupDelay: cfg.Housekeeping.StartupDelay,
-			Ready: func() error { return readiness(nri, loop) },
+			LongestStep: max(cfg.Orphans.StopTimeout, gc.UnknownStopTimeout) + cfg.Runtime.RPCTimeout,
+			Ready:       func() error { return readiness(nri, loop) },
 		})
 		if err != nil {
 			log.WithError(err).Error("cannot serve metrics; set metrics.address to a free address, or \"\" to disable")
