@@ -135,6 +135,10 @@ func (p *planner) podCgroupRules(orphanDirs map[string]orphanedPodDir) {
 	for _, uid := range uids {
 		cg := l.Pods[uid]
 		pod := p.podRef(uid)
+		if cg.Unreadable != "" {
+			p.keep("pod cgroup "+uid, pod, "its cgroup tree cannot be read, so nothing is known to act on: %s", cg.Unreadable)
+			continue
+		}
 		if p.listed(uid) {
 			if _, ok := containers[uid]; !ok {
 				continue // not gone, or not looked into: its pod had running objects then

@@ -21,6 +21,18 @@ func cgroups(uids ...string) *podcgroups.Listing {
 	return l
 }
 
+// unreadable marks the pod cgroups of uids in l as Discover does when
+// their tree cannot be read.
+func unreadable(l *podcgroups.Listing, uids ...string) *podcgroups.Listing {
+	for _, u := range uids {
+		cg := l.Pods[u]
+		cg.Inspected, cg.Paths, cg.Procs = false, nil, 0
+		cg.Unreadable = "cgroup /sys/fs/cgroup/unified/kubepods/besteffort/pod" + u + "/x: read cgroup.procs: operation not supported"
+		l.Pods[u] = cg
+	}
+	return l
+}
+
 func podDir(uid string, volumes bool, blockers ...string) nodefs.PodDir {
 	d := nodefs.PodDir{UID: uid, Path: "/var/lib/kubelet/pods/" + uid, Blockers: blockers}
 	if volumes {
@@ -157,6 +169,10 @@ func TestPodCgroupRules(t *testing.T) {
 			map[string]time.Time{"pod-dir/u7": long, "pod-cgroup/u7": long}, nil, "did not see the pod torn down"},
 		{"cgroup listing not ready: nothing, and said", present(), &podcgroups.Listing{Err: errors.New("cannot read /sys/fs/cgroup")}, nil,
 			nil, nil, "cannot read /sys/fs/cgroup"},
+		// One pod whose tree cannot be read (a threaded cgroup v2 subtree)
+		// is left alone, and said; the others are planned as usual.
+		{"a pod cgroup whose tree cannot be read: left alone, the others planned", present(), unreadable(cgroups("u1", "u2"), "u2"), nil,
+			map[string]time.Time{"pod-cgroup/u1": long, "pod-cgroup/u2": long}, []string{"remove-pod-cgroup u1"}, "its cgroup tree cannot be read"},
 		{"oracle disabled: a pod is never gone", Oracle{Disabled: true}, cgroups("u5"), nil,
 			map[string]time.Time{"pod-cgroup/u5": long}, nil, ""},
 	} {

@@ -598,6 +598,12 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		for _, s := range cgs.Skipped {
 			l.noteSkipped([]nodefs.Skipped{{Path: s.Path, Reason: s.Reason}})
 		}
+		for uid, pod := range cgs.Pods {
+			if pod.Unreadable != "" && l.firstSeen("pod cgroup "+uid+": "+pod.Unreadable) {
+				l.log.WithFields(logrus.Fields{logging.FieldPodUID: uid, logging.FieldReason: pod.Unreadable}).
+					Warn("pod cgroup left alone: its tree cannot be read (the node's other pod cgroups are cleaned as usual)")
+			}
+		}
 		l.compareCgroupsWithTeardown(cgs)
 		in.PodCgroups = &cgs
 	}

@@ -74,9 +74,14 @@ type PodCgroup struct {
 	// cgroup is already at the minimum ReduceCPU sets, and there is one.
 	CPUReduced bool
 	// Inspected: Containers, Procs and CPUReduced were read. A pod cgroup
-	// that was not (its pod has listed objects) is known by name and
-	// Paths only, and nothing may be done to it.
+	// that was not (its pod has listed objects, or its tree could not be
+	// read) is known by name and Paths only, and nothing may be done to it.
 	Inspected bool
+	// Unreadable says why the pod cgroup's tree could not be read when it
+	// was to be inspected (a threaded cgroup v2 subtree, whose cgroup.procs
+	// fails with EOPNOTSUPP; an I/O error), or "". Nothing is done to it;
+	// the other pods are listed as usual.
+	Unreadable string
 }
 
 // Skipped is a directory next to pod cgroups that is not one, and why. It is
@@ -272,9 +277,23 @@ func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) erro
 		s.pods[uid] = pod // by name only: not even its path is kept
 		return nil
 	}
+	// One pod whose tree cannot be read is that pod's problem: it is
+	// left alone, and the node's other pods are listed (a cancelled
+	// pass is the pass's).
+	unreadable := func(err error) error {
+		if ctx.Err() != nil {
+			return err
+		}
+		if pod.Unreadable == "" {
+			pod.Unreadable = err.Error()
+		}
+		pod.Inspected = false
+		s.pods[uid] = pod
+		return nil
+	}
 	dirs, ino, err := cgroupTree(ctx, path, s.buf)
 	if err != nil {
-		return err
+		return unreadable(err)
 	}
 	if len(dirs) == 0 {
 		return nil // removed since the parent was read
@@ -291,7 +310,7 @@ func (s *scan) pod(ctx context.Context, h Hierarchy, qos, uid, path string) erro
 		}
 		pids, err := readPids(d)
 		if err != nil {
-			return err
+			return unreadable(err)
 		}
 		for _, pid := range pids {
 			s.pids[uid][pid] = struct{}{}

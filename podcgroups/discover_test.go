@@ -327,16 +327,6 @@ func TestDiscoverNotReady(t *testing.T) {
 			writeFile(t, filepath.Join(mp, "memory", "kubepods", "burstable"), "not a directory")
 			return Options{Mountpoint: mp, Root: "kubepods"}
 		}, nil, filepath.Join("memory", "kubepods", "burstable")},
-		{"procs_unreadable", func(t *testing.T, mp string) Options {
-			if err := os.MkdirAll(filepath.Join(mp, "pids", "kubepods", "pod"+uidA, "cgroup.procs"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			return Options{Mountpoint: mp, Root: "kubepods"}
-		}, nil, "pod" + uidA},
-		{"procs_garbage", func(t *testing.T, mp string) Options {
-			writeFile(t, filepath.Join(mp, "pids", "kubepods", "pod"+uidA, ctrID, "cgroup.procs"), "12\nx\n")
-			return Options{Mountpoint: mp, Root: "kubepods"}
-		}, nil, ctrID},
 		{"canceled", func(t *testing.T, mp string) Options {
 			return Options{Mountpoint: mp, Root: "kubepods"}
 		}, canceled, "canceled"},
@@ -360,12 +350,54 @@ func TestDiscoverNotReady(t *testing.T) {
 	}
 }
 
+// TestAPodCgroupWhoseTreeCannotBeReadIsLeftAloneAndTheOthersListed: one
+// pod cgroup whose tree cannot be read (a threaded cgroup v2 subtree, whose
+// cgroup.procs fails with EOPNOTSUPP; garbage; an I/O error) is that pod's
+// problem: it is listed as unreadable, not inspected (nothing may be done
+// to it), and the node's other pod cgroups are listed as usual, every pass.
+func TestAPodCgroupWhoseTreeCannotBeReadIsLeftAloneAndTheOthersListed(t *testing.T) {
+	for _, tc := range []struct {
+		rule  string
+		setup func(t *testing.T, mp string)
+		want  string // in Unreadable
+	}{
+		{"its cgroup.procs cannot be read", func(t *testing.T, mp string) {
+			if err := os.MkdirAll(filepath.Join(mp, "pids", "kubepods", "pod"+uidA, "cgroup.procs"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, "pod" + uidA},
+		{"a descendant's cgroup.procs holds garbage", func(t *testing.T, mp string) {
+			cgroup(t, filepath.Join(mp, "memory", "kubepods", "pod"+uidA), 7)
+			writeFile(t, filepath.Join(mp, "pids", "kubepods", "pod"+uidA, ctrID, "cgroup.procs"), "12\nx\n")
+		}, ctrID},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			mp := hybridTree(t)
+			cgroup(t, filepath.Join(mp, "memory", "kubepods", "pod"+uidB), 5)
+			tc.setup(t, mp)
+			for pass := range 2 {
+				l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil)
+				if !l.Ready {
+					t.Fatalf("pass %d: not ready (%v): one pod's tree made the node's listing fail", pass, l.Err)
+				}
+				a := l.Pods[uidA]
+				if a.Inspected || !strings.Contains(a.Unreadable, tc.want) {
+					t.Errorf("pass %d: pod A inspected %v, unreadable %q: want left alone, saying %q", pass, a.Inspected, a.Unreadable, tc.want)
+				}
+				if b := l.Pods[uidB]; !b.Inspected || b.Procs != 1 || b.Unreadable != "" {
+					t.Errorf("pass %d: pod B %+v: want it inspected as usual, with its process", pass, b)
+				}
+			}
+		})
+	}
+}
+
 // TestDiscoverRefusesAControlFileThatIsNotARegularFileWithoutBlocking:
 // Discover does not check that cgroups.mountpoint is a cgroup file system,
 // and a FIFO named cgroup.procs under a wrong one must not block the pass,
 // and every later pass, for ever waiting for a writer. It, a device (which
-// never ends) and a file larger than any cgroup.procs make the listing not
-// ready, naming the file and what it is.
+// never ends) and a file larger than any cgroup.procs make the pod
+// unreadable, naming the file and what it is.
 func TestDiscoverRefusesAControlFileThatIsNotARegularFileWithoutBlocking(t *testing.T) {
 	for _, tc := range []struct {
 		rule  string
@@ -396,8 +428,8 @@ func TestDiscoverRefusesAControlFileThatIsNotARegularFileWithoutBlocking(t *test
 			tc.setup(t, procs)
 			var l Listing
 			regularfiletest.ReturnsWithin(t, func() { l = Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil) })
-			if l.Ready || l.Err == nil || !strings.Contains(l.Err.Error(), procs+tc.want) {
-				t.Fatalf("ready %v, err %v: want not ready, saying %q", l.Ready, l.Err, procs+tc.want)
+			if a := l.Pods[uidA]; !l.Ready || a.Inspected || !strings.Contains(a.Unreadable, procs+tc.want) {
+				t.Fatalf("ready %v (%v), pod %+v: want the pod left alone, saying %q", l.Ready, l.Err, a, procs+tc.want)
 			}
 		})
 	}
@@ -451,7 +483,8 @@ func TestOnlyCandidatesAreLookedInto(t *testing.T) {
 	for _, h := range []string{"cpu,cpuacct", "memory"} {
 		cgroup(t, filepath.Join(mp, h), 1)
 		cgroup(t, filepath.Join(mp, h, "kubepods", "besteffort", "pod"+uidA, ctrID), 10)
-		// A cgroup.procs that does not parse fails any listing that reads it.
+		// A cgroup.procs that does not parse makes its pod unreadable in any
+		// listing that reads it.
 		cgroup(t, filepath.Join(mp, h, "kubepods", "besteffort", "pod"+uidB, ctrID))
 		writeFile(t, filepath.Join(mp, h, "kubepods", "besteffort", "pod"+uidB, ctrID, "cgroup.procs"), "not a pid\n")
 	}
@@ -464,10 +497,10 @@ func TestOnlyCandidatesAreLookedInto(t *testing.T) {
 	if !a.Inspected || a.Procs != 1 || !reflect.DeepEqual(a.Containers, []string{ctrID}) || len(a.Paths) != 2 {
 		t.Errorf("candidate %+v, want it looked into in both hierarchies", a)
 	}
-	if _, found := l.Pods[uidB]; !found || b.Inspected || b.Procs != 0 || b.Containers != nil || b.Paths != nil {
+	if _, found := l.Pods[uidB]; !found || b.Inspected || b.Unreadable != "" || b.Procs != 0 || b.Containers != nil || b.Paths != nil {
 		t.Errorf("listed pod %+v, want it found by name in both hierarchies and nothing more", b)
 	}
-	if all := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "cgroupfs"}, nil); all.Ready {
-		t.Error("inspecting every pod read the bad cgroup.procs without failing: the test proves nothing")
+	if all := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods", Driver: "cgroupfs"}, nil); all.Pods[uidB].Unreadable == "" {
+		t.Error("inspecting every pod read the bad cgroup.procs without a word: the test proves nothing")
 	}
 }
