@@ -4,11 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -186,5 +188,61 @@ func TestWithTheDefaultsAReAddedPodKeepsItsCPU(t *testing.T) {
 			t.Fatalf("at +%s, %s after kubelet made the pod cgroup of the re-added pod (sandbox not started yet): %v",
 				at, at-30*time.Second, files.done)
 		}
+	}
+}
+
+// TestAnOrphanedPodDirWaitsForAListingOfThePodCgroups: the pod cgroup made
+// again is the early sign of a pod being set up again, and it is told from
+// the first look at the pod cgroups after the teardown. While no listing of
+// them is ready there is no first look: the pod dir is held, not removed
+// on the other signs alone, and goes once a listing is ready.
+func TestAnOrphanedPodDirWaitsForAListingOfThePodCgroups(t *testing.T) {
+	uid := testUID(502)
+	root := podDirs(t, uid)
+	cg := fakeCgroups(t)
+	// The QoS parent is a file: no pod cgroup listing is ready.
+	qos := filepath.Join(cg.Mountpoint, "memory", "kubepods", "besteffort")
+	if err := os.MkdirAll(filepath.Dir(qos), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(qos, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	policy := reviewPolicy(t.TempDir())
+	policy.LeakGrace, policy.RemoveOrphanedPodDirs = 5*time.Minute, true
+	files := &podDirRemover{root: root}
+	rt := &fakeRuntime{}
+	log, _ := testLogger()
+	loop := New(recentlyTornDown(t, uid), rt, Options{Period: time.Minute, KubeletRoot: root, Cgroups: cg,
+		Executor:     executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+		Synchronized: func() bool { return true }, Policy: policy}, log)
+	loop.started = now.Add(-time.Hour)
+	pass := func(at time.Duration) PassResult {
+		rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
+		return loop.Pass(context.Background())
+	}
+	held := false
+	for at := time.Duration(0); at <= 8*time.Minute; at += time.Minute {
+		r := pass(at)
+		if len(files.done) > 0 {
+			t.Fatalf("at +%s, with no pod cgroup listing since the teardown: node steps %v", at, files.done)
+		}
+		for _, o := range r.Outcomes {
+			if o.Action.Kind == gc.RemovePodDir && o.Result == executor.Aborted && strings.Contains(o.Err.Error(), "have not been listed since the pod was torn down") {
+				held = true
+			}
+		}
+	}
+	if !held {
+		t.Fatal("the pod dir was never due: the test proves nothing")
+	}
+	if err := os.Remove(qos); err != nil { // the listing is ready again
+		t.Fatal(err)
+	}
+	for at := 9 * time.Minute; at <= 12*time.Minute && len(files.done) == 0; at += time.Minute {
+		pass(at)
+	}
+	if len(files.done) == 0 {
+		t.Fatal("once the pod cgroups are listed again, the orphaned pod dir is still held")
 	}
 }

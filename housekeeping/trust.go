@@ -475,8 +475,15 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 // was not made again since the first look after the mark (looked up by
 // name now).
 func (l *Loop) recheckCgroupsNotMade(ctx context.Context, mark *tornDownMark, uid string) error {
-	if l.opts.Cgroups == nil || mark.cgroups == nil {
+	if l.opts.Cgroups == nil {
 		return nil
+	}
+	if mark.cgroups == nil {
+		// No listing of the pod cgroups was ready since the mark: a pod
+		// cgroup kubelet made again (the only early sign of a pod with no
+		// volumes of its own being set up again) could not be told.
+		return errors.New("the pod cgroups have not been listed since the pod was torn down (the listing fails): " +
+			"a pod cgroup kubelet made again could not be told from the one left; held until a listing is ready")
 	}
 	pod, _, err := podcgroups.Find(ctx, *l.opts.Cgroups, uid)
 	if err != nil {
