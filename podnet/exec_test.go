@@ -65,6 +65,10 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 		ns := newNetns(t, netnsPath(n.netnsDir, 1), false).Path
 		root := execRoot(t, n, fakeVeth, fakePortmap)
 		bindMount(t, ns, filepath.Join(root, ns)) // the node's view of the same namespace
+		hostLocal := filepath.Join(n.dataDir, "pods")
+		mkdirAll(t, hostLocal)
+		mkdirAll(t, filepath.Join(root, hostLocal))
+		bindMount(t, hostLocal, filepath.Join(root, hostLocal)) // and of the same host-local dir
 		n.add(t, cfg, "pods", id, ns)
 		a := onlyAttachment(t, cfg, n, id)
 		if err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a); err != nil {
@@ -161,6 +165,26 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 			plugins: []string{fakeVeth, fakePortmap},
 			netns:   true,
 			want:    "has no such file: mount it into this pod at the node's path",
+		},
+		{
+			// The DEL's prevResult is checked against host-local's dir
+			// here: one only the root has would say nobody holds an
+			// address a live pod holds on the node.
+			name:    "a host-local dir only the exec root has refuses the DEL",
+			plugins: []string{fakeVeth, fakePortmap},
+			prepare: func(t *testing.T, n node, root string) {
+				writeFile(t, filepath.Join(root, n.dataDir, "pods", "10.22.0.5"), containerID(8)+"\r\neth0")
+			},
+			want: "has host-local's dir, and this pod does not: the addresses the DEL passes on cannot be checked here",
+		},
+		{
+			name:    "a host-local dir that is another one in the exec root refuses the DEL",
+			plugins: []string{fakeVeth, fakePortmap},
+			prepare: func(t *testing.T, n node, root string) {
+				mkdirAll(t, filepath.Join(n.dataDir, "pods"))
+				writeFile(t, filepath.Join(root, n.dataDir, "pods", "10.22.0.5"), containerID(8)+"\r\neth0")
+			},
+			want: "ipam/pods: it is another file in network.exec_root",
 		},
 		{
 			name:    "a namespace that is another one in the exec root refuses the DEL",

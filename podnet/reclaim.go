@@ -96,9 +96,14 @@ func NewReclaimer(cfg Config, cacheDir, execRoot string) *Reclaimer {
 // the same files in the exec root as here: checked for the whole chain
 // before its first plugin runs, so that a refusal never leaves it half
 // done. Each plugin is checked again right before it runs.
-func (r *Reclaimer) checkExecRoot(list *libcni.NetworkConfigList, netns string) error {
+func (r *Reclaimer) checkExecRoot(list *libcni.NetworkConfigList, netns, hostLocalDir string) error {
 	if r.execRoot == "" {
 		return nil
+	}
+	if hostLocalDir != "" {
+		if err := r.hostLocalDirInRoot(hostLocalDir); err != nil {
+			return err
+		}
 	}
 	for _, p := range list.Plugins {
 		// The IPAM plugin too: the main plugin runs it from CNI_PATH,
@@ -238,7 +243,7 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 	if err != nil {
 		return fmt.Errorf("CNI DEL of %s: %w", path, err)
 	}
-	if err := r.checkExecRoot(n.List, netns); err != nil {
+	if err := r.checkExecRoot(n.List, netns, n.HostLocalDir); err != nil {
 		var refused *RefusedError
 		if errors.As(err, &refused) {
 			return refuse(path, "CNI DEL would run with %s: %s", refused.Path, refused.Reason)
@@ -290,6 +295,37 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 		return fmt.Errorf("CNI DEL of %s succeeded, but libcni left the cache entry", path)
 	}
 	return nil
+}
+
+// hostLocalDirInRoot refuses a DEL in network.exec_root whose host-local
+// dir is not the dir here: the addresses the DEL passes on are checked
+// here (ipsStillItsOwn), and a dir this pod does not see, or another one,
+// would say nobody holds an address a live pod holds on the node. Absent
+// in both, nothing is reserved anywhere.
+func (r *Reclaimer) hostLocalDirInRoot(dir string) error {
+	_, err := os.Stat(dir)
+	switch {
+	case err == nil:
+		return sameInRoot(r.execRoot, dir)
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("host-local dir %s: %w", dir, err)
+	}
+	root, err := openRoot(r.execRoot)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(root)
+	_, err = statInRoot(root, r.execRoot, dir)
+	switch {
+	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
+		return nil
+	case errors.Is(err, unix.ENOSYS):
+		return noResolveInRoot(r.execRoot, dir)
+	case err != nil:
+		return fmt.Errorf("checking %s in network.exec_root %s: %w", dir, r.execRoot, err)
+	}
+	return refuse(dir, "network.exec_root %s has host-local's dir, and this pod does not: the addresses the DEL passes on cannot be checked here; "+
+		"mount host-local's data dir into this pod at the node's path", r.execRoot)
 }
 
 // ipsStillItsOwn checks that no address of a's cached result is reserved
