@@ -264,6 +264,12 @@ func (p *planner) validOwners() map[string]bool {
 	}
 	for _, c := range p.in.Containers {
 		valid[c.ID] = true
+		// A container names its sandbox even when the sandbox is not
+		// listed (containerd 2.x did not recover one made by 1.x): the
+		// sandbox lives while its container is listed.
+		if c.SandboxID != "" {
+			valid[c.SandboxID] = true
+		}
 	}
 	for _, m := range p.in.Unreadable {
 		if m.ID != "" {

@@ -110,6 +110,18 @@ func TestNetworkRules(t *testing.T) {
 			in.Network.Records.Sandboxes["s3"] = cri.SandboxRecord{Namespace: "k8s.io"}
 			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("s3", ""))
 		}},
+		// containerd 2.x lists the containers of a sandbox made by 1.x it
+		// failed to recover, and not the sandbox: its network is theirs.
+		{name: "the attachment, reservation and netns of a sandbox only a listed container names are live", edit: func(in *Input) {
+			in.Containers = append(in.Containers, ctr("c9", "s9", "b", "app", cri.ContainerRunning, time.Hour))
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("s9", netnsDir+"/"+cniName("s9")))
+			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("s9", "10.0.0.9"))
+			in.Network.Listing.NetnsPaths = append(in.Network.Listing.NetnsPaths, netnsDir+"/"+cniName("s9"))
+		}},
+		{name: "the reservation of a sandbox only an exited listed container names is live", edit: func(in *Input) {
+			in.Containers = append(in.Containers, ctr("c9", "s9", "b", "app", cri.ContainerExited, time.Hour))
+			in.Network.Listing.Reservations = append(in.Network.Listing.Reservations, reservation("s9", "10.0.0.9"))
+		}},
 		{name: "an attachment of another namespace's container (nerdctl) is live", edit: func(in *Input) {
 			in.Network.Records.Containers["n1"] = "default"
 			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("n1", ""))
