@@ -756,8 +756,11 @@ func (l *Loop) gate(now time.Time, plan gc.Result, synced bool) string {
 	if plan.NotReady != "" {
 		why = append(why, plan.NotReady)
 	}
-	if left := l.opts.StartupDelay - now.Sub(l.started); left > 0 {
-		why = append(why, fmt.Sprintf("housekeeping.startup_delay: %s left", left.Round(time.Second)))
+	if end := l.started.Add(l.opts.StartupDelay); now.Before(end) {
+		// The same words every pass while it lasts: the gate's line is
+		// said when they change, not at every pass of the delay.
+		why = append(why, fmt.Sprintf("housekeeping.startup_delay (%s) has not passed since the plugin started: acting from %s",
+			l.opts.StartupDelay, end.UTC().Format(time.RFC3339)))
 	}
 	return strings.Join(why, "; ")
 }

@@ -726,3 +726,31 @@ func TestAPassAtWorkShowsProgress(t *testing.T) {
 		t.Errorf("after the pass, progress %s, want its end %s", got, clock)
 	}
 }
+
+// TestTheGateIsSaidWhenItOpensOrClosesNotEveryPassOfTheStartupDelay: the
+// gate's line says why housekeeping does not act yet, once; a reason that
+// changed its words every pass (the time left) said it at every pass.
+func TestTheGateIsSaidWhenItOpensOrClosesNotEveryPassOfTheStartupDelay(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "pods"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt := &fakeRuntime{}
+	log, buf := testLogger()
+	loop := New(podstate.New(0), rt, Options{
+		Period: time.Minute, StartupDelay: 5 * time.Minute, KubeletRoot: root,
+		Policy:       gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()},
+		Synchronized: func() bool { return true },
+		Executor:     &fakeExecutor{},
+	}, log)
+	loop.started = now
+	for m := range 7 {
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(m) * time.Minute)}, nil)
+		loop.Pass(context.Background())
+	}
+	closed := strings.Count(buf.String(), `msg="housekeeping plans but does not act yet"`)
+	opened := strings.Count(buf.String(), "all sources ready: housekeeping acts on what is due from now on")
+	if closed != 1 || opened != 1 || !strings.Contains(buf.String(), "acting from "+now.Add(5*time.Minute).UTC().Format(time.RFC3339)) {
+		t.Errorf("in 7 passes over a 5m startup_delay, the gate said closed %d and open %d times, want once each, saying when it opens:\n%s", closed, opened, buf.String())
+	}
+}
