@@ -824,13 +824,21 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 		}).Infof("pod %s/%s: %s -> %s; %s", t.pod.Namespace, t.pod.Name, t.from, t.pod.Phase, describe(t.pod))
 	}
 	c := r.Counts
+	// executed counts the steps tried, as once's summary does; the others
+	// by their result.
+	results := map[executor.Result]int{}
+	for _, o := range r.Outcomes {
+		results[o.Result]++
+	}
 	entry := l.log.WithFields(logrus.Fields{
 		"pods": c.Pods, "running": c.ByPhase[podstate.PhaseRunning], "terminating": c.ByPhase[podstate.PhaseTerminating],
 		"terminated": c.ByPhase[podstate.PhaseTerminated], "orphans": c.Orphans,
 		"sandboxes": c.Sandboxes, "containers": c.Containers,
 		"added": r.Reconcile.Added, "updated": r.Reconcile.Updated, "removed": r.Reconcile.Removed,
 		"forgotten": r.Reconcile.Forgotten, "unmanaged": r.Listing.Unmanaged, "malformed": r.Listing.Malformed,
-		"leaks": r.Plan.LeakSummary(), "due": len(r.Plan.Actions), "deferred": len(r.Plan.Deferred), "executed": len(r.Outcomes),
+		"leaks": r.Plan.LeakSummary(), "due": len(r.Plan.Actions), "deferred": len(r.Plan.Deferred),
+		"executed": results[executor.Success] + results[executor.Error] + results[executor.Would], "failed": results[executor.Error],
+		"not_done": results[executor.Aborted] + results[executor.Skipped] + results[executor.Backoff],
 		"took": r.Duration.Round(time.Microsecond).String(),
 	})
 	changed := r.Reconcile.Added+r.Reconcile.Updated+r.Reconcile.Removed+r.Reconcile.Forgotten > 0 ||

@@ -754,3 +754,21 @@ func TestTheGateIsSaidWhenItOpensOrClosesNotEveryPassOfTheStartupDelay(t *testin
 		t.Errorf("in 7 passes over a 5m startup_delay, the gate said closed %d and open %d times, want once each, saying when it opens:\n%s", closed, opened, buf.String())
 	}
 }
+
+// TestThePassSummaryCountsTheStepsTriedAsOnceDoes: "executed" is what was
+// tried (as once's "executed N action(s)"), not every outcome: a step
+// checked again and aborted, skipped or backing off was not.
+func TestThePassSummaryCountsTheStepsTriedAsOnceDoes(t *testing.T) {
+	log, buf := testLogger()
+	loop := New(podstate.New(0), &fakeRuntime{}, Options{Period: time.Minute}, log)
+	var outcomes []executor.Outcome
+	for _, r := range []executor.Result{executor.Success, executor.Success, executor.Error, executor.Aborted, executor.Skipped, executor.Backoff} {
+		outcomes = append(outcomes, executor.Outcome{Result: r})
+	}
+	loop.finish(PassResult{Outcomes: outcomes}, nil)
+	line := buf.String()
+	if !strings.Contains(line, `msg="housekeeping pass"`) || !strings.Contains(line, " executed=3 ") || !strings.Contains(line, " failed=1 ") ||
+		!strings.Contains(line, " not_done=3 ") {
+		t.Errorf("summary %q, want executed=3 failed=1 not_done=3", line)
+	}
+}
