@@ -615,7 +615,7 @@ func (e *Executor) destroyPodCgroup(ctx context.Context, a gc.Action) (logrus.Fi
 		// Said apart from the step's outcome (no action field), as a left
 		// log file is: a person should look at the unit.
 		e.log.WithFields(logrus.Fields{logging.FieldPodUID: a.Pod.UID, fieldPath: a.Path, fieldSystemdUnit: d.Unit}).WithError(d.UnitErr).
-			Warnf("removed a pod cgroup systemd could not stop: systemd may still hold %s; see systemctl status %s", d.Unit, d.Unit)
+			Warnf("removed a pod cgroup systemd could not stop: systemd may still hold %s; 'systemctl stop %s' lets it go", d.Unit, d.Unit)
 	}
 	return detail, nil
 }

@@ -39,7 +39,7 @@ const (
 // state, and every caller gets its own copy.
 type knownValues struct {
 	phases        []string // podstate.Phase.String()
-	orphan        []string // whether kubelet's pod is gone
+	orphan        []string // whether the pod was learned from a listing, not from NRI
 	leakKinds     []string // gc Result.Leaks keys
 	actionKinds   []string // gc.Kind
 	rules         []string // gc Rule* constants
