@@ -839,7 +839,7 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 		"leaks": r.Plan.LeakSummary(), "due": len(r.Plan.Actions), "deferred": len(r.Plan.Deferred),
 		"executed": results[executor.Success] + results[executor.Error] + results[executor.Would], "failed": results[executor.Error],
 		"not_done": results[executor.Aborted] + results[executor.Skipped] + results[executor.Backoff],
-		"took": r.Duration.Round(time.Microsecond).String(),
+		"took":     r.Duration.Round(time.Microsecond).String(),
 	})
 	changed := r.Reconcile.Added+r.Reconcile.Updated+r.Reconcile.Removed+r.Reconcile.Forgotten > 0 ||
 		len(transitions) > 0 || len(r.Outcomes) > 0
