@@ -82,7 +82,10 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "run"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+	switch {
+	case len(args) == 1 && (args[0] == "--version" || args[0] == "-version"):
+		cmd, args = "version", nil // what users try first
+	case len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-':
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -284,6 +287,16 @@ func configCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "%s: OK\n", args[1])
 		return 0
+	}
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(stderr, "nri-housekeeper config: say what to do, check FILE or example\n\n")
+	case args[0] == "check":
+		fmt.Fprintf(stderr, "nri-housekeeper config check: takes one FILE, got %d argument(s)\n\n", len(args)-1)
+	case args[0] == "example":
+		fmt.Fprintf(stderr, "nri-housekeeper config example: takes no argument, got %q\n\n", args[1])
+	default:
+		fmt.Fprintf(stderr, "nri-housekeeper config: unknown subcommand %q\n\n", args[0])
 	}
 	fmt.Fprint(stderr, configHelp)
 	return 2

@@ -287,9 +287,31 @@ func TestHelpAndVersion(t *testing.T) {
 	if code := run([]string{"help"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "nri-housekeeper report") {
 		t.Fatalf("help: exit %d, output:\n%s", code, stdout.String())
 	}
-	stdout.Reset()
-	if code := run([]string{"version"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "nri-housekeeper ") {
-		t.Fatalf("version: exit %d, output %q", code, stdout.String())
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		stdout.Reset()
+		if code := run(args, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "nri-housekeeper ") {
+			t.Fatalf("%q: exit %d, output %q", args, code, stdout.String())
+		}
+	}
+}
+
+// TestAConfigCommandGivenWrongSaysWhatWasWrong: the usage alone after a
+// typo leaves the user to guess which part was wrong.
+func TestAConfigCommandGivenWrongSaysWhatWasWrong(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"config"}, "say what to do, check FILE or example"},
+		{[]string{"config", "chek", "x.toml"}, `unknown subcommand "chek"`},
+		{[]string{"config", "check"}, "takes one FILE, got 0 argument(s)"},
+		{[]string{"config", "check", "a.toml", "b.toml"}, "takes one FILE, got 2 argument(s)"},
+		{[]string{"config", "example", "x"}, `takes no argument, got "x"`},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(tc.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) || !strings.Contains(stderr.String(), "config check FILE") {
+			t.Errorf("%q: exit %d, stderr:\n%s\nwant exit 2 saying %q, then the usage", tc.args, code, stderr.String(), tc.want)
+		}
 	}
 }
 
