@@ -157,6 +157,7 @@ var badConfigs = []struct {
 	{"metrics_address_named_port", "[metrics]\naddress = \"localhost:http\"\n", "metrics.address", 2, "invalid address"},
 	{"metrics_address_port_out_of_range", "[metrics]\naddress = \":65536\"\n", "metrics.address", 2, "invalid address"},
 	{"metrics_address_empty_port", "[metrics]\naddress = \"localhost:\"\n", "metrics.address", 2, "invalid address"},
+	{"metrics_address_host_not_a_name", "[metrics]\naddress = \"not a host:80\"\n", "metrics.address", 2, `invalid address "not a host:80"`},
 
 	// Key forms other than [section] + key.
 	{"dotted_key_at_top_level", "dry_run = true\nhousekeeping.period = \"1 m\"\n", "housekeeping.period", 2, "invalid duration"},
@@ -668,6 +669,12 @@ func TestValidateAcceptsBoundaryValues(t *testing.T) {
 	c.Orphans.StopTimeout = MaxStopTimeout
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	for _, addr := range []string{"localhost:9560", "node-1.example.com:9560", ":9560", "0.0.0.0:9560", "[fe80::1%eth0]:9560"} {
+		c.Metrics.Address = addr
+		if err := c.Validate(); err != nil {
+			t.Errorf("metrics.address %q: %v", addr, err)
+		}
 	}
 }
 

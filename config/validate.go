@@ -2,6 +2,7 @@ package config
 
 import (
 	"net"
+	"net/netip"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -148,6 +149,8 @@ func validate(p *problems, c Config) {
 var (
 	// pluginName is what containerd's NRI accepts in a plugin name.
 	pluginName = regexp.MustCompile(`^[a-zA-Z0-9_.+-]+$`)
+	// hostName is a DNS name (RFC 1123 labels), for metrics.address.
+	hostName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$`)
 	// namespace is containerd's identifier syntax (pkg/identifiers).
 	namespace = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
 )
@@ -241,9 +244,12 @@ func cgroupRoot(root string) bool {
 // hostPort reports whether addr is host:port with a decimal port (host may
 // be empty: all interfaces; port 0 picks a free port).
 func hostPort(addr string) bool {
-	_, port, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil || port == "" {
 		return false
+	}
+	if _, ipErr := netip.ParseAddr(host); host != "" && ipErr != nil && !hostName.MatchString(host) {
+		return false // "not a host" would fail only at the plugin's start, as a DNS error
 	}
 	for i := range len(port) {
 		if !isDigit(port[i]) {
