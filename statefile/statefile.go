@@ -146,7 +146,7 @@ func Write(ctx context.Context, path string, data []byte) error {
 	}
 	// The temp file in the same directory: a rename across file systems
 	// (a private /tmp) would fail.
-	if err := renameio.WriteFile(path, data, 0o600, renameio.WithTempDir(dir)); err != nil {
+	if err := writeAtomically(path, dir, data); err != nil {
 		return fmt.Errorf("write the state file %s: %w", path, err)
 	}
 	// renameio syncs the file, not the directory: until the directory is
@@ -184,6 +184,21 @@ func makeDir(path string) (string, error) {
 		return "", fmt.Errorf("make the state file's directory: %w", err)
 	}
 	return dir, nil
+}
+
+// writeAtomically writes data to a temp file in dir, synced, and renames it
+// over path, always 0600: renameio.WriteFile would copy the mode of the
+// file it replaces, and one someone made world-writable would stay so.
+func writeAtomically(path, dir string, data []byte) error {
+	t, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir), renameio.WithStaticPermissions(0o600))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = t.Cleanup() }()
+	if _, err := t.Write(data); err != nil {
+		return err
+	}
+	return t.CloseAtomicallyReplace()
 }
 
 // Load reads the file at path. An absent file is an error wrapping

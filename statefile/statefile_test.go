@@ -157,6 +157,26 @@ func TestAWriteReplacesTheFileWhole(t *testing.T) {
 	}
 }
 
+// TestAWriteMakesTheFile0600WhateverTheModeOfTheOneItReplaces: the file
+// names pods and the hour's budgeted steps; a copy of the old file's mode
+// (renameio.WriteFile's) would keep one someone made world-writable so, and
+// anyone could then erase the hour's budget.
+func TestAWriteMakesTheFile0600WhateverTheModeOfTheOneItReplaces(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	writeAndLoad(t, path, sample())
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	writeAndLoad(t, path, sample())
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v after writing over a file of mode 0666, want 0600", fi.Mode().Perm())
+	}
+}
+
 func TestABadFileIsAnErrorNamingWhere(t *testing.T) {
 	valid, err := Encode(sample())
 	if err != nil {
