@@ -81,6 +81,9 @@ func (m *model) pod(id PodIdentity, src Source, at time.Time) *mPod {
 		p = &mPod{id: id, source: src, firstSeen: at}
 		m.pods[id.UID] = p
 	}
+	if p.source == SourceListing && src != SourceListing {
+		p.source = src
+	}
 	if p.id.Namespace == "" {
 		p.id.Namespace = id.Namespace
 	}

@@ -412,6 +412,9 @@ func (s *State) podFor(id PodIdentity, src Source, at time.Time) *pod {
 		s.pods[id.UID] = p
 		return p
 	}
+	if p.source == SourceListing && src != SourceListing {
+		p.source = src // NRI knows it now (a pass ran before Synchronize): no orphan
+	}
 	if p.id.Namespace == "" {
 		p.id.Namespace = id.Namespace
 	}

@@ -294,6 +294,21 @@ func TestListingLaggingBehindAnEventDoesNotCorrectIt(t *testing.T) {
 	}
 }
 
+// TestAPodNRIReportsIsNoOrphanOnceItDoes: a pass before Synchronize (a
+// containerd restart, the plugin's start) learns pods from the listing;
+// Synchronize then reports them, and they are NRI's, as if it had first.
+func TestAPodNRIReportsIsNoOrphanOnceItDoes(t *testing.T) {
+	s := New(0)
+	s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: true, CreatedAt: t0}}}, t0)
+	if p, _ := s.Pod("u"); !p.Orphan {
+		t.Fatal("a pod only a listing knows is not an orphan: the test proves nothing")
+	}
+	s.Synchronize(t0.Add(time.Second), []SyncedSandbox{{Pod: ident("u"), SandboxID: "s1"}}, nil)
+	if p, _ := s.Pod("u"); p.Orphan {
+		t.Error("still an orphan after NRI's Synchronize reported it")
+	}
+}
+
 func TestListingAddsUnknownObjectsAsOrphans(t *testing.T) {
 	s := New(0)
 	created := t0.Add(-time.Hour)
