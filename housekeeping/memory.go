@@ -60,6 +60,10 @@ func (l *Loop) restore(ctx context.Context) {
 	case errors.Is(err, fs.ErrNotExist):
 		l.log.WithField("path", path).Info("no state file yet: no pod seen torn down and no budgeted step taken before this start")
 		return
+	case err != nil && ctx.Err() != nil:
+		// Stopped while it read (a SIGTERM at start): the file says
+		// nothing about itself, and is left as it is for the next start.
+		return
 	case err != nil:
 		l.budgetHeldUntil = now.Add(budgetHold)
 		l.budgetHeldWhy = fmt.Sprintf("the state file could not be read at %s, so the budgeted steps of the hour before are unknown: "+
@@ -81,6 +85,10 @@ func (l *Loop) restore(ctx context.Context) {
 		l.log.WithError(err).WithFields(fields).Error("cannot read the state file: the pods seen torn down before this start are forgotten " +
 			"(their pod dirs are reported, not removed) and every budgeted step is held for an hour; to start afresh at once, " +
 			"stop the plugin, remove the file and start it again")
+		// The hold is written now, not at the first pass that lists the
+		// node: a plugin killed before (containerd not up yet, a crash
+		// loop) would find no file at its next start, and no hold.
+		l.persist(ctx, now)
 		return
 	}
 	// Each time is aged by the boot clock when the file was written in
@@ -130,20 +138,13 @@ func (l *Loop) restore(ctx context.Context) {
 	if now.Before(held) && held.After(l.budgetHeldUntil) {
 		l.budgetHeldUntil, l.budgetHeldWhy = held, s.BudgetHeldWhy
 	}
-	// A file this boot's clock could not age (an older version's, one of
-	// the boot before) is written again by the next persist, on this boot's
-	// clock: a later restart in this boot must not age it by the wall clock.
-	if clock.boot != nil || l.bootClock() == nil {
-		if data, err := statefile.Encode(l.keep()); err == nil {
-			l.persisted = data
-		}
-	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == fs.ModeSymlink {
-		// Read through the link, but never written (statefile.Write): the
-		// first pass tries, to say so now rather than at the first change
-		// of what the file keeps, which a restart may lose first.
-		l.persisted = nil
-	}
+	// The first pass writes the file even when nothing changed: a path it
+	// cannot be written to (a symlink, which is read through but never
+	// written; a read-only mount) is said then, not at the first change of
+	// what the file keeps, which a restart may lose first; and a file this
+	// boot's clock could not age (an older version's, one of the boot
+	// before) is written on this boot's clock.
+	l.persisted = nil
 	f := l.log.WithFields(logrus.Fields{"path": path, "torn_down": len(l.tornDown), "budgeted_last_hour": hour, "aged_by": clock.why})
 	if !l.budgetHeldUntil.IsZero() {
 		f = f.WithField("held_until", l.budgetHeldUntil.Format(time.RFC3339))
