@@ -517,14 +517,16 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 			// run are given back after.
 			ahead := l.spendAhead(in.Now, r.Plan.Actions)
 			if len(ahead) > 0 {
-				l.persist(ctx, in.Now)
+				if err := l.persist(ctx, in.Now); err != nil {
+					r.Plan.Actions = l.holdUnrecorded(r.Plan.Actions, err)
+				}
 			}
 			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now, l.recheck(snap.TakenAt))
 			l.settleSpent(in.Now, ahead, r.Outcomes)
 		}
 		l.opts.Executor.Forget(r.Plan.EligibleSince)
 	}
-	l.persist(ctx, in.Now)
+	_ = l.persist(ctx, in.Now) // said while it fails
 	r.Duration = l.now().Sub(r.Started)
 	l.finish(r, &view)
 	return r

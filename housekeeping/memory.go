@@ -329,21 +329,22 @@ func (l *Loop) keep() statefile.State {
 	return s
 }
 
-// persist writes the state file when what it holds changed. A write that
-// fails is said (an error) while it lasts: the plugin goes on, but a
-// restart then would forget what the file should hold.
-func (l *Loop) persist(ctx context.Context, now time.Time) {
+// persist writes the state file when what it holds changed, and returns
+// the write's error. A write that fails is said (an error) while it lasts:
+// the plugin goes on, but a restart then would forget what the file should
+// hold.
+func (l *Loop) persist(ctx context.Context, now time.Time) error {
 	if l.opts.StateFile == "" || l.opts.StateReadOnly {
-		return
+		return nil
 	}
 	if ctx.Err() != nil {
 		// The loop is stopping (a pass cut short): nothing could be
 		// written or locked with ctx, and that is no failure of the file.
 		// Close writes it, with a context of its own.
-		return
+		return nil
 	}
 	if !l.lockStateFile(ctx) && l.stateHeldBy != "" {
-		return
+		return nil // another plugin holds it, and so every budgeted step
 	}
 	if l.restorePending {
 		// Taken over: what the other plugin kept is added to what this
@@ -359,7 +360,7 @@ func (l *Loop) persist(ctx context.Context, now time.Time) {
 	}
 	data, err := statefile.Encode(l.keep())
 	if err == nil && bytes.Equal(data, l.persisted) {
-		return
+		return nil
 	}
 	if err == nil {
 		err = statefile.Write(ctx, l.opts.StateFile, data)
@@ -379,4 +380,5 @@ func (l *Loop) persist(ctx context.Context, now time.Time) {
 		// to the last written must still end the failure.
 		l.persisted = nil
 	}
+	return err
 }

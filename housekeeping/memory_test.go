@@ -3,11 +3,14 @@ package housekeeping
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
@@ -564,4 +567,69 @@ func stateFileLoop(t *testing.T, state *podstate.State, root, path string) (*Loo
 		}
 	}
 	return loop, buf, obs, pass
+}
+
+// TestStepsOnLiveWorkloadsWaitWhileTheStateFileCannotBeWritten: the hour's
+// budgeted steps are written before they run, so that a restart keeps
+// them. On a full file system, which refuses the write, a step counted in
+// memory only would let every restart
+// take the hour afresh: orphan stops, and the other classes that act on
+// what may be a live workload, wait instead; the steps that free disk
+// space (pod log dirs) go on.
+func TestStepsOnLiveWorkloadsWaitWhileTheStateFileCannotBeWritten(t *testing.T) {
+	// A full file system: a tmpfs of one page, filled. (A read-only one
+	// fails the lock's open first, which holds every budgeted step.)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4k"); err != nil {
+		t.Skipf("cannot mount a tmpfs on %s (needs root): %v", dir, err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(dir, "filler"), make([]byte, 64<<10), 0o600); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("filling the tmpfs: %v, want ENOSPC", err)
+	}
+	var live []string
+	for i := range 12 {
+		live = append(live, testUID(100+i))
+	}
+	root := podDirs(t, live...)
+	cfg := orphanStopConfig(t, root, filepath.Join(dir, "state.json"))
+	cfg.Budget.MaxPerPass, cfg.Budget.MinPerPass, cfg.Budget.MaxFraction, cfg.Budget.MaxPerHour = 100, 100, 1, 20
+	gone := filepath.Join(cfg.Logs.PodLogsDir, "ns_gone_"+testUID(999))
+	if err := os.MkdirAll(gone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := OptionsFromConfig(cfg)
+	exec := &fakeExecutor{}
+	opts.Executor = exec
+	rt := &fakeRuntime{}
+	stopped := map[string]bool{}
+	var loop *Loop
+	var logs func() string
+	for pass := range 9 {
+		at := now.Add(time.Duration(pass) * 30 * time.Second)
+		if pass%3 == 0 { // a restart every 1.5 minutes
+			loop, logs = restartedLoop(loop, opts, rt, at)
+		}
+		snap := orphanEveryPass(live, 0, at, stopped) // the one orphan "orphan0"
+		rt.set(snap, nil)
+		passNotingStops(loop, exec, stopped)
+	}
+	t.Cleanup(func() { _ = loop.Close() })
+	if len(stopped) > 0 {
+		t.Fatalf("stopped %d live pods while no state file could be written: a restart forgets them", len(stopped))
+	}
+	logDirs := 0
+	for _, batch := range exec.executed {
+		for _, a := range batch {
+			if a.Kind == gc.RemovePodLogDir && a.Path == gone {
+				logDirs++
+			}
+		}
+	}
+	if logDirs == 0 {
+		t.Errorf("the pod log dir of a gone pod was not removed: steps that free disk space must go on\n%s", logs())
+	}
+	if !strings.Contains(logs(), "wait: the state file could not be written before them") {
+		t.Errorf("nothing says why the orphan stops wait:\n%s", logs())
+	}
 }

@@ -524,6 +524,41 @@ func (l *Loop) spendAhead(now time.Time, actions []gc.Action) map[string]bool {
 	return ahead
 }
 
+// heldWhileUnrecorded: the budget classes whose steps wait while the state
+// file cannot be written before them, those that act on what may be a live
+// workload. Counted in memory only, a restart (a crash loop, on the full
+// disk that failed the write) would start their hour afresh each time. The
+// others go on within the hour counted in memory: removing pod log dirs
+// and pod dirs frees the disk that may be what failed the write.
+func heldWhileUnrecorded(class string) bool {
+	switch class {
+	case gc.ClassOrphanStop, gc.ClassUnknownStop, gc.ClassCgroupKill, gc.ClassNetwork:
+		return true
+	}
+	return false
+}
+
+// holdUnrecorded leaves out of actions the steps heldWhileUnrecorded, when
+// the write before them failed with err; their units are given back by
+// settleSpent (none of their steps ran), and what rests on them is skipped.
+func (l *Loop) holdUnrecorded(actions []gc.Action, err error) []gc.Action {
+	kept := make([]gc.Action, 0, len(actions))
+	held := 0
+	for _, a := range actions {
+		if class, _ := gc.BudgetClass(a); heldWhileUnrecorded(class) {
+			held++
+			continue
+		}
+		kept = append(kept, a)
+	}
+	if held > 0 {
+		l.warnOnce(fmt.Sprintf("%d budgeted step(s) that act on what may be a live workload (orphan stops, UNKNOWN container stops, "+
+			"kills of pod cgroups with processes, network steps) wait: the state file could not be written before them, and a restart "+
+			"would forget them and take the hour's budget afresh; pod log dirs and pod dirs are still removed", held), err)
+	}
+	return kept
+}
+
 // settleSpent gives back the units counted ahead none of whose steps ran:
 // a unit is spent once one of its steps succeeded or failed (a failed step
 // may have done part of its work), not when each was skipped, aborted by
