@@ -119,12 +119,23 @@ func (l *Loop) restore(ctx context.Context) {
 		}
 		l.tornDown[t.UID] = mark
 	}
+	// A set of what the loop holds: a file of tens of thousands of steps
+	// (a busy hour's network steps) is merged in linear time.
+	type step struct {
+		at          int64
+		class, unit string
+	}
+	have := make(map[step]bool, len(l.spent)+len(s.Spent))
+	for _, o := range l.spent {
+		have[step{o.at.UnixNano(), o.class, o.unit}] = true
+	}
 	for _, sp := range s.Spent {
 		// A step dated after now (on the wall clock: written under a clock
 		// since set back) counts as taken now, for an hour, not until an
 		// hour after a date that may be years ahead.
 		at := clock.at(sp.At, sp.AtBoot)
-		if !slices.ContainsFunc(l.spent, func(o spent) bool { return o.at.Equal(at) && o.class == sp.Class && o.unit == sp.Unit }) {
+		if k := (step{at.UnixNano(), sp.Class, sp.Unit}); !have[k] {
+			have[k] = true
 			l.spent = append(l.spent, spent{at: at, class: sp.Class, unit: sp.Unit})
 		}
 	}
