@@ -286,11 +286,16 @@ type Deferred struct {
 	// eligible longest; this one waits for a later pass (the class is not
 	// paused).
 	Throttled bool
+	// Held says why the loop held back, after the plan, a step the plan
+	// found due (the state file could not be written before it).
+	Held string
 }
 
 // Why says in words why the action is not due.
 func (d Deferred) Why() string {
 	switch {
+	case d.Held != "":
+		return d.Held
 	case d.Throttled:
 		return "waits for a later pass: the blast-radius budget takes only so many " + d.Budget + " steps a pass"
 	case d.Budget != "":

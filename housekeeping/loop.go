@@ -518,7 +518,9 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 			ahead := l.spendAhead(in.Now, r.Plan.Actions)
 			if len(ahead) > 0 {
 				if err := l.persist(ctx, in.Now); err != nil {
-					r.Plan.Actions = l.holdUnrecorded(r.Plan.Actions, err)
+					var held []gc.Deferred
+					r.Plan.Actions, held = l.holdUnrecorded(r.Plan.Actions, err)
+					r.Plan.Deferred = append(r.Plan.Deferred, held...)
 				}
 			}
 			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now, l.recheck(snap.TakenAt))

@@ -539,24 +539,24 @@ func heldWhileUnrecorded(class string) bool {
 }
 
 // holdUnrecorded leaves out of actions the steps heldWhileUnrecorded, when
-// the write before them failed with err; their units are given back by
-// settleSpent (none of their steps ran), and what rests on them is skipped.
-func (l *Loop) holdUnrecorded(actions []gc.Action, err error) []gc.Action {
-	kept := make([]gc.Action, 0, len(actions))
-	held := 0
+// the write before them failed with err, and returns them as deferred, with
+// that reason; their units are given back by settleSpent (none of their
+// steps ran), and what rests on them is skipped.
+func (l *Loop) holdUnrecorded(actions []gc.Action, err error) (kept []gc.Action, held []gc.Deferred) {
+	kept = make([]gc.Action, 0, len(actions))
 	for _, a := range actions {
 		if class, _ := gc.BudgetClass(a); heldWhileUnrecorded(class) {
-			held++
+			held = append(held, gc.Deferred{Action: a, Held: "held while the state file cannot be written before it: " + err.Error()})
 			continue
 		}
 		kept = append(kept, a)
 	}
-	if held > 0 {
+	if len(held) > 0 {
 		l.warnOnce(fmt.Sprintf("%d budgeted step(s) that act on what may be a live workload (orphan stops, UNKNOWN container stops, "+
 			"kills of pod cgroups with processes, network steps) wait: the state file could not be written before them, and a restart "+
-			"would forget them and take the hour's budget afresh; pod log dirs and pod dirs are still removed", held), err)
+			"would forget them and take the hour's budget afresh; pod log dirs and pod dirs are still removed", len(held)), err)
 	}
-	return kept
+	return kept, held
 }
 
 // settleSpent gives back the units counted ahead none of whose steps ran:
