@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/logging"
 )
 
 // TestConfigCheckRejectsBadFilesNamingKeyAndLine runs the command a user
@@ -439,4 +441,65 @@ func TestATaskExitSubscriptionThatKeepsFailingIsAWarning(t *testing.T) {
 	if calls != 8 || warnings != 1 || debugs != 6 {
 		t.Errorf("%d subscriptions: %d warnings and %d debug lines, want 8: one warning (at the third), 6 debug lines", calls, warnings, debugs)
 	}
+}
+
+// TestALaunchedPluginsFirstLinesGoWhereItsConfigurationSays: containerd
+// passes a launched plugin its [log] section only after it registered; the
+// lines logged before (its registration) went to the default target's
+// fallback file, /var/log/nri-housekeeper.log, whatever log.file said.
+func TestALaunchedPluginsFirstLinesGoWhereItsConfigurationSays(t *testing.T) {
+	dir := t.TempDir()
+	configuredFile, defaultFile := filepath.Join(dir, "configured.log"), filepath.Join(dir, "default.log")
+	fallback := logging.Options{Target: logging.TargetFile, File: defaultFile}
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+
+	t.Run("the configured target", func(t *testing.T) {
+		log, held := logging.NewHeld()
+		log.WithField("connection", 1).Info("registered with the runtime over NRI")
+		configured := logging.Options{Target: logging.TargetFile, File: configuredFile, Level: "debug"}
+		closeLog := releaseHeld(log, held, &configured, fallback)
+		log.Debug("after")
+		if err := closeLog(); err != nil {
+			t.Fatal(err)
+		}
+		got := read(configuredFile)
+		if !strings.Contains(got, `msg="registered with the runtime over NRI" connection=1`) || !strings.Contains(got, `level=debug msg=after`) {
+			t.Errorf("the configured file lacks the held line or the next one:\n%s", got)
+		}
+		if d := read(defaultFile); d != "" {
+			t.Errorf("the default target was written to:\n%s", d)
+		}
+	})
+	t.Run("a configured target that cannot be set up", func(t *testing.T) {
+		log, held := logging.NewHeld()
+		log.Info("registered with the runtime over NRI")
+		configured := logging.Options{Target: logging.TargetFile, File: filepath.Join(dir, "no-such-dir", "x.log")}
+		closeLog := releaseHeld(log, held, &configured, fallback)
+		if err := closeLog(); err != nil {
+			t.Fatal(err)
+		}
+		got := read(defaultFile)
+		if !strings.Contains(got, `msg="registered with the runtime over NRI"`) ||
+			!strings.Contains(got, `level=error msg="cannot set up logging as configured; keeping the default target"`) ||
+			!strings.Contains(got, "no-such-dir") {
+			t.Errorf("the default target does not hold the held line and why the configured one is not used:\n%s", got)
+		}
+	})
+	t.Run("no configuration came", func(t *testing.T) {
+		log, held := logging.NewHeld()
+		log.Info("before the registration failed")
+		closeLog := releaseHeld(log, held, nil, logging.Options{Target: logging.TargetFile, File: configuredFile})
+		if err := closeLog(); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(configuredFile); !strings.Contains(got, `msg="before the registration failed"`) {
+			t.Errorf("the default target lacks the held line:\n%s", got)
+		}
+	})
 }

@@ -34,12 +34,21 @@ const preRegisteredSource = "containerd plugin config"
 // containerd launched it, until containerd goes away.
 func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writer, exit func(code int)) int {
 	preRegistered := plugin.PreRegistered()
-	log, closeLog, err := logging.New(logOptions(cfg, stderr))
-	if err != nil {
-		fmt.Fprintf(stderr, "nri-housekeeper: %v\n", err)
-		return 2
-	}
+	var log *logrus.Logger
+	closeLog := func() error { return nil }
 	defer func() { _ = closeLog() }()
+	var held *logging.Held
+	if preRegistered {
+		// Its [log] section comes from containerd, after registering: until
+		// then its lines are kept, and go where that section says.
+		log, held = logging.NewHeld()
+	} else {
+		var err error
+		if log, closeLog, err = logging.New(logOptions(cfg, stderr)); err != nil {
+			fmt.Fprintf(stderr, "nri-housekeeper: %v\n", err)
+			return 2
+		}
+	}
 	// Here, once there is a log to say the signal in; stopped after Close
 	// (deferred below, so run first) wrote the state file.
 	ctx, stop := stopOnSignal(ctx, "nri-housekeeper", log, stderr, exit)
@@ -82,21 +91,20 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	mode := "external"
 	if preRegistered {
 		mode = "pre-registered"
+		initial := cfg
 		select {
 		case cfg = <-configured:
 			source = preRegisteredSource
 		case err := <-nriDone:
+			closeLog = releaseHeld(log, held, nil, logOptions(initial, stderr))
 			log.WithError(err).Error("NRI registration with containerd failed")
 			return 1
 		case <-ctx.Done():
+			closeLog = releaseHeld(log, held, nil, logOptions(initial, stderr))
 			return 0
 		}
-		closeConfigured, err := reconfigureLogger(log, logOptions(cfg, stderr))
-		if err != nil {
-			log.WithError(err).Error("cannot set up logging as configured; keeping the default target")
-		} else {
-			defer func() { _ = closeConfigured() }()
-		}
+		opts := logOptions(cfg, stderr)
+		closeLog = releaseHeld(log, held, &opts, logOptions(initial, stderr))
 	}
 	log.WithFields(logrus.Fields{
 		"version": version, "mode": mode, "config": source, "dry_run": cfg.DryRun,
@@ -292,6 +300,42 @@ func (w *loopWaker) Wake() {
 
 func logOptions(cfg config.Config, stderr io.Writer) logging.Options {
 	return logging.Options{Level: cfg.Log.Level, Target: cfg.Log.Target, File: cfg.Log.File, Stderr: stderr}
+}
+
+// releaseHeld points the held logger at the configured target (nil: none
+// came), or at the default one when that cannot be set up or none came,
+// then writes there what was held, and returns what closes the target.
+func releaseHeld(log *logrus.Logger, held *logging.Held, configured *logging.Options, fallback logging.Options) func() error {
+	var configErr error
+	if configured != nil {
+		closeFn, err := reconfigureLogger(log, *configured)
+		if err == nil {
+			held.Release(log)
+			return closeFn
+		}
+		configErr = err
+	}
+	closeFn, err := reconfigureLogger(log, fallback)
+	if err != nil {
+		// Nothing better is possible than stderr, even discarded.
+		log.ReplaceHooks(logrus.LevelHooks{})
+		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+		out := fallback.Stderr
+		if out == nil {
+			out = os.Stderr
+		}
+		log.SetOutput(out)
+		log.SetLevel(logrus.InfoLevel)
+		closeFn = func() error { return nil }
+	}
+	held.Release(log)
+	if err != nil {
+		log.WithError(err).Error("cannot set up logging; logging to stderr")
+	}
+	if configErr != nil {
+		log.WithError(configErr).Error("cannot set up logging as configured; keeping the default target")
+	}
+	return closeFn
 }
 
 // reconfigureLogger points an existing logger (already handed to the NRI

@@ -289,6 +289,9 @@ func TestMakeInstallIntoDestdirIsLaunchedByContainerd(t *testing.T) {
 		return strings.Contains(readLog(), `msg="nri-housekeeper starting" config="containerd plugin config"`)
 	})
 	requireContains(t, "plugin log", readLog(), "mode=pre-registered", "period=1s", `runtime="unix://`+labDir+`/containerd.sock"`)
+	// Its registration, logged before containerd passed it the [log]
+	// section, is in the configured file too, not in the default target's.
+	requireContains(t, "plugin log", readLog(), `msg="registered with the runtime over NRI"`)
 	if n := len(processes(bin)); n != 1 {
 		t.Fatalf("%d processes of %s, want 1", n, bin)
 	}
