@@ -665,7 +665,10 @@ func listedUIDs(snap cri.Snapshot) podUIDs {
 }
 
 // quietUIDs are the listed pods with nothing running: every sandbox of
-// theirs NotReady, every container exited, no entry that could not be read.
+// theirs NotReady, no container running, no entry that could not be read.
+// The plan removes the created and UNKNOWN containers of such a pod too
+// (the latter stopped first), so its pod cgroup is looked into in the same
+// pass: one leak_grace for the pod, not one more for its cgroup.
 func quietUIDs(snap cri.Snapshot) podUIDs {
 	quiet, busy := make(podUIDs), make(podUIDs)
 	note := func(uid string, running bool) {
@@ -682,7 +685,7 @@ func quietUIDs(snap cri.Snapshot) podUIDs {
 		}
 	}
 	for _, c := range snap.Containers {
-		note(c.Labels[podstate.LabelPodUID], c.State != cri.ContainerExited)
+		note(c.Labels[podstate.LabelPodUID], c.State == cri.ContainerRunning)
 	}
 	for _, m := range snap.Malformed {
 		note(m.PodUID, true)
@@ -693,26 +696,28 @@ func quietUIDs(snap cri.Snapshot) podUIDs {
 	return quiet
 }
 
-// runningContainers are the IDs of the listed containers that are not
-// exited.
+// runningContainers are the IDs of the listed running containers.
 type runningContainers map[string]struct{}
 
-// listedRunning are the listing's containers that are not exited: the plan
-// keeps their log links whatever the links' targets (log rotation leaves
-// a target missing briefly), so those links need not be examined. A
-// container the plan removes this pass has its link examined next pass.
+// listedRunning are the listing's running containers: the plan never
+// removes one in a pass, and keeps its log link whatever the link's target
+// (log rotation leaves a target missing briefly), so those links need not
+// be examined. Created and UNKNOWN containers may be removed by the plan
+// (their pod gone, or an older instance over max_per_pod_container): their
+// links are examined, to go in the same pass (the plan keeps those of
+// containers it does not remove).
 func listedRunning(snap cri.Snapshot) runningContainers {
 	ids := make(runningContainers, len(snap.Containers))
 	for _, c := range snap.Containers {
-		if c.State != cri.ContainerExited {
+		if c.State == cri.ContainerRunning {
 			ids[c.ID] = struct{}{}
 		}
 	}
 	return ids
 }
 
-// lacksLink is false for the link of a listed container that is not
-// exited. A truncated name may be a prefix of any ID: always examined.
+// lacksLink is false for the link of a listed running container. A
+// truncated name may be a prefix of any ID: always examined.
 func (r runningContainers) lacksLink(l nodefs.ContainerLogLink) bool {
 	if l.Truncated {
 		return true

@@ -44,57 +44,110 @@ func (r removingRuntime) RemovePodSandbox(_ context.Context, id string) error {
 // pass its sandbox is due: its container and sandbox, then its log dir,
 // then its log link (which dangles only once the dir is gone) and its pod
 // cgroup (looked into although its sandbox is still listed). One
-// leak_grace for the leak, not one per stage.
+// leak_grace for the leak, not one per stage, whatever state its container
+// was left in: the plan removes a created or UNKNOWN one too (the latter
+// stopped first), so its pod cgroup and link must be looked into as well.
 func TestAGonePodIsReclaimedWholeInOnePass(t *testing.T) {
-	live, gone := testUID(100), testUID(101)
-	root := podDirs(t, live) // the gone pod has no pod dir
-	podLogs := t.TempDir()
-	logDir := mkPodLogDir(t, podLogs, gone)
-	if err := os.WriteFile(filepath.Join(logDir, "app", "0.log"), []byte("log\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	policy := reviewPolicy(podLogs)
-	ctrID := strings.Repeat("c1", 32)
-	if err := os.MkdirAll(policy.ContainerLogsDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	link := filepath.Join(policy.ContainerLogsDir, "p-"+gone+"_ns_app-"+ctrID+".log")
-	if err := os.Symlink(filepath.Join(logDir, "app", "0.log"), link); err != nil {
-		t.Fatal(err)
-	}
-	cg := fakeCgroups(t, live, gone)
+	for _, state := range []cri.ContainerState{cri.ContainerExited, cri.ContainerCreated, cri.ContainerUnknown} {
+		t.Run(string(state), func(t *testing.T) {
+			live, gone := testUID(100), testUID(101)
+			root := podDirs(t, live) // the gone pod has no pod dir
+			podLogs := t.TempDir()
+			logDir := mkPodLogDir(t, podLogs, gone)
+			if err := os.WriteFile(filepath.Join(logDir, "app", "0.log"), []byte("log\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			policy := reviewPolicy(podLogs)
+			ctrID := strings.Repeat("c1", 32)
+			if err := os.MkdirAll(policy.ContainerLogsDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			link := filepath.Join(policy.ContainerLogsDir, "p-"+gone+"_ns_app-"+ctrID+".log")
+			if err := os.Symlink(filepath.Join(logDir, "app", "0.log"), link); err != nil {
+				t.Fatal(err)
+			}
+			cg := fakeCgroups(t, live, gone)
 
-	rt := &fakeRuntime{}
-	rt.set(cri.Snapshot{TakenAt: now,
-		Sandboxes: []cri.Sandbox{
-			{ID: "live", UID: live, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(live)},
-			{ID: "stuck", UID: gone, Ready: false, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(gone)},
-		},
-		Containers: []cri.Container{{ID: ctrID, SandboxID: "stuck", Name: "app", State: cri.ContainerExited,
-			CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(gone)}},
-	}, nil)
-	files := &nodeRecorder{}
-	log, _ := testLogger()
-	loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Cgroups: cg,
-		Executor: executor.New(removingRuntime{rt}, files, executor.Options{MaxParallel: 1}, nil),
-		Policy:   policy}, log)
-	loop.started = now.Add(-time.Hour)
+			rt := &fakeRuntime{}
+			rt.set(cri.Snapshot{TakenAt: now,
+				Sandboxes: []cri.Sandbox{
+					{ID: "live", UID: live, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(live)},
+					{ID: "stuck", UID: gone, Ready: false, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(gone)},
+				},
+				Containers: []cri.Container{{ID: ctrID, SandboxID: "stuck", Name: "app", State: state,
+					CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(gone)}},
+			}, nil)
+			files := &nodeRecorder{}
+			log, _ := testLogger()
+			loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Cgroups: cg,
+				Executor: executor.New(removingRuntime{rt}, files, executor.Options{MaxParallel: 1}, nil),
+				Policy:   policy}, log)
+			loop.started = now.Add(-time.Hour)
 
-	r := loop.Pass(context.Background())
-	var got []string
-	for _, o := range r.Outcomes {
-		got = append(got, string(o.Action.Kind)+" "+string(o.Result))
-		if o.Result != executor.Success {
-			t.Errorf("%s: %s: %v", o.Action.Key, o.Result, o.Err)
-		}
+			r := loop.Pass(context.Background())
+			var got []string
+			for _, o := range r.Outcomes {
+				got = append(got, string(o.Action.Kind)+" "+string(o.Result))
+				if o.Result != executor.Success {
+					t.Errorf("%s: %s: %v", o.Action.Key, o.Result, o.Err)
+				}
+			}
+			for _, want := range []string{"remove-container success", "remove-log-link success", "remove-pod-cgroup success",
+				"remove-pod-log-dir success", "remove-sandbox success"} {
+				if !slices.Contains(got, want) {
+					t.Fatalf("one pass did %v;\nwant the whole pod, %q among it\n(deferred %+v, kept %+v)", got, want, r.Plan.Deferred, r.Plan.Kept)
+				}
+			}
+			if !slices.Equal(files.done, []string{"RemovePodLogDir " + logDir, "RemoveContainerLogLink " + link, "DestroyPodCgroup " + gone}) {
+				t.Fatalf("node steps %v: want the log dir, then its link, then the pod cgroup", files.done)
+			}
+		})
 	}
-	slices.Sort(got)
-	want := []string{"remove-container success", "remove-log-link success", "remove-pod-cgroup success", "remove-pod-log-dir success", "remove-sandbox success"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("one pass did %v;\nwant the whole pod: %v\n(deferred %+v, kept %+v)", got, want, r.Plan.Deferred, r.Plan.Kept)
-	}
-	if !slices.Equal(files.done, []string{"RemovePodLogDir " + logDir, "RemoveContainerLogLink " + link, "DestroyPodCgroup " + gone}) {
-		t.Fatalf("node steps %v: want the log dir, then its link, then the pod cgroup", files.done)
+}
+
+// The link of an older instance of a live pod's container, removed with its
+// log files (max_per_pod_container), goes in the same pass, whether that
+// instance exited or was left UNKNOWN.
+func TestTheLinkOfAnEvictedInstanceGoesWithItWhateverItsState(t *testing.T) {
+	for _, state := range []cri.ContainerState{cri.ContainerExited, cri.ContainerUnknown} {
+		t.Run(string(state), func(t *testing.T) {
+			live := testUID(100)
+			root := podDirs(t, live)
+			podLogs := t.TempDir()
+			logDir := mkPodLogDir(t, podLogs, live)
+			for _, f := range []string{"0.log", "1.log"} {
+				if err := os.WriteFile(filepath.Join(logDir, "app", f), []byte("log\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			policy := reviewPolicy(podLogs)
+			old, newer := strings.Repeat("c1", 32), strings.Repeat("c2", 32)
+			if err := os.MkdirAll(policy.ContainerLogsDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			link := filepath.Join(policy.ContainerLogsDir, "p-"+live+"_ns_app-"+old+".log")
+			if err := os.Symlink(filepath.Join(logDir, "app", "0.log"), link); err != nil {
+				t.Fatal(err)
+			}
+			rt := &fakeRuntime{}
+			rt.set(cri.Snapshot{TakenAt: now,
+				Sandboxes: []cri.Sandbox{{ID: "live", UID: live, Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(live)}},
+				Containers: []cri.Container{
+					{ID: old, SandboxID: "live", Name: "app", State: state, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(live)},
+					{ID: newer, SandboxID: "live", Name: "app", State: cri.ContainerExited, CreatedAt: now.Add(-time.Minute), Labels: kubeletLabels(live)},
+				}}, nil)
+			log, _ := testLogger()
+			loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Policy: policy}, log)
+			loop.started = now.Add(-time.Hour)
+			r := loop.Pass(context.Background())
+			var keys []string
+			for _, a := range r.Plan.Actions {
+				keys = append(keys, a.Key)
+			}
+			if !slices.Contains(keys, "container/"+old) || !slices.Contains(keys, "log-link/"+link) {
+				t.Errorf("planned %v; want the older instance and its link %s", keys, link)
+			}
+		})
 	}
 }
 
