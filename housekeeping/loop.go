@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -339,14 +338,21 @@ func nextDue(r PassResult) (time.Time, bool) {
 	if r.Err != nil || r.Untrusted != "" {
 		return at, false
 	}
-	// A throttled class moves on only when steps were taken (not in a dry
-	// run, where the same steps stay first).
-	progressed := slices.ContainsFunc(r.Outcomes, func(o executor.Outcome) bool { return o.Result == executor.Success })
+	// A throttled class moves on only when steps of its own were taken
+	// (not in a dry run, where the same steps stay first, nor when its
+	// steps were all aborted by their checks, which give their units back:
+	// the same steps would come first again).
+	progressed := make(map[string]bool)
+	for _, o := range r.Outcomes {
+		if class, _ := gc.BudgetClass(o.Action); class != "" && o.Result == executor.Success {
+			progressed[class] = true
+		}
+	}
 	for _, d := range r.Plan.Deferred {
 		switch {
 		case d.GraceLeft > 0:
 			note(r.Snapshot.TakenAt.Add(d.GraceLeft))
-		case d.Throttled && progressed:
+		case d.Throttled && progressed[d.Budget]:
 			note(r.Snapshot.TakenAt)
 		}
 	}

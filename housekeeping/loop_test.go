@@ -317,7 +317,9 @@ func TestNextDue(t *testing.T) {
 	deferred := func(d gc.Deferred) PassResult {
 		return PassResult{Snapshot: cri.Snapshot{TakenAt: taken}, Plan: gc.Result{Deferred: []gc.Deferred{d}}}
 	}
-	success := executor.Outcome{Result: executor.Success}
+	podDirStep := gc.Action{Kind: gc.RemovePodDir, Rule: gc.RuleOrphanedPodDir, Key: "pod-dir/a", Pod: gc.PodRef{UID: "a"}}
+	success := executor.Outcome{Action: podDirStep, Result: executor.Success}
+	throttledPodDir := gc.Deferred{Action: podDirStep, Budget: gc.ClassPodDir, Throttled: true}
 	for _, tc := range []struct {
 		rule string
 		r    PassResult
@@ -327,12 +329,18 @@ func TestNextDue(t *testing.T) {
 		{"grace left: when it runs out", deferred(gc.Deferred{GraceLeft: 3 * time.Second}), taken.Add(3 * time.Second)},
 		{"the soonest of several", PassResult{Snapshot: cri.Snapshot{TakenAt: taken}, Plan: gc.Result{Deferred: []gc.Deferred{
 			{GraceLeft: 9 * time.Second}, {GraceLeft: 2 * time.Second}, {WaitsFor: "x"}}}}, taken.Add(2 * time.Second)},
-		{"throttled after steps were taken: now", func() PassResult {
-			r := deferred(gc.Deferred{Throttled: true})
+		{"throttled after steps of its class were taken: now", func() PassResult {
+			r := deferred(throttledPodDir)
 			r.Outcomes = []executor.Outcome{success}
 			return r
 		}(), taken},
-		{"throttled with nothing taken (a dry run): none", deferred(gc.Deferred{Throttled: true}), time.Time{}},
+		{"throttled with nothing taken (a dry run): none", deferred(throttledPodDir), time.Time{}},
+		{"throttled, its class's steps aborted and another class's taken: none (the same steps would come first)", func() PassResult {
+			r := deferred(throttledPodDir)
+			r.Outcomes = []executor.Outcome{{Action: podDirStep, Result: executor.Aborted},
+				{Action: gc.Action{Kind: gc.RemoveContainer, Rule: gc.RuleContainerPodGone, Key: "container/c"}, Result: executor.Success}}
+			return r
+		}(), time.Time{}},
 		{"paused by the hour's budget: none", deferred(gc.Deferred{Budget: "pods"}), time.Time{}},
 		{"a failed step: its retry", PassResult{Snapshot: cri.Snapshot{TakenAt: taken},
 			Outcomes: []executor.Outcome{{Result: executor.Error, RetryAt: taken.Add(5 * time.Second)}}}, taken.Add(5 * time.Second)},
