@@ -619,3 +619,52 @@ func TestNoActionWhileTheRuntimeIsDown(t *testing.T) {
 	leakLike107730(t, node, k, p, sb, ctrs)
 	waitGone(t, node, "the leak is reclaimed once the runtime is back", testGrace+testPeriod+5*time.Second, []string{sb, ctrs[0]}, nil)
 }
+
+// TestAnExecExitDoesNotWakeHousekeepingButATaskExitDoes: the exit of an
+// exec'd process (kubelet's exec probes) changes no pod and must not keep
+// a pass due every wake interval; a container's own exit (what a dying
+// pause process gives, with no NRI event) still wakes it. Against the
+// lab's real containerd: its shim names an exec by its own ID.
+func TestAnExecExitDoesNotWakeHousekeepingButATaskExitDoes(t *testing.T) {
+	cleanupPods(t, node)
+	p := newPod(t, "exec-exit")
+	_, ids := runPod(t, node, p, 1)
+	client, err := cri.Dial("unix://"+node.CRISocket, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wakes := make(chan struct{}, 16)
+	watching := make(chan error, 1)
+	go func() {
+		watching <- client.WatchTaskExits(ctx, "k8s.io", func() { wakes <- struct{}{} })
+	}()
+	time.Sleep(500 * time.Millisecond) // subscribed (the stream has no ack)
+
+	for range 3 {
+		r, err := node.Runtime().ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: ids[0],
+			Cmd: []string{"/sleeper", "-exit-after", "1ms"}, Timeout: 10})
+		if err != nil || r.ExitCode != 0 {
+			t.Fatalf("exec: %v (%+v)", err, r)
+		}
+	}
+	select {
+	case <-wakes:
+		t.Fatal("an exec'd process's exit woke housekeeping")
+	case err := <-watching:
+		t.Fatalf("the watch ended: %v", err)
+	case <-time.After(2 * time.Second):
+	}
+	if _, err := node.Runtime().StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ids[0], Timeout: 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wakes:
+	case err := <-watching:
+		t.Fatalf("the watch ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the container's exit did not wake housekeeping within 10 s")
+	}
+}
