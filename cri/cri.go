@@ -350,9 +350,17 @@ func (c *Client) StopPodSandbox(ctx context.Context, id string) error {
 	return nil
 }
 
-// RemovePodSandbox removes a stopped sandbox.
+// RemovePodSandbox removes a stopped sandbox. On a runtime whose
+// RemovePodSandbox stops the sandbox first itself (RemoveStopsSandbox), the
+// call is given the time of both calls it stands for: its stop runs the
+// network's teardown (a CNI DEL through the whole chain), and cut short it
+// would be cut short again at every retry.
 func (c *Client) RemovePodSandbox(ctx context.Context, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, c.rpcTimeout)
+	timeout := c.rpcTimeout
+	if c.removeStopsKnown() {
+		timeout = RemoveSandboxTimeout(c.rpcTimeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if _, err := c.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); ignoreNotFound(err) != nil {
 		return fmt.Errorf("CRI RemovePodSandbox %s: %w", id, err)

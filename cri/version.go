@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // removeStops remembers, per client, whether the runtime's RemovePodSandbox
@@ -44,3 +45,16 @@ func containerd2(name, version string) bool {
 	n, err := strconv.Atoi(major)
 	return name == "containerd" && err == nil && n >= 2
 }
+
+// removeStopsKnown: RemoveStopsSandbox was answered, and true (it is not
+// asked here: the executor asks it before it removes a sandbox).
+func (c *Client) removeStopsKnown() bool {
+	c.removeStops.mu.Lock()
+	defer c.removeStops.mu.Unlock()
+	return c.removeStops.known && c.removeStops.stops
+}
+
+// RemoveSandboxTimeout is what a RemovePodSandbox that stops the sandbox
+// first is given, rpcTimeout being a call's: a StopPodSandbox's and a
+// RemovePodSandbox's.
+func RemoveSandboxTimeout(rpcTimeout time.Duration) time.Duration { return 2 * rpcTimeout }

@@ -159,7 +159,7 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	if cfg.Metrics.Address != "" {
 		srv, err := m.Listen(ctx, cfg.Metrics.Address, metrics.Health{
 			LastPass: loop.LastProgress, Period: cfg.Housekeeping.Period, StartupDelay: cfg.Housekeeping.StartupDelay,
-			LongestStep: max(cfg.Orphans.StopTimeout, gc.UnknownStopTimeout) + cfg.Runtime.RPCTimeout,
+			LongestStep: max(max(cfg.Orphans.StopTimeout, gc.UnknownStopTimeout)+cfg.Runtime.RPCTimeout, cri.RemoveSandboxTimeout(cfg.Runtime.RPCTimeout)),
 			Ready:       func() error { return readiness(nri, loop) },
 		})
 		if err != nil {
