@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,23 @@ func TestACarriedContainerTheRuntimeRemovedIsNotReportedAsSkipped(t *testing.T) 
 			}
 			if tc.listErr == nil && !rt.containers["c1"] && !loggedWith(hook, "removed container with its sandbox", "container_id", "c1") {
 				t.Errorf("container c1 was removed by the plugin's RemovePodSandbox, but no log line says so")
+			}
+			// Whose fate cannot be told is said, with why: if containerd
+			// removed it, no later listing has it, and nothing else would.
+			if tc.listErr != nil {
+				for _, id := range []string{"c1", "c2"} {
+					said := false
+					for _, en := range hook.AllEntries() {
+						err, _ := en.Data[logrus.ErrorKey].(error)
+						if en.Level == logrus.WarnLevel && en.Data["container_id"] == id && err != nil &&
+							strings.Contains(err.Error(), "Unavailable") && strings.Contains(en.Message, "not known whether done") {
+							said = true
+						}
+					}
+					if !said {
+						t.Errorf("container %s: no warning says its fate is unknown and why", id)
+					}
+				}
 			}
 		})
 	}

@@ -146,8 +146,10 @@ type Outcome struct {
 	// files a RemoveContainer removed first, or why it left them).
 	detail logrus.Fields
 	// carriedGone are the carried containers the runtime no longer lists
-	// after a failed sandbox removal.
-	carriedGone map[string]bool
+	// after a failed sandbox removal; carriedUnknown, why that could not be
+	// asked.
+	carriedGone    map[string]bool
+	carriedUnknown error
 }
 
 // backoff is the retry state of one action key.
@@ -402,7 +404,12 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 			// happens below, after Wait.
 			if recheck != nil && slices.Contains(Rechecked, a.Kind) {
 				if err := recheck(ctx, a); err != nil {
-					out[i] = Outcome{Action: a, Result: Aborted, Err: err, Took: time.Since(start)}
+					result := Aborted
+					if ctx.Err() != nil {
+						// The pass was stopped, not the step found changed.
+						result, err = Skipped, fmt.Errorf("not started: %w", ctx.Err())
+					}
+					out[i] = Outcome{Action: a, Result: result, Err: err, Took: time.Since(start)}
 					return
 				}
 			}
@@ -411,7 +418,7 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 			if err != nil && len(w.carried[i]) > 0 {
 				// containerd's RemovePodSandbox removes the containers one by
 				// one before it fails late: ask which of them are gone.
-				o.carriedGone = e.carriedGone(ctx, w, i)
+				o.carriedGone, o.carriedUnknown = e.carriedGone(ctx, w, i)
 			}
 			out[i] = o
 		})
@@ -422,6 +429,11 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 	// need no lock.
 	for _, i := range started {
 		o := out[i]
+		if o.Result == Skipped {
+			e.entry(o.Action).WithError(o.Err).Debugf("not done: the pass was stopped before it: %s", verbsOf(o.Action).do)
+			settleCarrying(i, o)
+			continue
+		}
 		if o.Result == Aborted {
 			// Not a failure: nothing was tried, and the next plan decides
 			// again from a fresh listing.
@@ -517,6 +529,16 @@ func (e *Executor) settleCarried(w wave, i int, sandbox Outcome) {
 				entry.Warnf("not done: checked again right before it: %s", verbsOf(a).do)
 				e.aborted[a.Key] = o.Err.Error()
 			}
+		} else if sandbox.carriedUnknown != nil {
+			// containerd may have removed it before the sandbox's removal
+			// failed: if it did, no later listing has it, and this is the
+			// last word on it.
+			o.Result = Skipped
+			o.Err = fmt.Errorf("%s: to be removed with sandbox %s, whose removal failed (%v); whether containerd removed it first is unknown: %w",
+				a.Key, a.SandboxID, sandbox.Err, sandbox.carriedUnknown)
+			e.entry(a).WithField(fieldWithSandbox, a.SandboxID).WithError(o.Err).
+				Warnf("not known whether done: %s: its sandbox's removal failed, and the pod's containers could not be listed after it; "+
+					"if containerd removed it, the next listing no longer has it", verbsOf(a).do)
 		} else {
 			o.Result = Skipped
 			o.Err = fmt.Errorf("%s: to be removed with sandbox %s, which was not (%s)", a.Key, a.SandboxID, sandbox.Result)
@@ -527,11 +549,11 @@ func (e *Executor) settleCarried(w wave, i int, sandbox Outcome) {
 }
 
 // carriedGone asks the runtime which containers sandbox action i carried
-// it no longer lists (nil when it cannot tell).
-func (e *Executor) carriedGone(ctx context.Context, w wave, i int) map[string]bool {
+// it no longer lists (nil and why when it cannot tell).
+func (e *Executor) carriedGone(ctx context.Context, w wave, i int) (map[string]bool, error) {
 	listed, err := e.rt.ContainerLogPaths(ctx, w.actions[i].Pod.UID)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("listing the containers of pod %s: %w", w.actions[i].Pod.UID, err)
 	}
 	gone := map[string]bool{}
 	for _, c := range w.carried[i] {
@@ -540,7 +562,7 @@ func (e *Executor) carriedGone(ctx context.Context, w wave, i int) map[string]bo
 			gone[id] = true
 		}
 	}
-	return gone
+	return gone, nil
 }
 
 // fail records a failure of key and returns its backoff: the delay doubles

@@ -3,12 +3,16 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
@@ -333,5 +337,36 @@ func TestAnUnknownContainerWhoseStopFailsIsNotRemoved(t *testing.T) {
 				t.Errorf("retry at %v, want %v: a failed stop backs off like any failure", o.RetryAt, want)
 			}
 		})
+	}
+}
+
+// TestAPassStoppedDuringAStepsCheckLeavesTheStepNotStarted: a check cut
+// short by the pass's end (SIGTERM, containerd gone) found nothing changed:
+// the step and what it carries are not started (skipped, at debug), not
+// aborted with a warning that the pod changed.
+func TestAPassStoppedDuringAStepsCheckLeavesTheStepNotStarted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := newFake()
+	log, hook := logtest.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	e := New(f, f, Options{MaxParallel: 1}, log)
+	check := func(ctx context.Context, a gc.Action) error {
+		cancel() // the pass ends while the check asks the runtime
+		return fmt.Errorf("list pod %s: %w", a.Pod.UID, ctx.Err())
+	}
+	out := e.Execute(ctx, []gc.Action{rmCtr("c1"), rmSb("sb", "container/c1")}, t0, check)
+	for _, o := range out {
+		if o.Result != Skipped {
+			t.Errorf("%s: %s (%v), want skipped: the pass was stopped, nothing was found changed", o.Action.Key, o.Result, o.Err)
+		}
+	}
+	for _, en := range hook.AllEntries() {
+		if en.Level <= logrus.WarnLevel {
+			t.Errorf("said at %s: %q", en.Level, en.Message)
+		}
+	}
+	if calls := f.called(); len(calls) > 0 {
+		t.Errorf("calls %q after the pass was stopped", calls)
 	}
 }
