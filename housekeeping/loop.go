@@ -101,6 +101,9 @@ type Observer interface {
 	ObservePass(result string, duration time.Duration, at time.Time)
 	SetTrackedPods(counts map[[2]string]int)
 	SetLeaks(byKind map[string]int)
+	// SetOldestLeaks says, by action kind, how long the oldest step the
+	// plan proposed (due or not yet) has been proposed.
+	SetOldestLeaks(byKind map[string]time.Duration)
 	ObserveAction(kind, rule, result string)
 	// ObserveBudgetTrips counts the classes the budget refused this pass,
 	// and says which classes are paused now (tripped this pass).

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -33,6 +34,7 @@ func (l *Loop) observe(r PassResult, view *podstate.View) {
 	}
 	o.SetUntrusted(SourceOracle, r.Plan.OracleUntrusted != "")
 	o.SetLeaks(r.Plan.Leaks)
+	o.SetOldestLeaks(oldestProposed(r))
 	for _, out := range r.Outcomes {
 		o.ObserveAction(string(out.Action.Kind), out.Action.Rule, string(out.Result))
 	}
@@ -66,4 +68,27 @@ func terminatingSince(p podstate.PodView) (since time.Time) {
 		}
 	}
 	return since
+}
+
+// oldestProposed is, by action kind, how long the oldest step the plan
+// proposed, due or not yet, has been proposed (its clock since it was first
+// proposed, pass after pass; a condition that stopped holding started it
+// again).
+func oldestProposed(r PassResult) map[string]time.Duration {
+	oldest := make(map[string]time.Duration)
+	note := func(a gc.Action) {
+		since, ok := r.Plan.EligibleSince[a.Key]
+		if !ok {
+			return
+		}
+		kind := string(a.Kind)
+		oldest[kind] = max(oldest[kind], r.Snapshot.TakenAt.Sub(since))
+	}
+	for _, a := range r.Plan.Actions {
+		note(a)
+	}
+	for _, d := range r.Plan.Deferred {
+		note(d.Action)
+	}
+	return oldest
 }

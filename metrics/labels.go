@@ -116,6 +116,7 @@ func AllowedLabelValues() map[string]map[string][]string {
 	return map[string]map[string][]string{
 		nameTrackedPods:   {labelPhase: k.phases, labelOrphan: k.orphan},
 		nameLeakedObjects: {labelKind: k.leakKinds},
+		nameOldestLeak:    {labelKind: k.actionKinds},
 		nameActions:       {labelKind: k.actionKinds, labelRule: k.rules, labelResult: k.actionResults},
 		namePasses:        {labelResult: k.passResults},
 		nameCRIDuration:   {labelMethod: k.criMethods},

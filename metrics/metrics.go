@@ -10,6 +10,7 @@
 //
 //	tracked_pods{phase,orphan}                    gauge     pods tracked, by phase and whether learned from the runtime, not NRI
 //	leaked_objects{kind}                          gauge     leaked objects detected by the last plan
+//	oldest_leak_seconds{kind}                     gauge     how long the oldest step of an action kind has been proposed
 //	actions_total{kind,rule,result}               counter   housekeeping actions, by outcome
 //	pass_duration_seconds                         histogram duration of housekeeping passes
 //	passes_total{result}                          counter   housekeeping passes, by result
@@ -45,6 +46,7 @@ const namespace = "nri_housekeeper"
 const (
 	nameTrackedPods      = namespace + "_tracked_pods"
 	nameLeakedObjects    = namespace + "_leaked_objects"
+	nameOldestLeak       = namespace + "_oldest_leak_seconds"
 	nameActions          = namespace + "_actions_total"
 	namePassDuration     = namespace + "_pass_duration_seconds"
 	namePasses           = namespace + "_passes_total"
@@ -94,6 +96,7 @@ type Metrics struct {
 
 	trackedPods      *prometheus.GaugeVec
 	leakedObjects    *prometheus.GaugeVec
+	oldestLeak       *prometheus.GaugeVec
 	actions          *prometheus.CounterVec
 	passDuration     prometheus.Histogram
 	passes           *prometheus.CounterVec
@@ -153,6 +156,10 @@ func New(build BuildInfo) *Metrics {
 		leakedObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: nameLeakedObjects,
 			Help: "Leaked objects detected by the last housekeeping plan, by kind of object.",
+		}, []string{labelKind}),
+		oldestLeak: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameOldestLeak,
+			Help: "How long the oldest step of each action kind the last plan proposed (due or not yet) has been proposed, pass after pass, in seconds; 0 when none. Unlike leaked_objects, what kubelet collects itself minutes after it is found never grows old here.",
 		}, []string{labelKind}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: nameActions,
@@ -231,7 +238,7 @@ func New(build BuildInfo) *Metrics {
 	buildInfo.Set(1)
 
 	m.reg.MustRegister(
-		m.trackedPods, m.leakedObjects, m.actions, m.passDuration, m.passes, m.lastSuccess,
+		m.trackedPods, m.leakedObjects, m.oldestLeak, m.actions, m.passDuration, m.passes, m.lastSuccess,
 		m.stuckTerminating, m.breakerTrips, m.budgetPaused, m.untrusted, m.degraded, m.criDuration, m.criErrors, nriEvents,
 		m.nriConnected, m.nriReconnects, buildInfo,
 		collectors.NewGoCollector(),
@@ -242,6 +249,7 @@ func New(build BuildInfo) *Metrics {
 	// rate() and alerts on absence; one that vanishes hides a change to 0.
 	m.SetTrackedPods(nil)
 	m.SetLeaks(nil)
+	m.SetOldestLeaks(nil)
 	for _, p := range k.actionPairs {
 		for _, r := range k.actionResults {
 			m.actions.WithLabelValues(p[0], p[1], r)
@@ -314,6 +322,24 @@ func (m *Metrics) SetLeaks(byKind map[string]int) {
 	}
 	for _, kind := range withOther(m.known.leakKinds) {
 		setOrDrop(m.leakedObjects, totals[kind], kind != Other, kind)
+	}
+}
+
+// SetOldestLeaks replaces, by action kind (a gc kind such as
+// "remove-sandbox"), how long the oldest step the last plan proposed has
+// been proposed; a kind not given is 0.
+func (m *Metrics) SetOldestLeaks(byKind map[string]time.Duration) {
+	oldest := make(map[string]time.Duration)
+	for kind, d := range byKind {
+		k := m.actionKinds.pick(kind)
+		oldest[k] = max(oldest[k], d)
+	}
+	for _, kind := range withOther(m.known.actionKinds) {
+		if d := oldest[kind]; d > 0 || kind != Other {
+			m.oldestLeak.WithLabelValues(kind).Set(d.Seconds())
+		} else {
+			m.oldestLeak.DeleteLabelValues(kind)
+		}
 	}
 }
 

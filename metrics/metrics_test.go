@@ -134,6 +134,16 @@ func TestObservationsChangeTheirSeries(t *testing.T) {
 			m.SetLeaks(map[string]int{"sandbox": 4})
 			m.SetLeaks(map[string]int{"container": 1})
 		}, func(m *Metrics) prometheus.Collector { return m.leakedObjects.WithLabelValues("sandbox") }, 0},
+		{"oldest leak set, in seconds", func(m *Metrics) {
+			m.SetOldestLeaks(map[string]time.Duration{"remove-sandbox": 90 * time.Minute, "remove-pod-log-dir": time.Minute})
+		}, func(m *Metrics) prometheus.Collector { return m.oldestLeak.WithLabelValues("remove-sandbox") }, 5400},
+		{"oldest leak replaced, missing known kind is 0", func(m *Metrics) {
+			m.SetOldestLeaks(map[string]time.Duration{"remove-sandbox": time.Hour})
+			m.SetOldestLeaks(map[string]time.Duration{"remove-container": time.Minute})
+		}, func(m *Metrics) prometheus.Collector { return m.oldestLeak.WithLabelValues("remove-sandbox") }, 0},
+		{"oldest leak of unknown kinds: the oldest, as other", func(m *Metrics) {
+			m.SetOldestLeaks(map[string]time.Duration{"odd": time.Minute, "weird": 2 * time.Minute})
+		}, func(m *Metrics) prometheus.Collector { return m.oldestLeak.WithLabelValues(Other) }, 120},
 		{"action counted", func(m *Metrics) {
 			m.ObserveAction("remove-sandbox", "sandboxes.pod-gone", "success")
 			m.ObserveAction("remove-sandbox", "sandboxes.pod-gone", "success")

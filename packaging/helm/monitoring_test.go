@@ -518,7 +518,7 @@ func TestOperatorSchemaChecksCatchMistakes(t *testing.T) {
 		"relabel action not an action": {"PodMonitor", "action: drop", "action: delete", checks{crd: true}},
 		"rule group without a name":    {"PrometheusRule", "    - name: nri-housekeeper", "    - title: nri-housekeeper", checks{typed: true, crd: true}},
 		"misspelled rule field":        {"PrometheusRule", "      - alert: NriHousekeeperLeaksPersisting", "      - alertname: NriHousekeeperLeaksPersisting", checks{typed: true, crd: true}},
-		"alert without its expr":       {"PrometheusRule", "expr: nri_housekeeper_leaked_objects > 0", "keep_firing_for: 5m", checks{crd: true}},
+		"alert without its expr":       {"PrometheusRule", "expr: nri_housekeeper_oldest_leak_seconds > 3600", "keep_firing_for: 5m", checks{crd: true}},
 		"rule for not a duration":      {"PrometheusRule", "for: 1h", "for: 1 hour", checks{crd: true}},
 	} {
 		t.Run(name, func(t *testing.T) {
