@@ -3,6 +3,7 @@
 # module proxy: no nfpm installation needed).
 #
 #   packaging/deb/build.sh [OUTDIR]        default OUTDIR: bin/
+#   packaging/deb/build.sh --deb-version V  print the Debian version of V and exit
 #
 # Environment:
 #   VERSION            version of the binary; default: git describe --tags --always --dirty
@@ -45,7 +46,9 @@ untagged() {
 
 # A Debian version must start with a digit and may only hold [A-Za-z0-9.+~-]:
 # v1.2.3 -> 1.2.3, v1.2.3-4-gabcdef-dirty -> 1.2.3+4.gabcdef.dirty (4: commits
-# since the tag). Without a tag (a bare hash, which may start with a digit):
+# since the tag: after the tag, +). A pre-release tag sorts before its
+# release (~): v1.2.3-rc1 -> 1.2.3~rc1, v1.2.3-rc1-4-gabcdef ->
+# 1.2.3~rc1+4.gabcdef, so that apt upgrades an RC to its release. Without a tag (a bare hash, which may start with a digit):
 # abcdef-dirty -> 0.0.0+git.169.abcdef.dirty, 169 being the number of commits
 # up to abcdef (git rev-list --count), so that dpkg orders untagged builds by
 # history, not by hash. The "." after "git" sorts after every character the
@@ -66,12 +69,28 @@ deb_version() {
 		*) v=0.0.0+git$v ;;
 		esac
 	fi
+	dirty=
+	case $v in
+	*+*) ;;
+	*-dirty) v=${v%-dirty} dirty=1 ;;
+	esac
 	case $v in
 	*+*) v=$(printf '%s' "$v" | tr -c 'A-Za-z0-9.+~\n' '.') ;;
-	*-*) v=$(printf '%s' "$v" | sed 's/-/+/' | tr -c 'A-Za-z0-9.+~\n' '.') ;;
+	*-*) v=$(printf '%s' "$v" | sed -E 's/-([0-9]+-g[0-9a-f]+)$/+\1/; s/^([^+-]*)-/\1~/' | tr -c 'A-Za-z0-9.+~\n' '.') ;;
 	esac
+	if [ -n "$dirty" ]; then
+		case $v in
+		*+*) v=$v.dirty ;;
+		*) v=$v+dirty ;;
+		esac
+	fi
 	printf '%s\n' "$v"
 }
+
+if [ "${1-}" = --deb-version ]; then
+	deb_version "${2?--deb-version needs a version}"
+	exit 0
+fi
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT

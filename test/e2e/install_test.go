@@ -556,6 +556,37 @@ func hostTraces(t *testing.T) []string {
 	return found
 }
 
+// TestDebVersionsSortAsTheReleasesDo: the package's version, made from git
+// describe, sorts in dpkg as the releases do, so that apt upgrades a
+// pre-release to its release (v1.2.3-rc1 was 1.2.3+rc1, after 1.2.3), and
+// a build after a tag past the tag.
+func TestDebVersionsSortAsTheReleasesDo(t *testing.T) {
+	debVersion := func(v string) string {
+		out, err := exec.Command(filepath.Join(repoRoot(t), "packaging/deb/build.sh"), "--deb-version", v).Output()
+		if err != nil {
+			t.Fatalf("build.sh --deb-version %s: %v", v, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for v, want := range map[string]string{
+		"v1.2.3": "1.2.3", "v1.2.3-4-gabcdef": "1.2.3+4.gabcdef", "v1.2.3-4-gabcdef-dirty": "1.2.3+4.gabcdef.dirty",
+		"v1.2.3-dirty": "1.2.3+dirty", "v1.2.3-rc1": "1.2.3~rc1", "v1.2.3-beta.1": "1.2.3~beta.1",
+		"v1.2.3-rc1-4-gabcdef": "1.2.3~rc1+4.gabcdef", "v1.2.3+meta": "1.2.3+meta", "dev": "0.0.0+gitdev",
+	} {
+		if got := debVersion(v); got != want {
+			t.Errorf("%s: %s, want %s", v, got, want)
+		}
+	}
+	// In the order they are made: each must upgrade the one before.
+	order := []string{"v1.2.2", "v1.2.2-3-gabcdef", "v1.2.3-alpha", "v1.2.3-rc1", "v1.2.3-rc1-2-gabcdef", "v1.2.3-rc2", "v1.2.3", "v1.2.3-1-gabcdef"}
+	for i := 1; i < len(order); i++ {
+		older, newer := debVersion(order[i-1]), debVersion(order[i])
+		if err := exec.Command("dpkg", "--compare-versions", older, "lt", newer).Run(); err != nil {
+			t.Errorf("%s (%s) does not sort before %s (%s): %v", order[i-1], older, order[i], newer, err)
+		}
+	}
+}
+
 // TestDebPackageInstallsAndRemovesCleanly builds the .deb, checks its exact
 // contents, installs it on this machine, and removes and purges it; the
 // cleanup purges it even when the test fails.
