@@ -663,6 +663,16 @@ func TestDefaultRender(t *testing.T) {
 
 // TestValues: the mounts and the configuration follow the values together.
 func TestValues(t *testing.T) {
+	t.Run("a probe set to null is left out; one set to {} keeps the chart's settings (Helm merges maps)", func(t *testing.T) {
+		o := decode(t, mustRender(t, map[string]any{"livenessProbe": nil, "readinessProbe": map[string]any{}}))
+		c := container(t, o.ds)
+		if c.LivenessProbe != nil {
+			t.Errorf("livenessProbe: null rendered a probe: %+v", c.LivenessProbe)
+		}
+		if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" || p.PeriodSeconds != 10 {
+			t.Errorf("readinessProbe: {} rendered %+v, want the /readyz probe with the chart's settings", p)
+		}
+	})
 	t.Run("remove orphaned pod dirs mounts the pods dir read-write", func(t *testing.T) {
 		o := decode(t, mustRender(t, map[string]any{"config": map[string]any{"pod_dirs": map[string]any{"remove_orphaned": true}}}))
 		checkDaemonSet(t, o)
