@@ -722,6 +722,24 @@ func TestDebPackageInstallsAndRemovesCleanly(t *testing.T) {
 	}
 	t.Logf("installed: %v", hostTraces(t))
 
+	// An upgrade over an edited config this version refuses: dpkg keeps the
+	// edited file, and the postinst says the service is not restarted and
+	// why, naming the key, rather than leave it failing while dpkg succeeds.
+	conf := "/etc/nri-housekeeper/config.toml"
+	shippedConf := readFile(t, conf)
+	if err := os.WriteFile(conf, []byte(shippedConf+"\n[housekeepin]\nperiod = \"1m\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	upgraded, err := dpkgRun(t, "dpkg", "-i", "--force-confold", deb)
+	if err != nil {
+		t.Fatalf("dpkg -i over an edited config: %v\n%s", err, upgraded)
+	}
+	requireContains(t, "dpkg -i over a config this version refuses", upgraded,
+		"nri-housekeeper: this version refuses "+conf, "housekeepin: unknown section", "is NOT (re)started")
+	if err := os.WriteFile(conf, []byte(shippedConf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
 	// Remove: everything but the conffile and the state (and the unit's
 	// mask and enablement, which purge removes) is gone.
 	if out, err := dpkgRun(t, "dpkg", "-r", "nri-housekeeper"); err != nil {
