@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	eventsapi "github.com/containerd/containerd/api/services/events/v1"
+	"github.com/containerd/containerd/api/types"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -47,7 +48,7 @@ func (c *Client) WatchTaskExits(ctx context.Context, namespace string, onExit fu
 // isExecExit: the event is the exit of an exec'd process (its ID is not its
 // container's). An event that cannot be read is not: a wake too many costs
 // a pass, one too few a reclaim a period late.
-func isExecExit(envelope *eventsapi.Envelope) bool {
+func isExecExit(envelope *types.Envelope) bool {
 	containerID, id, err := taskExitIDs(envelope.GetEvent().GetValue())
 	return err == nil && id != "" && containerID != "" && id != containerID
 }

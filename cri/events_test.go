@@ -3,7 +3,7 @@ package cri
 import (
 	"testing"
 
-	eventsapi "github.com/containerd/containerd/api/services/events/v1"
+	"github.com/containerd/containerd/api/types"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -38,13 +38,13 @@ func TestOnlyAnExecsExitIsLeftOut(t *testing.T) {
 		{"an event that cannot be read: a wake", taskExit("c1", "probe")[:5], false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			envelope := &eventsapi.Envelope{Topic: TaskExitTopic, Event: &anypb.Any{TypeUrl: "containerd.events.TaskExit", Value: tc.value}}
+			envelope := &types.Envelope{Topic: TaskExitTopic, Event: &anypb.Any{TypeUrl: "containerd.events.TaskExit", Value: tc.value}}
 			if got := isExecExit(envelope); got != tc.exec {
 				t.Fatalf("isExecExit = %v, want %v", got, tc.exec)
 			}
 		})
 	}
-	if isExecExit(&eventsapi.Envelope{}) {
+	if isExecExit(&types.Envelope{}) {
 		t.Fatal("an envelope with no event is an exec's exit")
 	}
 }
