@@ -16,6 +16,7 @@
 //	passes_total{result}                          counter   housekeeping passes, by result
 //	last_successful_pass_timestamp_seconds        gauge     end of the last pass with a fresh listing
 //	stuck_terminating_pods                        gauge     pods Terminating longer than leak_grace
+//	period_seconds                                gauge     housekeeping.period (0 until the configuration is known)
 //	breaker_trips_total{class}                    counter   passes in which the blast-radius budget refused a class
 //	budget_paused{class}                          gauge     1 while the last pass refused the class (it is paused)
 //	untrusted_source{source}                      gauge     1 while the last pass distrusted the source (runtime-listing, pod-oracle)
@@ -52,6 +53,7 @@ const (
 	namePasses           = namespace + "_passes_total"
 	nameLastSuccess      = namespace + "_last_successful_pass_timestamp_seconds"
 	nameStuckTerminating = namespace + "_stuck_terminating_pods"
+	namePeriod           = namespace + "_period_seconds"
 	nameBreakerTrips     = namespace + "_breaker_trips_total"
 	nameBudgetPaused     = namespace + "_budget_paused"
 	nameUntrusted        = namespace + "_untrusted_source"
@@ -102,6 +104,7 @@ type Metrics struct {
 	passes           *prometheus.CounterVec
 	lastSuccess      prometheus.Gauge
 	stuckTerminating prometheus.Gauge
+	period           prometheus.Gauge
 	breakerTrips     *prometheus.CounterVec
 	budgetPaused     *prometheus.GaugeVec
 	untrusted        *prometheus.GaugeVec
@@ -182,6 +185,10 @@ func New(build BuildInfo) *Metrics {
 			Name: nameStuckTerminating,
 			Help: "Pods Terminating for longer than housekeeping.leak_grace.",
 		}),
+		period: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: namePeriod,
+			Help: "housekeeping.period, in seconds, for alerts whose thresholds scale with it (how long without a pass is stale); 0 until the configuration is known.",
+		}),
 		breakerTrips: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: nameBreakerTrips,
 			Help: "Housekeeping passes in which the blast-radius budget refused a class of destructive step (orphan-stop, unknown-stop, cgroup-kill, cgroup-cpu, pod-dir, pod-log-dir, network): orphan stops over the pass's budget, or a class whose hourly budget is spent.",
@@ -239,7 +246,7 @@ func New(build BuildInfo) *Metrics {
 
 	m.reg.MustRegister(
 		m.trackedPods, m.leakedObjects, m.oldestLeak, m.actions, m.passDuration, m.passes, m.lastSuccess,
-		m.stuckTerminating, m.breakerTrips, m.budgetPaused, m.untrusted, m.degraded, m.criDuration, m.criErrors, nriEvents,
+		m.stuckTerminating, m.period, m.breakerTrips, m.budgetPaused, m.untrusted, m.degraded, m.criDuration, m.criErrors, nriEvents,
 		m.nriConnected, m.nriReconnects, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -401,6 +408,9 @@ func (m *Metrics) SetDegraded(part string, degraded bool) {
 // SetStuckTerminating sets the number of pods Terminating longer than
 // leak_grace.
 func (m *Metrics) SetStuckTerminating(n int) { m.stuckTerminating.Set(float64(n)) }
+
+// SetPeriod records housekeeping.period.
+func (m *Metrics) SetPeriod(d time.Duration) { m.period.Set(d.Seconds()) }
 
 // ObserveCRICall records one CRI call of method (e.g. "RemovePodSandbox")
 // that took d and returned err.

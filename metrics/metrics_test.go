@@ -42,6 +42,7 @@ func TestNewExportsEverySeriesAtZero(t *testing.T) {
 		{namePasses, len(k.passResults)},
 		{nameLastSuccess, 1},
 		{nameStuckTerminating, 1},
+		{namePeriod, 1},
 		{nameBreakerTrips, len(k.classes)},
 		{nameBudgetPaused, len(k.classes)},
 		{nameUntrusted, len(k.sources)},
@@ -177,6 +178,8 @@ func TestObservationsChangeTheirSeries(t *testing.T) {
 		}, func(m *Metrics) prometheus.Collector { return m.degraded.WithLabelValues("network") }, 0},
 		{"an unknown part is other", func(m *Metrics) { m.SetDegraded("/var/lib/x/state.json", true) },
 			func(m *Metrics) prometheus.Collector { return m.degraded.WithLabelValues(Other) }, 1},
+		{"period set, in seconds", func(m *Metrics) { m.SetPeriod(90 * time.Second) },
+			func(m *Metrics) prometheus.Collector { return m.period }, 90},
 		{"stuck terminating set", func(m *Metrics) { m.SetStuckTerminating(5) },
 			func(m *Metrics) prometheus.Collector { return m.stuckTerminating }, 5},
 		{"CRI error counted", func(m *Metrics) {

@@ -106,6 +106,7 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 		opts := logOptions(cfg, stderr)
 		closeLog = releaseHeld(log, held, &opts, logOptions(initial, stderr))
 	}
+	m.SetPeriod(cfg.Housekeeping.Period)
 	log.WithFields(logrus.Fields{
 		"version": version, "mode": mode, "config": source, "dry_run": cfg.DryRun,
 		"period": cfg.Housekeeping.Period.String(), "runtime": cfg.Runtime.Endpoint,
