@@ -126,10 +126,38 @@ version_of() {
 	timeout 10 "$1" version 2>/dev/null | awk 'NR == 1 { print $1, $2 }'
 }
 
-# config_header: the start of the configuration this script installs: the
-# whole header as installed before the checksum line existed. Keep it as it
-# is: legacy_text recognises configs installed then by it.
+# config_header: the start of the configuration this script installs.
 config_header() {
+	cat <<EOF
+# nri-housekeeper: configuration of the pre-registered NRI plugin
+# $PLUGIN_DIR/$NAME.
+#
+# containerd launches $PLUGIN_DIR/$NAME when it starts and passes it the
+# contents of this file ($CONF_DIR/$NAME.conf). Edits take effect when
+# containerd restarts; check them first with
+#   $PLUGIN_DIR/$NAME config check $CONF_DIR/$NAME.conf
+# An invalid file does not stop containerd: the plugin fails containerd's
+# Configure call, and containerd runs without the plugin (and logs why).
+#
+# Logging: containerd discards the plugin's stdout and stderr. With
+# log.target = "auto" (below) the plugin logs to journald when its socket
+# exists (journalctl -t nri-housekeeper); without journald, to log.file, or
+# to /var/log/nri-housekeeper.log when that is empty. To log to a file even
+# with journald, set in [log]:
+#   target = "file"
+#   file = "/var/log/nri-housekeeper.log"
+#
+# [nri] is ignored in this mode: containerd passes the connection, and the name
+# and index come from the file name ($NAME).
+#
+EOF
+}
+
+# legacy_header: the whole header as installed before the checksum line
+# existed. Keep it as it is: legacy_text recognises configs installed then
+# by it. (config_header is what is installed now: a config with a checksum
+# line is recognised by its own checksum, whatever its header says.)
+legacy_header() {
 	cat <<EOF
 # nri-housekeeper: configuration of the pre-registered NRI plugin
 # $PLUGIN_DIR/$NAME.
@@ -191,7 +219,7 @@ config_text() {
 # installed for BINARY's example.
 legacy_text() {
 	example "$1" || return 1
-	config_header
+	legacy_header
 	printf '%s' "$example"
 }
 

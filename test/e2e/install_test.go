@@ -222,6 +222,7 @@ func TestMakeInstallIntoDestdirIsLaunchedByContainerd(t *testing.T) {
 	}
 	requireContains(t, "installed config header", shipped,
 		"containerd discards the plugin's stdout and stderr",
+		"without journald, to log.file, or\n# to /var/log/nri-housekeeper.log when that is empty",
 		`target = "file"`,
 		"/opt/nri/plugins/10-nri-housekeeper config check /etc/nri/conf.d/10-nri-housekeeper.conf")
 

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -205,8 +206,8 @@ func (p *prometheusServer) rules(t *testing.T) map[string]ruleState {
 // dry_run against the lab with a #107730 leak it detects and never
 // reclaims, and a real Prometheus that scrapes it with the shipped rules
 // loaded: the rules evaluate without error, the leak alert's expression
-// sees the leak (and its rule is pending, for 1 h), and the stale alert's
-// expression stays empty while passes run.
+// (at a threshold of 1 s rather than its hour) sees the leak's step
+// waiting, and the stale alert's expression stays empty while passes run.
 func TestPrometheusEvaluatesTheAlertRulesOnThePlugin(t *testing.T) {
 	cleanupPods(t, node)
 	k := newKubelet(t, node)
@@ -246,32 +247,41 @@ func TestPrometheusEvaluatesTheAlertRulesOnThePlugin(t *testing.T) {
 	sb, ctrs := runPod(t, node, p, 1)
 	leakLike107730(t, node, k, p, sb, ctrs)
 
+	// The rule waits for a step proposed, pass after pass, for an hour; the
+	// same expression with a threshold of 1 s sees the dry run's sandbox
+	// removal waiting, in the series the plugin exports.
 	leakExpr := exprs["NriHousekeeperLeaksPersisting"]
+	soonExpr := strings.Replace(leakExpr, "> 3600", "> 1", 1)
+	if soonExpr == leakExpr {
+		t.Fatalf("the leak alert's expression %q has no \"> 3600\" to lower", leakExpr)
+	}
 	var leaks []sample
-	took := waitFor(t, "the leak alert's expression sees the sandbox leak", 30*time.Second, func() bool {
-		leaks = prom.query(t, leakExpr)
+	took := waitFor(t, "the leak alert's expression, at 1 s, sees the sandbox removal waiting", 30*time.Second, func() bool {
+		leaks = prom.query(t, soonExpr)
 		for _, s := range leaks {
-			if s.Metric["kind"] == "sandbox" && s.Value > 0 {
+			if s.Metric["kind"] == "remove-sandbox" && s.Value > 1 {
 				return true
 			}
 		}
 		return false
 	})
-	t.Logf("%s: %v after the leak (%d series)", leakExpr, took.Round(time.Millisecond), len(leaks))
-	// Prometheus's numbers are the plugin's: each leaked kind is the count
-	// the plugin exports (stable: dry_run reclaims nothing).
+	t.Logf("%s: %v after the leak (%d series)", soonExpr, took.Round(time.Millisecond), len(leaks))
+	// Prometheus's numbers are the plugin's: each waiting step's age, as
+	// the plugin exported it at the last scrape (ages only grow while
+	// dry_run holds the leak).
 	s, _ := scrapeMetrics(t, addr)
 	for _, l := range leaks {
-		if want := s.value("nri_housekeeper_leaked_objects", map[string]string{"kind": l.Metric["kind"]}); l.Value != want {
-			t.Errorf("prometheus: %v leaked %s, the plugin exports %v", l.Value, l.Metric["kind"], want)
+		now := s.value("nri_housekeeper_oldest_leak_seconds", map[string]string{"kind": l.Metric["kind"]})
+		if l.Value > now || l.Value < now-10 {
+			t.Errorf("prometheus: %s waiting %vs, the plugin exports %vs a moment later", l.Metric["kind"], l.Value, now)
 		}
 		if l.Metric["job"] != "nri-housekeeper" || l.Metric["instance"] != addr {
 			t.Errorf("leak series without the target's labels: %v", l.Metric)
 		}
 	}
-	waitFor(t, "the leak rule is pending (its for is 1 h)", 10*time.Second, func() bool {
-		return prom.rules(t)["NriHousekeeperLeaksPersisting"].State == "pending"
-	})
+	if st := prom.rules(t)["NriHousekeeperLeaksPersisting"]; st.State != "inactive" || st.Health != "ok" {
+		t.Errorf("the leak rule is %s (%s) with steps waiting seconds, not an hour", st.State, st.Health)
+	}
 
 	// While passes run, the stale expression is empty: none of its parts
 	// holds, and absent() is empty since the timestamp is scraped. Watched
