@@ -2,6 +2,7 @@ package gc
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,15 @@ func TestAPodWithALifeEventAfterTheSnapshotIsSkipped(t *testing.T) {
 	}
 	r := Plan(in)
 	same(t, "due for pods with a life event after the listing", due(r), nil)
+	// Skipped, not merely waiting: a grace clock started again would defer
+	// the same steps, and hide a plan that no longer skips.
+	same(t, "deferred for pods with a life event after the listing", deferred(r), nil)
+	var skipped []string
+	for _, p := range r.Skipped {
+		skipped = append(skipped, p.UID)
+	}
+	slices.Sort(skipped)
+	same(t, "skipped pods", skipped, []string{"u1", "u2"})
 }
 
 // Case 5: kubelet treats a pod dir it cannot read as "volumes may be
@@ -254,6 +264,7 @@ func TestTheOracleIsTrustedUpToAFewOrphans(t *testing.T) {
 // counted; removing what is dead is not.
 func TestBudgetClassesCoverEveryHarmfulStep(t *testing.T) {
 	cg := func(procs int) *podcgroups.PodCgroup { return &podcgroups.PodCgroup{Procs: procs, Inspected: true} }
+	covered := map[Kind]bool{}
 	for _, tc := range []struct {
 		a     Action
 		class string
@@ -269,9 +280,19 @@ func TestBudgetClassesCoverEveryHarmfulStep(t *testing.T) {
 		{Action{Kind: ReducePodCgroupCPU, Rule: RuleCgroupVolumesRemain, Cgroup: cg(0)}, ClassCgroupCPU},
 		{Action{Kind: RemovePodDir, Rule: RuleOrphanedPodDir}, ClassPodDir},
 		{Action{Kind: RemovePodLogDir, Rule: RulePodLogDir}, ClassPodLogDir},
+		{Action{Kind: StopContainer, Rule: RuleContainerPodGone, Key: "stop/c"}, ClassUnknownStop},
+		{Action{Kind: RemoveCNIAttachment, Rule: RuleNetworkAttachment, ContainerID: "sb"}, ClassNetwork},
+		{Action{Kind: ReleaseIPReservation, Rule: RuleNetworkReservation, ContainerID: "sb"}, ClassNetwork},
+		{Action{Kind: RemoveNetns, Rule: RuleNetworkNetns, Key: "netns/x"}, ClassNetwork},
 	} {
 		if class, _ := BudgetClass(tc.a); class != tc.class {
 			t.Errorf("%s %s: class %q, want %q", tc.a.Kind, tc.a.Rule, class, tc.class)
+		}
+		covered[tc.a.Kind] = true
+	}
+	for _, k := range Kinds {
+		if !covered[k] {
+			t.Errorf("no case for %s: a kind added without its budget class checked", k)
 		}
 	}
 }

@@ -514,9 +514,7 @@ func TestMetricsKnowEveryKindAndRule(t *testing.T) {
 			t.Errorf("metrics do not know action kind %q", k)
 		}
 	}
-	for _, r := range []string{gc.RuleContainerPodGone, gc.RuleContainerMaxPerPod, gc.RuleContainerMaxContainers, gc.RuleSandboxPodGone,
-		gc.RuleSandboxNotNewest, gc.RulePodLogDir, gc.RuleDanglingLogLink, gc.RuleOrphanStop, gc.RuleCgroupPodGone,
-		gc.RuleCgroupVolumesRemain, gc.RuleOrphanedPodDir} {
+	for _, r := range gc.Rules {
 		if !has("rule", r) {
 			t.Errorf("metrics do not know rule %q", r)
 		}

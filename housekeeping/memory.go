@@ -63,6 +63,9 @@ func (l *Loop) restore(ctx context.Context) {
 	case err != nil && ctx.Err() != nil:
 		// Stopped while it read (a SIGTERM at start): the file says
 		// nothing about itself, and is left as it is for the next start.
+		// Any write after this one (Close's) reads it first, as after a
+		// lock taken over: what it holds is kept, not written over.
+		l.restorePending = true
 		return
 	case err != nil:
 		l.budgetHeldUntil = now.Add(budgetHold)

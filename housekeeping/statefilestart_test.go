@@ -1,6 +1,7 @@
 package housekeeping
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -66,6 +67,10 @@ func TestAStartStoppedWhileItReadsTheStateFileLeavesTheFileAsItIs(t *testing.T) 
 		TornDown: []statefile.TornDown{{UID: uid, At: now.Add(-time.Minute), Inspected: true}},
 		Spent:    []statefile.Spent{{At: now.Add(-time.Minute), Class: "pod-dir", Unit: "x"}},
 	})
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	log, buf := testLogger()
 	loop := New(nil, &fakeRuntime{}, Options{StateFile: path}, log)
 	loop.now = func() time.Time { return now }
@@ -73,6 +78,9 @@ func TestAStartStoppedWhileItReadsTheStateFileLeavesTheFileAsItIs(t *testing.T) 
 	ctx := &lateCancel{Context: context.Background()}
 	loop.Restore(ctx)
 	_ = loop.Close()
+	if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("the state file changed (%v):\nbefore %s\nafter  %s\n%s", err, before, after, buf.String())
+	}
 	if _, err := os.Stat(path + ".unreadable"); err == nil {
 		s, _ := statefile.Load(context.Background(), path)
 		t.Fatalf("a valid state file was moved aside as unreadable on a canceled context; the new file keeps torn_down=%d spent=%d\n%s",

@@ -459,8 +459,14 @@ func TestAMountMadeAfterTheSharedTableWasReadIsStillRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := tr.r.mountsAt
-	if read.IsZero() {
+	// Whether the kernel gives mount IDs is asked of the kernel, not of the
+	// code under test: one that stopped taking them must fail here.
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, tr.podLogs, 0, unix.STATX_MNT_ID, &stx); err != nil || stx.Mask&unix.STATX_MNT_ID == 0 {
 		t.Skip("this kernel gives no mount IDs: every removal reads the table afresh")
+	}
+	if read.IsZero() {
+		t.Fatal("the kernel gives mount IDs, but the removal did not keep the table it read for the next ones")
 	}
 	pod, mnt := tr.podLogDirWithAMount(t, "")
 
