@@ -278,6 +278,16 @@ func (l *Loop) lockStateFile(ctx context.Context) bool {
 		}
 	}
 	l.stateLock, l.stateHeldBy, l.stateHeldByOther = lock, "", false
+	// Under the lock no other plugin writes: a temp file beside the state
+	// file is a write that never finished (one per crash, for ever).
+	removed, err := statefile.RemoveTempFiles(l.opts.StateFile)
+	if len(removed) > 0 {
+		l.log.WithFields(logrus.Fields{"path": l.opts.StateFile, "removed": removed}).
+			Info("removed the temp files of state file writes that never finished (a crash or a kill during a write)")
+	}
+	if err != nil {
+		l.log.WithError(err).Warn("could not remove every temp file an unfinished state file write left; the state file itself is not affected")
+	}
 	return true
 }
 

@@ -1,7 +1,10 @@
 package housekeeping
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 	"github.com/nri-housekeeper/nri-housekeeper/regularfile/regularfiletest"
 	"github.com/nri-housekeeper/nri-housekeeper/statefile"
 )
@@ -262,5 +266,47 @@ func TestAStateFileThatIsAFIFOIsLeftInPlaceWithoutBlocking(t *testing.T) {
 	}
 	if !strings.Contains(logs(), "cannot write the state file") {
 		t.Fatalf("the log does not say the state file cannot be written:\n%s", logs())
+	}
+}
+
+// TestTheStateFilesOwnerRemovesTheTempFilesOfUnfinishedWrites: a plugin
+// killed during a write leaves its temp file beside the state file, one per
+// crash, for ever. The plugin that holds the lock removes them; one that
+// does not must leave them, for they may be its owner's live write.
+func TestTheStateFilesOwnerRemovesTheTempFilesOfUnfinishedWrites(t *testing.T) {
+	dir := t.TempDir()
+	stateFile := filepath.Join(dir, "state.json")
+	leftover := filepath.Join(dir, ".state.json5577006791947779410")
+	newLoop := func() (*Loop, *bytes.Buffer) {
+		log, buf := testLogger()
+		l := New(podstate.New(0), &fakeRuntime{}, Options{Period: time.Minute, KubeletRoot: podDirs(t), StateFile: stateFile,
+			Synchronized: func() bool { return true }, Policy: reviewPolicy(t.TempDir())}, log)
+		return l, buf
+	}
+	owner, ownerLog := newLoop()
+	owner.Restore(context.Background())
+	t.Cleanup(func() { _ = owner.Close() })
+	if err := os.WriteFile(leftover, []byte(`{"torn_down": [`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other, otherLog := newLoop()
+	other.Restore(context.Background())
+	t.Cleanup(func() { _ = other.Close() })
+	if _, err := os.Lstat(leftover); err != nil {
+		t.Fatalf("a plugin that does not hold the lock removed a temp file (the owner's write?): %v\n%s", err, otherLog)
+	}
+	if err := owner.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other.Pass(context.Background()) // takes the file over after the pass
+	if _, err := os.Lstat(leftover); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the temp file of an unfinished write is still there once the plugin holds the lock (%v)\n%s", err, otherLog)
+	}
+	if !strings.Contains(otherLog.String(), "removed the temp files of state file writes that never finished") ||
+		!strings.Contains(otherLog.String(), leftover) {
+		t.Errorf("the log does not say which temp files were removed:\n%s", otherLog)
+	}
+	if strings.Contains(ownerLog.String(), "temp files") {
+		t.Errorf("the first owner found temp files where there were none:\n%s", ownerLog)
 	}
 }

@@ -315,3 +315,33 @@ func decodeError(data []byte, err error) error {
 	line := 1 + bytes.Count(data[:offset], []byte("\n"))
 	return fmt.Errorf("line %d: not valid JSON of this format: %w", line, err)
 }
+
+// RemoveTempFiles removes the temp files a write that never finished left
+// beside the file at path (a crash, a SIGKILL or a power cut between the
+// temp file's creation and its rename: renameio names them "." + the
+// file's name + a number), and returns the paths it removed. Only its
+// lock's holder may call it: another writer's temp file is live. What has
+// that name but is not a regular file (a directory, a symlink) is someone
+// else's and is left alone, as is anything else in the directory.
+func RemoveTempFiles(path string) ([]string, error) {
+	dir, prefix := filepath.Dir(path), "."+filepath.Base(path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("look for temp files beside the state file in %s: %w", dir, err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		suffix, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || suffix == "" || strings.Trim(suffix, "0123456789") != "" || !e.Type().IsRegular() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove the temp file %s a write left: %w", p, err))
+			continue
+		}
+		removed = append(removed, p)
+	}
+	return removed, errors.Join(errs...)
+}

@@ -9,11 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/google/renameio/v2"
 
 	"github.com/nri-housekeeper/nri-housekeeper/regularfile/regularfiletest"
 )
@@ -383,5 +386,73 @@ func TestWriteDoesNotReplaceASymlinkNorWriteThroughIt(t *testing.T) {
 				t.Fatalf("the link's target was made: %v", err)
 			}
 		})
+	}
+}
+
+// TestOnlyTheTempFilesOfUnfinishedWritesAreRemoved: a write killed between
+// its temp file and the rename leaves the temp file for ever (one per
+// crash); only those are removed, nothing else in the directory.
+func TestOnlyTheTempFilesOfUnfinishedWritesAreRemoved(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	if err := Write(context.Background(), path, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	// A write that never finished, as renameio leaves it.
+	pending, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pending.WriteString(`{"torn_down": [`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pending.File.Close(); err != nil {
+		t.Fatal(err)
+	}
+	left := []string{"state.json", "state.json.lock", ".state.json", ".state.json.lock", ".state.json12x", ".other.json123", "state.json123"}
+	for _, name := range left[1:] {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, ".state.json77"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("state.json", filepath.Join(dir, ".state.json78")); err != nil {
+		t.Fatal(err)
+	}
+	left = append(left, ".state.json77", ".state.json78")
+	if err := os.WriteFile(filepath.Join(dir, ".state.json4242"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	removed, err := RemoveTempFiles(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	want := []string{filepath.Join(dir, ".state.json4242"), pending.Name()}
+	slices.Sort(want)
+	if !slices.Equal(removed, want) {
+		t.Errorf("removed %q, want the unfinished writes' temp files %q", removed, want)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	slices.Sort(left)
+	if !slices.Equal(names, left) {
+		t.Errorf("the directory holds %q, want %q", names, left)
+	}
+}
+
+func TestRemoveTempFilesSaysWhyItCannotLook(t *testing.T) {
+	_, err := RemoveTempFiles(filepath.Join(t.TempDir(), "missing", "state.json"))
+	if err == nil || !strings.Contains(err.Error(), "missing") || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("err = %v, want one naming the directory that cannot be read", err)
 	}
 }
