@@ -30,6 +30,10 @@ func validate(p *problems, c Config) {
 	h := c.Housekeeping
 	atLeastDuration(p, "housekeeping.period", h.Period, MinPeriod,
 		"every pass lists every pod and reads the node's pod dirs and cgroups: a typo such as \"30ms\" for \"30s\" would do that dozens of times a second; use e.g. \"30s\"")
+	if h.Period > MaxPeriod {
+		p.add("housekeeping.period", "must be at most %s, got %q: every leak would wait a period or more before it is even proposed (a typo such as \"30h\" for \"30s\"?); use e.g. \"30s\"",
+			MaxPeriod, h.Period.String())
+	}
 	nonNegative(p, "housekeeping.startup_delay", h.StartupDelay)
 	nonNegative(p, "housekeeping.leak_grace", h.LeakGrace)
 	if h.Period >= MinPeriod && h.LeakGrace >= 0 && h.LeakGrace < h.Period && !p.has("housekeeping.period") && !p.has("housekeeping.leak_grace") {
@@ -39,6 +43,11 @@ func validate(p *problems, c Config) {
 	}
 	nonNegative(p, "housekeeping.slow_pass_warning", h.SlowPassWarning)
 	atLeast(p, "housekeeping.max_parallel", h.MaxParallel, 1)
+	if h.MaxParallel > MaxParallel {
+		p.add("housekeeping.max_parallel", "must be at most %d, got %d: more calls in flight only queue inside containerd "+
+			"(its metadata database has a single writer, busy all the time from 8 in flight on), beside the live pods' own calls; the default is 4",
+			MaxParallel, h.MaxParallel)
+	}
 	if h.StateFile != "" {
 		filePath(p, "housekeeping.state_file", h.StateFile, "state.json")
 	}
@@ -64,7 +73,8 @@ func validate(p *problems, c Config) {
 		"a busy containerd takes longer than that to answer, and every pass would fail; use e.g. \"10s\"")
 
 	oneOf(p, "pods.source", c.Pods.Source, PodsSourceKubeletDir, PodsSourceNone)
-	absPath(p, "pods.kubelet_root", c.Pods.KubeletRoot)
+	// Pod dirs are removed below it (<kubelet_root>/pods/<uid>).
+	removalRoot(p, "pods.kubelet_root", c.Pods.KubeletRoot)
 
 	nonNegative(p, "containers.min_age", c.Containers.MinAge)
 	atLeast(p, "containers.max_per_pod_container", c.Containers.MaxPerPodContainer, 0)
@@ -156,11 +166,14 @@ var (
 )
 
 // MinPeriod and MinRPCTimeout are the least housekeeping.period and
-// runtime.rpc_timeout a configuration may set; MaxStopTimeout the most
-// orphans.stop_timeout may.
+// runtime.rpc_timeout a configuration may set; MaxPeriod, MaxParallel and
+// MaxStopTimeout the most housekeeping.period, housekeeping.max_parallel
+// and orphans.stop_timeout may.
 const (
 	MinPeriod      = time.Second
+	MaxPeriod      = 24 * time.Hour
 	MinRPCTimeout  = time.Second
+	MaxParallel    = 64
 	MaxStopTimeout = 10 * time.Minute
 )
 
