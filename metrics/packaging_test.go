@@ -167,7 +167,7 @@ func TestDashboardHasThePanelsOperatorsNeed(t *testing.T) {
 	}
 	for _, want := range []string{
 		nameLeakedObjects, nameActions, namePassDuration + "_bucket", namePasses, nameTrackedPods,
-		nameNRIConnected, nameBreakerTrips, nameBudgetPaused, nameUntrusted, nameCRIErrors,
+		nameNRIConnected, nameBreakerTrips, nameBudgetPaused, nameUntrusted, nameCRIErrors, nameOldestLeak, namePeriod, nameStuckTerminating,
 	} {
 		if !used[want] {
 			t.Errorf("no dashboard panel shows %s", want)
