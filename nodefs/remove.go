@@ -551,7 +551,7 @@ type fileInfo struct {
 	mode      uint32 // the S_IFMT bits
 	dev       uint64
 	ino       uint64
-	mntID     uint64 // 0 when the kernel did not report it (before Linux 5.8)
+	mntID     uint64 // 0 when unknown (statx before Linux 5.8, and no file handle)
 	mountRoot bool   // the root of a mount (Linux 5.8+)
 	// born is the birth time (statx btime) as "seconds.nanoseconds", ""
 	// when the kernel or the file system does not report it.
@@ -571,9 +571,12 @@ func (fi fileInfo) kind() string {
 }
 
 // statAt is lstat of name in dirFd; an empty name is dirFd itself. statx
-// also reports the mount ID, which tells a same-device bind mount apart; when
-// statx is unavailable (old kernel, or a seccomp filter that refuses it), the
-// device number and the mount table check still apply.
+// also reports the mount ID, which tells a same-device bind mount apart.
+// Kernels before 5.8 (RHEL 8's 4.18, Ubuntu 20.04's 5.4) have statx without
+// it: a directory's mount ID is then asked of name_to_handle_at (2.6.39+).
+// When neither gives one (statx refused by a seccomp filter, a file system
+// without file handles), the device number and the mount table check still
+// apply.
 func statAt(dirFd int, name string) (fileInfo, error) {
 	flags := unix.AT_SYMLINK_NOFOLLOW
 	if name == "" {
@@ -586,7 +589,11 @@ func statAt(dirFd int, name string) (fileInfo, error) {
 		if err := unix.Fstatat(dirFd, name, &st, flags); err != nil {
 			return fileInfo{}, err
 		}
-		return fileInfo{mode: st.Mode & unix.S_IFMT, dev: st.Dev, ino: st.Ino}, nil
+		fi := fileInfo{mode: st.Mode & unix.S_IFMT, dev: st.Dev, ino: st.Ino}
+		if fi.mode == unix.S_IFDIR {
+			fi.mntID = handleMountID(dirFd, name)
+		}
+		return fi, nil
 	}
 	if err != nil {
 		return fileInfo{}, err
@@ -598,6 +605,8 @@ func statAt(dirFd int, name string) (fileInfo, error) {
 	}
 	if stx.Mask&unix.STATX_MNT_ID != 0 {
 		fi.mntID = stx.Mnt_id
+	} else if fi.mode == unix.S_IFDIR {
+		fi.mntID = handleMountID(dirFd, name)
 	}
 	if stx.Mask&unix.STATX_BTIME != 0 {
 		fi.born = fmt.Sprintf("%d.%09d", stx.Btime.Sec, stx.Btime.Nsec)
@@ -606,6 +615,25 @@ func statAt(dirFd int, name string) (fileInfo, error) {
 		fi.mountRoot = stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 	}
 	return fi, nil
+}
+
+// handleMountID is the mount ID of name in dirFd (dirFd itself when name
+// is empty) as name_to_handle_at reports it, the number statx's
+// STATX_MNT_ID gives on later kernels; 0 when it cannot tell (a file system
+// without file handles). A symlink is not followed: swapped in since the
+// stat, it is on the mount of the directory it is in, and the walk opens
+// nothing through it (O_NOFOLLOW) and checks the directory it opened again
+// by its descriptor.
+func handleMountID(dirFd int, name string) uint64 {
+	flags := 0
+	if name == "" {
+		flags = unix.AT_EMPTY_PATH
+	}
+	_, id, err := unix.NameToHandleAt(dirFd, name, flags)
+	if err != nil || id <= 0 {
+		return 0
+	}
+	return uint64(id)
 }
 
 // otherMount says why fi, a directory below the root, must not be entered

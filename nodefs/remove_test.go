@@ -811,3 +811,68 @@ func TestParseMountInfoLineSplitsAtSpacesOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestWithoutStatxMountIDsADirectorysMountIsAskedOfItsFileHandle: statx
+// gives no mount ID before Linux 5.8 (RHEL 8, Ubuntu 20.04), and a
+// same-device bind mount made during a walk was then not told apart.
+// name_to_handle_at gives the same mount ID on every kernel since 2.6.39:
+// it must agree with statx where statx has one (here), and so tell the bind
+// mount apart where statx has none.
+func TestWithoutStatxMountIDsADirectorysMountIsAskedOfItsFileHandle(t *testing.T) {
+	dir := t.TempDir()
+	plain, bound, src := filepath.Join(dir, "plain"), filepath.Join(dir, "bound"), filepath.Join(dir, "src")
+	for _, d := range []string{plain, bound, src} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mount(t, src, bound, "")
+	dirFd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dirFd)
+	// What statx says, asked of the kernel here, not of the code under test.
+	statxMountID := func(name string) uint64 {
+		flags := unix.AT_SYMLINK_NOFOLLOW
+		if name == "" {
+			flags |= unix.AT_EMPTY_PATH
+		}
+		var stx unix.Statx_t
+		if err := unix.Statx(dirFd, name, flags, unix.STATX_MNT_ID, &stx); err != nil || stx.Mask&unix.STATX_MNT_ID == 0 {
+			t.Skipf("this kernel's statx gives no mount ID to compare with (%v)", err)
+		}
+		return stx.Mnt_id
+	}
+	root := fileInfo{mode: unix.S_IFDIR, mntID: handleMountID(dirFd, "")}
+	if want := statxMountID(""); root.mntID != want {
+		t.Fatalf("the directory's own mount ID by its handle is %d, statx says %d", root.mntID, want)
+	}
+	for _, tt := range []struct {
+		rule, name string
+		other      bool
+	}{
+		{"a plain directory is on its parent's mount", "plain", false},
+		{"a same-device bind mount is on a mount of its own", "bound", true},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			fi, err := statAt(dirFd, tt.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := statxMountID(tt.name)
+			// An old kernel: the device and inode as statx gives them, the
+			// mount ID only from the handle, no mount-root attribute.
+			old := fileInfo{mode: fi.mode, dev: fi.dev, ino: fi.ino, mntID: handleMountID(dirFd, tt.name)}
+			if old.mntID != want {
+				t.Fatalf("mount ID by the handle %d, statx says %d", old.mntID, want)
+			}
+			if why := otherMount(fileInfo{mode: unix.S_IFDIR, dev: fi.dev, mntID: root.mntID}, old); (why != "") != tt.other {
+				t.Errorf("otherMount = %q, want another mount: %v", why, tt.other)
+			}
+		})
+	}
+	if id := handleMountID(dirFd, "missing"); id != 0 {
+		t.Errorf("a name that is not there has mount ID %d, want 0 (unknown)", id)
+	}
+}
