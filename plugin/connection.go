@@ -51,7 +51,7 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 		if err != nil {
 			return fmt.Errorf("create NRI stub from the connection containerd passed: %w", err)
 		}
-		err = p.runStub(ctx, s, configureWithin, nil)
+		err = p.runStub(ctx, s, c.configured.Load, configureWithin, nil)
 		c.lost()
 		switch {
 		case ctx.Err() != nil:
@@ -104,17 +104,16 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 	wait := minWait
 	failures := 0
 	for {
-		registrations := p.stats.Registrations.Load()
 		s, c, conn, err := newStub()
 		if err != nil {
 			return err
 		}
-		err = p.runStub(ctx, s, within, conn.Close)
+		err = p.runStub(ctx, s, c.configured.Load, within, conn.Close)
 		c.lost()
 		if ctx.Err() != nil {
 			return nil
 		}
-		if p.stats.Registrations.Load() != registrations {
+		if c.configured.Load() {
 			// A session ran; it ended because the runtime went away.
 			log.WithError(err).Warn("NRI connection lost, reconnecting")
 			wait, failures = minWait, 0
@@ -122,7 +121,7 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 			failures++
 			fields := log.WithError(err).WithField("attempts", failures)
 			switch {
-			case failures == 1 && registrations == 0:
+			case failures == 1 && p.stats.Registrations.Load() == 0:
 				fields.Warn("cannot connect to NRI yet: is containerd running with NRI enabled " +
 					"(containerd 2.x: on by default; 1.7: [plugins.\"io.containerd.nri.v1.nri\"] disable = false)? retrying")
 			case failures%60 == 0:
@@ -151,11 +150,10 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 // its shutdown.
 const configureWithin = 15 * time.Second
 
-// runStub runs s until it returns or ctx ends, or, when no Configure came
-// within within, leaves it behind (its goroutine stays blocked) after
-// abandon closes its connection, if abandon is set.
-func (p *Plugin) runStub(ctx context.Context, s stub.Stub, within time.Duration, abandon func()) error {
-	registrations := p.stats.Registrations.Load()
+// runStub runs s until it returns or ctx ends, or, when its connection was
+// not configured within within, leaves it behind (its goroutine stays
+// blocked) after abandon closes its connection, if abandon is set.
+func (p *Plugin) runStub(ctx context.Context, s stub.Stub, configured func() bool, within time.Duration, abandon func()) error {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	watchdog := time.NewTimer(within)
@@ -167,8 +165,8 @@ func (p *Plugin) runStub(ctx context.Context, s stub.Stub, within time.Duration,
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-watchdog.C:
-			if p.stats.Registrations.Load() != registrations {
-				continue // configured: the session runs until it ends
+			if configured() {
+				continue // the session runs until it ends
 			}
 			if abandon != nil {
 				abandon()

@@ -90,6 +90,10 @@ type Plugin struct {
 type connection struct {
 	*Plugin
 	n uint64
+	// configured is set once this connection's Configure was accepted:
+	// what its watchdog waits for (another connection's, a late one of a
+	// connection left behind, says nothing of this one).
+	configured atomic.Bool
 }
 
 // newConnection returns the handlers for a new NRI connection.
@@ -99,7 +103,11 @@ func (p *Plugin) newConnection() *connection {
 
 // Configure is called once per connection, before Synchronize.
 func (c *connection) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
-	return c.configured(c.n, config, runtime, version)
+	mask, err := c.Plugin.configured(c.n, config, runtime, version)
+	if err == nil {
+		c.configured.Store(true)
+	}
+	return mask, err
 }
 
 // Synchronize records the runtime's state if the connection is still the

@@ -1,0 +1,74 @@
+package plugin
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/stub"
+)
+
+// stuckStub is nri's stub (v0.12.5) waiting for a Configure that does not
+// come: its Run ignores its context (containerd/nri#298) until released.
+type stuckStub struct {
+	stub.Stub
+	release chan struct{}
+}
+
+func (s *stuckStub) Run(context.Context) error {
+	<-s.release
+	return nil
+}
+
+// TestTheWatchdogWaitsForItsOwnConnectionsConfigure: a connection left
+// waiting for Configure is abandoned after configureWithin, whatever other
+// connections do meanwhile. Another connection's Configure (one of a
+// connection left behind earlier, arriving late) used to count as this
+// one's: the stuck stub was then never abandoned, and the plugin neither
+// reconnected nor stopped.
+func TestTheWatchdogWaitsForItsOwnConnectionsConfigure(t *testing.T) {
+	for _, tt := range []struct {
+		rule          string
+		configureOwn  bool
+		wantAbandoned bool
+	}{
+		{"another connection's Configure leaves a stuck one abandoned", false, true},
+		{"the connection's own Configure keeps it", true, false},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			p, _, _ := newTestPlugin()
+			own, other := p.newConnection(), p.newConnection()
+			s := &stuckStub{release: make(chan struct{})}
+			defer close(s.release)
+			var abandoned atomic.Bool
+			done := make(chan error, 1)
+			go func() {
+				done <- p.runStub(context.Background(), s, own.configured.Load, 200*time.Millisecond, func() { abandoned.Store(true) })
+			}()
+			time.Sleep(50 * time.Millisecond) // within the watchdog's window, once it runs
+			if _, err := other.Configure(context.Background(), "", "containerd", "v2"); err != nil {
+				t.Fatal(err)
+			}
+			if tt.configureOwn {
+				if _, err := own.Configure(context.Background(), "", "containerd", "v2"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case err := <-done:
+				if !tt.wantAbandoned {
+					t.Fatalf("a configured connection's stub was left behind: %v", err)
+				}
+				if err == nil || !strings.Contains(err.Error(), "no Configure within") || !abandoned.Load() {
+					t.Fatalf("err = %v, abandoned %v; want the stuck connection closed and left behind", err, abandoned.Load())
+				}
+			case <-time.After(time.Second):
+				if tt.wantAbandoned {
+					t.Fatal("a connection that never got its Configure was not left behind: another connection's Configure counted as its own")
+				}
+			}
+		})
+	}
+}
