@@ -222,13 +222,17 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 }
 
 // syncedState maps an NRI container state; Synchronize leaves exited ones out,
-// and a paused container still has processes.
+// a paused container still has processes, and an UNKNOWN one may have (a
+// task containerd could not load after a restart), as the CRI listing's
+// UNKNOWN is read.
 func syncedState(s api.ContainerState) podstate.ContainerState {
 	switch s {
 	case api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_PAUSED:
 		return podstate.ContainerRunning
 	case api.ContainerState_CONTAINER_STOPPED:
 		return podstate.ContainerExited
+	case api.ContainerState_CONTAINER_UNKNOWN:
+		return podstate.ContainerUnknown
 	}
 	return podstate.ContainerCreated
 }

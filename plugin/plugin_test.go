@@ -669,3 +669,40 @@ func TestASynchronizeThatEndsAfterItsConnectionsLossLeavesTheGateClosed(t *testi
 		t.Fatal("not synchronized after the current connection's Synchronize")
 	}
 }
+
+// TestSynchronizeTakesAnUnknownContainerForOneThatMayRun: NRI reports a
+// container whose task containerd could not load after a restart as
+// UNKNOWN; it may still run, as the CRI listing's UNKNOWN is read. It was
+// recorded as Created (never started), so a pod whose sandbox was seen
+// stopped counted as Terminated, nothing running, until the next listing.
+func TestSynchronizeTakesAnUnknownContainerForOneThatMayRun(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		state     api.ContainerState
+		want      podstate.ContainerState
+		wantPhase podstate.Phase
+	}{
+		{api.ContainerState_CONTAINER_UNKNOWN, podstate.ContainerUnknown, podstate.PhaseTerminating},
+		{api.ContainerState_CONTAINER_RUNNING, podstate.ContainerRunning, podstate.PhaseTerminating},
+		{api.ContainerState_CONTAINER_PAUSED, podstate.ContainerRunning, podstate.PhaseTerminating},
+		{api.ContainerState_CONTAINER_CREATED, podstate.ContainerCreated, podstate.PhaseTerminated},
+	} {
+		t.Run(tt.state.String(), func(t *testing.T) {
+			p, state, _ := newTestPlugin()
+			pod := kubeletPod("u1", "s1")
+			if err := p.RunPodSandbox(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.StopPodSandbox(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Synchronize(ctx, []*api.PodSandbox{pod}, []*api.Container{ctr(pod, "c1", tt.state)}); err != nil {
+				t.Fatal(err)
+			}
+			v, _ := state.Pod("u1")
+			if len(v.Containers) != 1 || v.Containers[0].State != tt.want || v.Phase != tt.wantPhase {
+				t.Fatalf("pod %s, containers %+v; want its container %s, the pod %s", v.Phase, v.Containers, tt.want, tt.wantPhase)
+			}
+		})
+	}
+}

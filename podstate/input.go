@@ -91,7 +91,8 @@ type SyncedContainer struct {
 	SandboxID string
 	ID        string
 	Name      string
-	// State is Created or Running; Synchronize leaves exited containers out.
+	// State is Created, Running or Unknown (it may run); Synchronize
+	// leaves exited containers out.
 	State ContainerState
 }
 

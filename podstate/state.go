@@ -218,8 +218,8 @@ func (s *State) Synchronize(at time.Time, sandboxes []SyncedSandbox, containers 
 		if c.State == ContainerRemoved && c.Removal == RemovedByAbsence {
 			s.setContainer(c, in.State, at, true)
 		}
-		if in.State == ContainerRunning {
-			s.advanceContainer(c, ContainerRunning, at)
+		if in.State.mayHaveProcesses() {
+			s.advanceContainer(c, in.State, at)
 		}
 		touched[p] = struct{}{}
 		// The container's pod too, as for a sandbox above.
