@@ -2,6 +2,7 @@ package housekeeping
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/metrics"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -108,4 +110,136 @@ func TestTheOldestLeakIsHowLongItsStepHasBeenProposedPassAfterPass(t *testing.T)
 			t.Errorf("at +%v: the oldest pod log dir removal proposed for %v, want %v (all: %v)", tc.at, got, tc.want, obs.oldest)
 		}
 	}
+}
+
+// stuckSandbox is one sandbox of a stuckPod: how long ago it left Ready (0:
+// it is Ready) and was removed (0: it was not).
+type stuckSandbox struct{ stopped, removed time.Duration }
+
+// stuckPod is a pod for TestStuckTerminatingCountsPodsTerminatingForLeakGrace:
+// its sandboxes in the order they ran, and whether its container, in the
+// last one, runs.
+type stuckPod struct {
+	sandboxes []stuckSandbox
+	running   bool
+}
+
+// phase is the phase podstate should give the pod.
+func (p stuckPod) phase() podstate.Phase {
+	switch last := p.sandboxes[len(p.sandboxes)-1]; {
+	case last.stopped == 0:
+		return podstate.PhaseRunning
+	case p.running:
+		return podstate.PhaseTerminating
+	}
+	return podstate.PhaseTerminated
+}
+
+// TestStuckTerminatingCountsPodsTerminatingForLeakGrace: the gauge
+// stuck_terminating_pods is the number of pods Terminating (no Ready
+// sandbox, a container that may still run) since at least leak_grace ago,
+// counted from when their last sandbox left Ready. The pods are told by NRI
+// events, as in the plugin, and listed as they are; the gauge is read from
+// the metrics a pass reports to.
+func TestStuckTerminatingCountsPodsTerminatingForLeakGrace(t *testing.T) {
+	const grace = 5 * time.Minute
+	running := stuckPod{sandboxes: []stuckSandbox{{}}, running: true}
+	terminated := stuckPod{sandboxes: []stuckSandbox{{stopped: time.Hour}}}
+	terminating := func(ago time.Duration) stuckPod {
+		return stuckPod{sandboxes: []stuckSandbox{{stopped: ago}}, running: true}
+	}
+	for _, tc := range []struct {
+		rule string
+		pods []stuckPod
+		want float64
+	}{
+		{"no pod: 0", nil, 0},
+		{"running pods and a pod terminated long ago (nothing runs): 0", []stuckPod{running, running, terminated}, 0},
+		{"a pod terminating for less than leak_grace: 0", []stuckPod{running, terminating(grace - time.Second)}, 0},
+		// As for a step's clock: leak_grace has run out.
+		{"a pod terminating for exactly leak_grace: 1", []stuckPod{terminating(grace)}, 1},
+		{"pods terminating for longer than leak_grace: their count",
+			[]stuckPod{running, terminating(grace + time.Second), terminating(time.Hour), terminating(time.Minute), terminated}, 2},
+		// An older sandbox that stopped an hour ago does not date the pod:
+		// it ran again since.
+		{"a pod whose last sandbox left Ready less than leak_grace ago: 0",
+			[]stuckPod{{sandboxes: []stuckSandbox{{stopped: time.Hour}, {stopped: time.Minute}}, running: true}}, 0},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			state := podstate.New(0)
+			snap := cri.Snapshot{TakenAt: now}
+			apply := func(ev podstate.Event) {
+				t.Helper()
+				if err := state.Apply(ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantPhases := map[string]podstate.Phase{}
+			for i, p := range tc.pods {
+				uid := testUID(800 + i)
+				wantPhases[uid] = p.phase()
+				ranAt := now.Add(-3 * time.Hour)
+				var sb string
+				for j, s := range p.sandboxes {
+					sb = fmt.Sprintf("sb-%d-%d", i, j)
+					apply(podstate.Event{Kind: podstate.RunPodSandbox, At: ranAt, Pod: ident(uid), SandboxID: sb})
+					if s.stopped > 0 {
+						ranAt = now.Add(-s.stopped) // the next one runs then
+						apply(podstate.Event{Kind: podstate.StopPodSandbox, At: ranAt, Pod: ident(uid), SandboxID: sb})
+					}
+					if s.removed > 0 {
+						apply(podstate.Event{Kind: podstate.RemovePodSandbox, At: now.Add(-s.removed), Pod: ident(uid), SandboxID: sb})
+						continue
+					}
+					snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: sb, UID: uid, Ready: s.stopped == 0, Attempt: uint32(j),
+						CreatedAt: now.Add(-3 * time.Hour), Labels: kubeletLabels(uid)})
+				}
+				ctr := cri.Container{ID: "c-" + sb, SandboxID: sb, Name: "app", State: cri.ContainerRunning,
+					CreatedAt: now.Add(-3 * time.Hour), Labels: kubeletLabels(uid)}
+				apply(podstate.Event{Kind: podstate.StartContainer, At: now.Add(-3 * time.Hour), Pod: ident(uid), SandboxID: sb,
+					ContainerID: ctr.ID, ContainerName: ctr.Name})
+				if !p.running {
+					ctr.State = cri.ContainerExited
+					apply(podstate.Event{Kind: podstate.StopContainer, At: ranAt, Pod: ident(uid), SandboxID: sb,
+						ContainerID: ctr.ID, ContainerName: ctr.Name})
+				}
+				snap.Containers = append(snap.Containers, ctr)
+			}
+			rt := &fakeRuntime{}
+			rt.set(snap, nil)
+			m := metrics.New(metrics.BuildInfo{})
+			m.SetStuckTerminating(99) // a 0 below is the pass's, not the gauge's start
+			log, _ := testLogger()
+			loop := New(state, rt, Options{Period: time.Minute, Observer: m, OracleDisabled: true,
+				Policy: gc.Policy{LeakGrace: grace, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+			loop.now = func() time.Time { return now }
+			if r := loop.Pass(context.Background()); r.Err != nil || r.Untrusted != "" {
+				t.Fatalf("pass failed (%v) or untrusted (%q)", r.Err, r.Untrusted)
+			}
+			for _, p := range state.View().Pods {
+				if p.Phase != wantPhases[p.UID] {
+					t.Fatalf("pod %s is %s, want %s: the test proves nothing", p.UID, p.Phase, wantPhases[p.UID])
+				}
+			}
+			if got := gaugeValue(t, m, "nri_housekeeper_stuck_terminating_pods"); got != tc.want {
+				t.Errorf("stuck_terminating_pods = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// gaugeValue is the value of the unlabelled gauge name in m's registry.
+func gaugeValue(t *testing.T, m *metrics.Metrics, name string) float64 {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s in the registry", name)
+	return 0
 }
