@@ -59,15 +59,32 @@ func (l *Loop) observe(r PassResult, view *podstate.View) {
 }
 
 // terminatingSince estimates when a pod stopped running: when its last
-// sandbox left Ready (or when it was first seen, without a sandbox).
-func terminatingSince(p podstate.PodView) (since time.Time) {
-	since = p.FirstSeen
+// sandbox left Ready (or when it was first seen, without a sandbox). A
+// Removed sandbox's StateSince is its removal, not when it left Ready:
+// kubelet's garbage collection removes a pod's older sandboxes while the
+// pod lives, and that removal must not restart the count of a pod stuck
+// since its last sandbox stopped. It dates the pod only when no sandbox
+// is NotReady (nothing better is known then).
+func terminatingSince(p podstate.PodView) time.Time {
+	stopped, removed := p.FirstSeen, p.FirstSeen
+	notReady := false
 	for _, s := range p.Sandboxes {
-		if s.State != podstate.SandboxReady && s.StateSince.After(since) {
-			since = s.StateSince
+		switch s.State {
+		case podstate.SandboxNotReady:
+			notReady = true
+			if s.StateSince.After(stopped) {
+				stopped = s.StateSince
+			}
+		case podstate.SandboxRemoved:
+			if s.StateSince.After(removed) {
+				removed = s.StateSince
+			}
 		}
 	}
-	return since
+	if notReady {
+		return stopped
+	}
+	return removed
 }
 
 // oldestProposed is, by action kind, how long the oldest step the plan

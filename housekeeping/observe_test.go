@@ -164,6 +164,10 @@ func TestStuckTerminatingCountsPodsTerminatingForLeakGrace(t *testing.T) {
 		// it ran again since.
 		{"a pod whose last sandbox left Ready less than leak_grace ago: 0",
 			[]stuckPod{{sandboxes: []stuckSandbox{{stopped: time.Hour}, {stopped: time.Minute}}, running: true}}, 0},
+		// kubelet's garbage collection removes a pod's older sandboxes
+		// while the pod lives: that is no sandbox leaving Ready.
+		{"a pod stuck for an hour whose older sandbox was removed a minute ago: 1",
+			[]stuckPod{{sandboxes: []stuckSandbox{{stopped: 2 * time.Hour, removed: time.Minute}, {stopped: time.Hour}}, running: true}}, 1},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			state := podstate.New(0)
