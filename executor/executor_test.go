@@ -45,6 +45,8 @@ type fake struct {
 	keptLogs [][]string
 	// destroyed is what DestroyPodCgroup says systemd did, by pod UID.
 	destroyed map[string]podcgroups.Destroyed
+	// netArgs are the objects the network calls were given, in order.
+	netArgs []any
 
 	seq         atomic.Int64
 	inFlight    atomic.Int64
@@ -145,15 +147,24 @@ func (f *fake) ReducePodCgroupCPU(_ context.Context, pod podcgroups.PodCgroup) e
 }
 
 func (f *fake) DeleteCNIAttachment(_ context.Context, a podnet.Attachment) error {
+	f.noteNetArg(a)
 	return f.do("DeleteCNIAttachment", a.ContainerID)
 }
 
 func (f *fake) ReleaseIPReservation(_ context.Context, r podnet.Reservation) error {
+	f.noteNetArg(r)
 	return f.do("ReleaseIPReservation", r.IP)
 }
 
 func (f *fake) RemoveNetns(_ context.Context, n podnet.Netns) error {
+	f.noteNetArg(n)
 	return f.do("RemoveNetns", n.Path)
+}
+
+func (f *fake) noteNetArg(arg any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.netArgs = append(f.netArgs, arg)
 }
 
 // called returns the calls as "Method id", in the order they ended.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -204,6 +205,64 @@ func TestEveryStepButALogLinkIsCheckedAgainRightBeforeItRuns(t *testing.T) {
 			t.Fatalf("log link: %s (%v), calls %q, checked %q; want it removed without a check", out[0].Result, out[0].Err, f.called(), check.keys())
 		}
 	})
+}
+
+// The other side of the check right before a network step: a check that
+// finds nothing changed since the plan lets the step run, exactly as
+// planned (the attachment, reservation or namespace the plan named, handed
+// to the node as is), once, and the steps that wait for it after it. A
+// check that always aborted would leave every network leak in place
+// without a word of error.
+func TestANetworkStepWhoseCheckFindsNothingChangedRunsAsPlanned(t *testing.T) {
+	del := delAttachment("1eaced")
+	netnsOfDel := rmNetns(del.Attachment.NetNS, "1eaced", del.Key)
+	for _, tc := range []struct {
+		rule    string
+		actions []gc.Action
+		calls   []string // in order
+		args    []any    // what the node is handed, in order
+	}{
+		{"a CNI DEL runs", []gc.Action{del}, []string{"DeleteCNIAttachment 1eaced"}, []any{*del.Attachment}},
+		{"an IP reservation release runs", []gc.Action{releaseIP("10.9.0.3", "1eaced")}, []string{"ReleaseIPReservation 10.9.0.3"},
+			[]any{*releaseIP("10.9.0.3", "1eaced").Reservation}},
+		{"a netns removal runs", []gc.Action{rmNetns("/var/run/netns/cni-1", "")}, []string{"RemoveNetns /var/run/netns/cni-1"},
+			[]any{*rmNetns("/var/run/netns/cni-1", "").Netns}},
+		{"a CNI DEL runs, then the removal of the namespace it ran in", []gc.Action{del, netnsOfDel},
+			[]string{"DeleteCNIAttachment 1eaced", "RemoveNetns " + del.Attachment.NetNS}, []any{*del.Attachment, *netnsOfDel.Netns}},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			f := newFake()
+			e := newTest(f, Options{MaxParallel: 4})
+			check := &keyRecheck{abort: map[string]bool{}} // nothing has changed
+			out := e.Execute(context.Background(), tc.actions, t0, check.check)
+			for _, o := range out {
+				if o.Result != Success || o.Err != nil {
+					t.Errorf("%s: %s (%v), want success: its check found nothing changed", o.Action.Key, o.Result, o.Err)
+				}
+			}
+			if got := f.called(); !slices.Equal(got, tc.calls) {
+				t.Errorf("calls %q, want %q", got, tc.calls)
+			}
+			f.mu.Lock()
+			args := slices.Clone(f.netArgs)
+			f.mu.Unlock()
+			if !reflect.DeepEqual(args, tc.args) {
+				t.Errorf("the node was handed %+v, want what the plan named: %+v", args, tc.args)
+			}
+			// Each step checked once, right before it ran.
+			var keys []string
+			for _, a := range tc.actions {
+				keys = append(keys, a.Key)
+			}
+			slices.Sort(keys)
+			if got := check.keys(); !slices.Equal(got, keys) {
+				t.Errorf("checked %q, want each step once: %q", got, keys)
+			}
+			if len(e.backoffs) != 0 {
+				t.Errorf("a step that ran backs off: %v", e.backoffs)
+			}
+		})
+	}
 }
 
 // A step its check aborts did not succeed: whatever depends on it is
