@@ -3,6 +3,7 @@ package podstate
 import (
 	"fmt"
 	"math/rand"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -412,87 +413,417 @@ func TestMismatchesFindEveryDisagreement(t *testing.T) {
 	}
 }
 
-// TestRandomHistoriesKeepInvariants drives random events, synchronizations and
-// listings and checks after every step: a reconcile from a complete listing
-// leaves no mismatch, stale listings never move a record back, and a record
-// only moves back when a newer listing corrects an event's claim.
+// TestRandomHistoriesKeepInvariants drives random histories of a simulated
+// runtime through the state. Most steps change the sandboxes and containers
+// the history already made (create, start, stop, remove; stop and remove a
+// sandbox), some without telling NRI; others tear a whole pod down as kubelet
+// does, replay an event already delivered, or deliver a Synchronize report or
+// a fresh or stale listing. After every step it checks that:
+//   - the state stays consistent (checkConsistent);
+//   - a stale listing never moves a record back, and a record only moves
+//     back when a newer listing corrects an event's claim;
+//   - a delivered event leaves the record it names in the runtime's state,
+//     an NRI removal Removed by the event;
+//   - a replayed (duplicate or late) event changes no record's state;
+//   - a pod NRI saw torn down in full, with nothing else left, is Removed
+//     and TornDown;
+//   - a reconcile from a fresh, complete listing leaves no mismatch.
+//
+// It fails when an event kind or step kind was exercised too rarely: a
+// generator drawing events about objects that do not exist (as this one did
+// once, with a fresh ID at almost every step) passes while judging nothing.
 func TestRandomHistoriesKeepInvariants(t *testing.T) {
-	for seed := int64(1); seed <= 200; seed++ {
-		runRandomHistory(t, seed, 300)
+	const seeds = 200
+	stats := historyStats{transitions: map[EventKind]int{}}
+	for seed := int64(1); seed <= seeds; seed++ {
+		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runRandomHistory(t, seed, 300, &stats) }) {
+			return // the first failing history says enough
+		}
 	}
+	if stats.histories < seeds {
+		t.Logf("%d of %d histories ran (-run picked some): what they exercised is not counted", stats.histories, seeds)
+		return
+	}
+	// About a quarter of what 200 histories of 300 steps give (the least
+	// delivered kind, StartContainer, some 4000 times): room to change the
+	// generator's weights, none for a generator that stopped drawing a kind.
+	const minTransitions = 1000
+	for kind := RunPodSandbox; kind <= RemoveContainer; kind++ {
+		if n := stats.transitions[kind]; n < minTransitions {
+			t.Errorf("NRI delivered %d %s events that changed the runtime in all histories, want at least %d: its transitions are barely judged", n, kind, minTransitions)
+		}
+	}
+	for _, c := range []struct {
+		what   string
+		n, min int
+	}{
+		{"events not delivered to NRI", stats.silent, 1000},
+		{"pod teardowns", stats.teardowns, 1000},
+		{"teardowns that left their pod nothing else (checked TornDown)", stats.tornDown, 1000},
+		{"replayed events", stats.replays, 1000},
+		{"Synchronize reports", stats.syncs, 1000},
+		{"stale listings", stats.stale, 1000},
+		{"fresh listings", stats.fresh, 1000},
+	} {
+		if c.n < c.min {
+			t.Errorf("%d %s in all histories, want at least %d", c.n, c.what, c.min)
+		}
+	}
+	t.Logf("delivered transitions per kind %v; %d not delivered, %d teardowns (%d checked TornDown), %d replays, %d Synchronize, %d stale and %d fresh listings",
+		stats.transitions, stats.silent, stats.teardowns, stats.tornDown, stats.replays, stats.syncs, stats.stale, stats.fresh)
 }
 
+// historyStats counts what the random histories exercised.
+type historyStats struct {
+	histories   int
+	transitions map[EventKind]int // runtime changes NRI delivered, per event kind
+	silent      int               // runtime changes NRI was not told of
+	teardowns   int
+	tornDown    int // teardowns after which the pod had nothing else left
+	replays     int
+	syncs       int
+	stale       int
+	fresh       int
+}
+
+// truth is the simulated runtime: what a CRI listing would show.
 type truth struct {
 	sandboxes  map[string]ListedSandbox
 	containers map[string]ListedContainer
 	gone       map[string]bool // removed IDs, never created again
 }
 
-func (tr truth) listing(seq uint64) Listing {
-	l := Listing{StartSeq: seq}
+// sortedSandboxes and sortedContainers list the runtime's objects in ID
+// order, so a seed draws the same history every run.
+func (tr truth) sortedSandboxes() []ListedSandbox {
+	out := make([]ListedSandbox, 0, len(tr.sandboxes))
 	for _, sb := range tr.sandboxes {
-		l.Sandboxes = append(l.Sandboxes, sb)
+		out = append(out, sb)
 	}
-	for _, c := range tr.containers {
-		l.Containers = append(l.Containers, c)
-	}
-	return l
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }
 
-func runRandomHistory(t *testing.T, seed int64, steps int) {
-	t.Helper()
-	rng := rand.New(rand.NewSource(seed))
-	s := New(time.Minute)
-	tr := truth{map[string]ListedSandbox{}, map[string]ListedContainer{}, map[string]bool{}}
-	now := t0
-	nextID := 0
-	for step := 0; step < steps; step++ {
-		now = now.Add(time.Duration(rng.Intn(20)) * time.Second)
-		before := s.View()
-		// IDs are never reused, as in a real runtime: a new sandbox or
-		// container gets the next number, other events pick a recent one.
-		uid := fmt.Sprintf("u%d", rng.Intn(6))
-		sid := fmt.Sprintf("%s-s%d", uid, max(0, nextID-rng.Intn(4)))
-		cid := fmt.Sprintf("%s-c%d", sid, max(0, nextID-rng.Intn(4)))
-		nextID++
+func (tr truth) sortedContainers() []ListedContainer {
+	out := make([]ListedContainer, 0, len(tr.containers))
+	for _, c := range tr.containers {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (tr truth) listing(seq uint64) Listing {
+	return Listing{StartSeq: seq, Sandboxes: tr.sortedSandboxes(), Containers: tr.sortedContainers()}
+}
+
+// history is one random history in progress.
+type history struct {
+	t      *testing.T
+	seed   int64
+	step   int
+	rng    *rand.Rand
+	s      *State
+	tr     truth
+	now    time.Time
+	nextID int
+	sent   map[string]Event // the last event delivered about each object ID, for replays
+	stats  *historyStats
+}
+
+// maxSandboxes bounds the runtime's sandboxes, so a history keeps working on
+// a few objects rather than spreading over many untouched ones.
+const maxSandboxes = 6
+
+func runRandomHistory(t *testing.T, seed int64, steps int, stats *historyStats) {
+	h := &history{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), s: New(time.Minute),
+		tr:  truth{map[string]ListedSandbox{}, map[string]ListedContainer{}, map[string]bool{}},
+		now: t0, sent: map[string]Event{}, stats: stats}
+	stats.histories++
+	for h.step = 0; h.step < steps; h.step++ {
+		h.now = h.now.Add(time.Duration(h.rng.Intn(20)) * time.Second)
+		before := h.s.View()
 		stale := false
-		switch op := rng.Intn(10); {
-		case op < 6: // the runtime changes something and (mostly) tells NRI
-			kind := EventKind(1 + rng.Intn(7))
-			silent := rng.Intn(5) == 0 // e.g. the pause process died: no event
-			changed := applyTruth(tr, kind, ident(uid), sid, cid, now)
-			if changed && !silent {
-				mustApply(t, s, Event{Kind: kind, At: now, Pod: ident(uid), SandboxID: sid, ContainerID: cid, ContainerName: "app"})
-			}
-		case op < 7:
-			var sbs []SyncedSandbox
-			var cs []SyncedContainer
-			for _, sb := range tr.sandboxes {
-				sbs = append(sbs, SyncedSandbox{Pod: sb.Pod, SandboxID: sb.ID})
-			}
-			for _, c := range tr.containers {
-				if c.State == ContainerCreated || c.State == ContainerRunning {
-					cs = append(cs, SyncedContainer{Pod: c.Pod, SandboxID: c.SandboxID, ID: c.ID, Name: c.Name, State: c.State})
-				}
-			}
-			s.Synchronize(now, sbs, cs)
-		case op < 8: // a stale listing: taken, then an event arrives before it is applied
-			l := tr.listing(s.Seq())
-			kind := EventKind(1 + rng.Intn(7))
-			if applyTruth(tr, kind, ident(uid), sid, cid, now) {
-				mustApply(t, s, Event{Kind: kind, At: now, Pod: ident(uid), SandboxID: sid, ContainerID: cid, ContainerName: "app"})
-			}
-			s.Reconcile(l, now)
+		switch op := h.rng.Intn(20); {
+		case op < 11: // the runtime changes something and (mostly) tells NRI
+			h.change(h.drawEvent(), h.rng.Intn(5) == 0) // silent: e.g. the pause process died
+		case op < 12:
+			h.teardown()
+		case op < 14:
+			h.replay(before)
+		case op < 15:
+			h.synchronize()
+		case op < 17: // a stale listing: taken, then an event arrives before it is applied
+			l := h.tr.listing(h.s.Seq())
+			h.change(h.drawEvent(), false)
+			h.s.Reconcile(l, h.now)
 			stale = true
+			h.stats.stale++
 		default:
-			l := tr.listing(s.Seq())
-			s.Reconcile(l, now)
-			if m := settledMismatches(s.View(), l, now); len(m) != 0 {
-				t.Fatalf("seed %d step %d: after a fresh reconcile: %q", seed, step, m)
+			l := h.tr.listing(h.s.Seq())
+			h.s.Reconcile(l, h.now)
+			h.stats.fresh++
+			if m := settledMismatches(h.s.View(), l, h.now); len(m) != 0 {
+				h.fatalf("after a fresh reconcile: %q", m)
 			}
 		}
-		checkNoBackwardMoves(t, seed, step, before, s.View(), stale)
+		after := h.s.View()
+		checkConsistent(t, h.step, after)
+		checkNoBackwardMoves(t, seed, h.step, before, after, stale)
 	}
+}
+
+func (h *history) fatalf(format string, args ...any) {
+	h.t.Helper()
+	h.t.Fatalf("seed %d step %d: "+format, append([]any{h.seed, h.step}, args...)...)
+}
+
+func (h *history) newID(prefix string) string {
+	h.nextID++
+	return fmt.Sprintf("%s%d", prefix, h.nextID)
+}
+
+// drawEvent draws a change the runtime can make now: a kind among those some
+// object can take, then one such object. Only RunPodSandbox and
+// CreateContainer make new IDs (never reused, as in a real runtime); every
+// other event is about a sandbox or container the history made.
+func (h *history) drawEvent() Event {
+	sbs, cs := h.tr.sortedSandboxes(), h.tr.sortedContainers()
+	var ready, stopped []ListedSandbox
+	for _, sb := range sbs {
+		if sb.Ready {
+			ready = append(ready, sb)
+		} else {
+			stopped = append(stopped, sb)
+		}
+	}
+	var created, stoppable []ListedContainer
+	for _, c := range cs {
+		switch c.State {
+		case ContainerCreated:
+			created = append(created, c)
+			stoppable = append(stoppable, c)
+		case ContainerRunning:
+			stoppable = append(stoppable, c)
+		}
+	}
+	// Weighted so containers live long enough to start and stop, not
+	// mostly go with a sandbox stopped or removed under them.
+	var kinds []EventKind
+	can := func(ok bool, kind EventKind, weight int) {
+		for ; ok && weight > 0; weight-- {
+			kinds = append(kinds, kind)
+		}
+	}
+	can(len(sbs) < maxSandboxes, RunPodSandbox, 2)
+	can(len(ready) > 0, StopPodSandbox, 1)
+	can(len(stopped) > 0 || len(sbs) == maxSandboxes, RemovePodSandbox, 1)
+	can(len(ready) > 0, CreateContainer, 3)
+	can(len(created) > 0, StartContainer, 3)
+	can(len(stoppable) > 0, StopContainer, 2)
+	can(len(cs) > 0, RemoveContainer, 2)
+	pickSandbox := func(in []ListedSandbox) ListedSandbox { return in[h.rng.Intn(len(in))] }
+	onContainer := func(kind EventKind, in []ListedContainer) Event {
+		c := in[h.rng.Intn(len(in))]
+		return Event{Kind: kind, At: h.now, Pod: c.Pod, SandboxID: c.SandboxID, ContainerID: c.ID, ContainerName: c.Name}
+	}
+	switch kind := kinds[h.rng.Intn(len(kinds))]; kind {
+	case RunPodSandbox:
+		// A new pod, or a new sandbox for a pod that has one (kubelet
+		// recreates a sandbox that died).
+		pod := ident(h.newID("u"))
+		if len(sbs) > 0 && h.rng.Intn(3) == 0 {
+			pod = pickSandbox(sbs).Pod
+		}
+		return Event{Kind: kind, At: h.now, Pod: pod, SandboxID: h.newID("s")}
+	case StopPodSandbox:
+		sb := pickSandbox(ready)
+		return Event{Kind: kind, At: h.now, Pod: sb.Pod, SandboxID: sb.ID}
+	case RemovePodSandbox:
+		// Kubelet removes a stopped sandbox; now and then the runtime
+		// loses a Ready one with what runs in it.
+		sb := pickSandbox(sbs)
+		if len(stopped) > 0 && h.rng.Intn(4) != 0 {
+			sb = pickSandbox(stopped)
+		}
+		return Event{Kind: kind, At: h.now, Pod: sb.Pod, SandboxID: sb.ID}
+	case CreateContainer:
+		sb := pickSandbox(ready)
+		return Event{Kind: kind, At: h.now, Pod: sb.Pod, SandboxID: sb.ID, ContainerID: h.newID("c"), ContainerName: "app"}
+	case StartContainer:
+		return onContainer(kind, created)
+	case StopContainer:
+		return onContainer(kind, stoppable)
+	default:
+		return onContainer(RemoveContainer, cs)
+	}
+}
+
+// change makes the runtime take ev and, unless silent, NRI report it; the
+// record it names must then show what the runtime has: an event is applied
+// at once, and an NRI removal is evidence of a teardown.
+func (h *history) change(ev Event, silent bool) {
+	if !applyTruth(h.tr, ev.Kind, ev.Pod, ev.SandboxID, ev.ContainerID, ev.At) {
+		h.fatalf("the generator drew %s for sandbox %s container %q, which the runtime cannot take", ev.Kind, ev.SandboxID, ev.ContainerID)
+	}
+	if silent {
+		h.stats.silent++
+		return
+	}
+	mustApply(h.t, h.s, ev)
+	h.stats.transitions[ev.Kind]++
+	v := h.s.View()
+	if ev.Kind.IsContainerEvent() {
+		h.sent[ev.ContainerID] = ev
+		want := ContainerRemoved
+		if c, ok := h.tr.containers[ev.ContainerID]; ok {
+			want = c.State
+		}
+		c, ok := findContainer(v, ev.ContainerID)
+		if !ok || c.State != want || want == ContainerRemoved && c.Removal != RemovedByEvent {
+			h.fatalf("after %s the record of container %s is %+v (known %v), want %s", ev.Kind, ev.ContainerID, c, ok, want)
+		}
+		return
+	}
+	h.sent[ev.SandboxID] = ev
+	want := SandboxRemoved
+	if sb, ok := h.tr.sandboxes[ev.SandboxID]; ok {
+		want = SandboxNotReady
+		if sb.Ready {
+			want = SandboxReady
+		}
+	}
+	sb, ok := findSandbox(v, ev.SandboxID)
+	if !ok || sb.State != want || want == SandboxRemoved && sb.Removal != RemovedByEvent {
+		h.fatalf("after %s the record of sandbox %s is %+v (known %v), want %s", ev.Kind, ev.SandboxID, sb, ok, want)
+	}
+}
+
+// teardown removes one pod as kubelet does: stop its containers, stop its
+// sandboxes, remove the containers, remove the sandboxes, NRI told of each.
+// Every record it named is then Removed by an NRI event; a pod with nothing
+// else left (or only what was Removed before, a sandbox with evidence) is
+// Removed and torn down.
+func (h *history) teardown() {
+	sbs := h.tr.sortedSandboxes()
+	if len(sbs) == 0 {
+		return
+	}
+	uid := sbs[h.rng.Intn(len(sbs))].Pod.UID
+	named := map[string]bool{}
+	var ctrs []ListedContainer
+	for _, c := range h.tr.sortedContainers() {
+		if c.Pod.UID == uid {
+			ctrs = append(ctrs, c)
+		}
+	}
+	for _, c := range ctrs {
+		if c.State == ContainerCreated || c.State == ContainerRunning {
+			h.change(Event{Kind: StopContainer, At: h.now, Pod: c.Pod, SandboxID: c.SandboxID, ContainerID: c.ID, ContainerName: c.Name}, false)
+		}
+	}
+	for _, sb := range sbs {
+		if sb.Pod.UID == uid && sb.Ready {
+			h.change(Event{Kind: StopPodSandbox, At: h.now, Pod: sb.Pod, SandboxID: sb.ID}, false)
+		}
+	}
+	for _, c := range ctrs {
+		h.change(Event{Kind: RemoveContainer, At: h.now, Pod: c.Pod, SandboxID: c.SandboxID, ContainerID: c.ID, ContainerName: c.Name}, false)
+		named[c.ID] = true
+	}
+	for _, sb := range sbs {
+		if sb.Pod.UID == uid {
+			h.change(Event{Kind: RemovePodSandbox, At: h.now, Pod: sb.Pod, SandboxID: sb.ID}, false)
+			named[sb.ID] = true
+		}
+	}
+	h.stats.teardowns++
+	p, ok := h.s.Pod(uid)
+	if !ok {
+		h.fatalf("pod %s unknown right after NRI reported its teardown", uid)
+	}
+	alone := true // nothing of the pod left but what the teardown removed
+	for _, sb := range p.Sandboxes {
+		switch {
+		case named[sb.ID] && (sb.State != SandboxRemoved || sb.Removal != RemovedByEvent):
+			h.fatalf("after the teardown of pod %s its sandbox is %+v, want Removed by the NRI event", uid, sb)
+		case !named[sb.ID] && (sb.State != SandboxRemoved || !sb.Removal.Evidence()):
+			alone = false
+		}
+	}
+	for _, c := range p.Containers {
+		switch {
+		case named[c.ID] && (c.State != ContainerRemoved || c.Removal != RemovedByEvent):
+			h.fatalf("after the teardown of pod %s its container is %+v, want Removed by the NRI event", uid, c)
+		case !named[c.ID] && c.State != ContainerRemoved:
+			alone = false
+		}
+	}
+	if alone {
+		h.stats.tornDown++
+		if p.Phase != PhaseRemoved || !p.TornDown {
+			h.fatalf("pod %s NRI saw torn down, nothing else left: phase %s, torn down %v; want Removed and torn down", uid, p.Phase, p.TornDown)
+		}
+	}
+}
+
+// replay delivers again the last event NRI delivered about an object the
+// state still knows, as a duplicate or late event: it changes no record's
+// state (events move records forward only, and this one's move is done).
+func (h *history) replay(before View) {
+	known := map[string]bool{}
+	for _, p := range before.Pods {
+		for _, sb := range p.Sandboxes {
+			known[sb.ID] = true
+		}
+		for _, c := range p.Containers {
+			known[c.ID] = true
+		}
+	}
+	var ids []string
+	for id := range h.sent {
+		if known[id] {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	sort.Strings(ids)
+	ev := h.sent[ids[h.rng.Intn(len(ids))]]
+	ev.At = h.now
+	mustApply(h.t, h.s, ev)
+	h.stats.replays++
+	after := h.s.View()
+	for _, p := range before.Pods {
+		for _, was := range p.Sandboxes {
+			if sb, _ := findSandbox(after, was.ID); sb.State != was.State || sb.Removal != was.Removal {
+				h.fatalf("replayed %s about %s moved sandbox %s from %s (%s) to %s (%s)", ev.Kind, ev.SandboxID, was.ID, was.State, was.Removal, sb.State, sb.Removal)
+			}
+		}
+		for _, was := range p.Containers {
+			if c, _ := findContainer(after, was.ID); c.State != was.State || c.Removal != was.Removal {
+				h.fatalf("replayed %s about %s moved container %s from %s (%s) to %s (%s)", ev.Kind, ev.ContainerID, was.ID, was.State, was.Removal, c.State, c.Removal)
+			}
+		}
+	}
+}
+
+// synchronize delivers what NRI Synchronize reports after a reconnect: every
+// sandbox, and the containers that have not exited.
+func (h *history) synchronize() {
+	var sbs []SyncedSandbox
+	var cs []SyncedContainer
+	for _, sb := range h.tr.sortedSandboxes() {
+		sbs = append(sbs, SyncedSandbox{Pod: sb.Pod, SandboxID: sb.ID})
+	}
+	for _, c := range h.tr.sortedContainers() {
+		if c.State == ContainerCreated || c.State == ContainerRunning {
+			cs = append(cs, SyncedContainer{Pod: c.Pod, SandboxID: c.SandboxID, ID: c.ID, Name: c.Name, State: c.State})
+		}
+	}
+	h.s.Synchronize(h.now, sbs, cs)
+	h.stats.syncs++
 }
 
 // settledMismatches is View.Mismatches without the sandboxes NRI reported
