@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -584,34 +585,139 @@ func TestDestroyKillsNothingInACgroupMadeAgainBetweenKillPasses(t *testing.T) {
 	}
 }
 
-// TestOnlyACgroupHierarchysMountIsAHierarchy: on the real host, a path on
-// another file system (/proc) is no pod cgroup, and a directory inside a
-// cgroup hierarchy is not a hierarchy: a pod cgroup nested there (another
-// agent's tree) is not where kubelet puts one. An empty child cgroup is
-// made for it, and removed.
+// TestOnlyACgroupHierarchysMountIsAHierarchy: on the real host, every cgroup
+// hierarchy mounted (as /proc/self/mountinfo, read here, says) is one, with
+// the version of its file system type, and a cgroup under it is on it; a path
+// on another file system (/proc) is no pod cgroup, and a directory above a
+// hierarchy's mount, or inside a hierarchy, is not a hierarchy: a pod cgroup
+// nested there (another agent's tree) is not where kubelet puts one. The
+// mounts come from mountinfo, not from the code under test, so a regression
+// that refused every hierarchy fails here instead of skipping. An empty child
+// cgroup is made for the nested cases, and removed.
 func TestOnlyACgroupHierarchysMountIsAHierarchy(t *testing.T) {
-	if _, err := cgroupVersion("/proc", "/proc/self"); err == nil || !strings.Contains(err.Error(), "not on a cgroup file system") {
-		t.Errorf("/proc taken for a cgroup hierarchy: %v", err)
+	mounts, err := cgroupMounts("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
 	}
-	var mount string
-	for _, h := range []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
-		if _, err := cgroupVersion(h, h); err == nil {
-			mount = h
+	if len(mounts) == 0 {
+		t.Skip("/proc/self/mountinfo lists no cgroup hierarchy")
+	}
+	// An empty child cgroup of the first hierarchy that lets us make one,
+	// removed again (rmdir).
+	var parent cgroupMount
+	nested, nestedErr := "", errors.New("no hierarchy mounted")
+	for _, m := range mounts {
+		p := filepath.Join(m.path, fmt.Sprintf("nrihk-unit-%d", os.Getpid()))
+		if nestedErr = os.Mkdir(p, 0o755); nestedErr == nil {
+			parent, nested = m, p
+			t.Cleanup(func() { _ = os.Remove(p) })
 			break
 		}
 	}
-	if mount == "" {
-		t.Skip("no cgroup hierarchy mounted at /sys/fs/cgroup here")
+	type check struct {
+		name            string
+		hierarchy, path string
+		version         Version // want this version, or
+		refused         string  // a refusal that says this
+		nested          bool    // needs the child cgroup
 	}
-	// An empty child cgroup, removed again (rmdir).
-	nested := filepath.Join(mount, fmt.Sprintf("nrihk-unit-%d", os.Getpid()))
-	if err := os.Mkdir(nested, 0o755); err != nil {
-		t.Skipf("cannot make a child cgroup in %s (not root?): %v", mount, err)
+	var checks []check
+	for _, m := range mounts {
+		checks = append(checks,
+			check{name: "the hierarchy mounted at " + m.path, hierarchy: m.path, path: m.path, version: m.version},
+			check{name: "the directory " + m.path + " is mounted on", hierarchy: filepath.Dir(m.path), path: m.path,
+				refused: "not a cgroup hierarchy's mount point"})
 	}
-	t.Cleanup(func() { _ = os.Remove(nested) })
-	if _, err := cgroupVersion(nested, nested); err == nil || !strings.Contains(err.Error(), "not a cgroup hierarchy's mount point") {
-		t.Errorf("%s, a cgroup inside the hierarchy %s, taken for a hierarchy: %v", nested, mount, err)
+	if len(mounts) > 1 {
+		checks = append(checks, check{name: "a path in another hierarchy", hierarchy: mounts[0].path, path: mounts[1].path,
+			refused: "not a cgroup hierarchy's mount point"})
 	}
+	checks = append(checks,
+		check{name: "a path on another file system", hierarchy: "/proc", path: "/proc/self", refused: "not on a cgroup file system"},
+		check{name: "a cgroup under a hierarchy's mount", hierarchy: parent.path, path: nested, version: parent.version, nested: true},
+		check{name: "a cgroup inside a hierarchy, taken for one", hierarchy: nested, path: nested,
+			refused: "not a cgroup hierarchy's mount point", nested: true},
+	)
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			if c.nested && nested == "" {
+				t.Skipf("cannot make a child cgroup in any hierarchy (not root?): %v", nestedErr)
+			}
+			v, err := cgroupVersion(c.hierarchy, c.path)
+			switch {
+			case c.refused == "" && (err != nil || v != c.version):
+				t.Errorf("cgroupVersion(%s, %s) = %v, %v; want cgroup v%d", c.hierarchy, c.path, v, err, c.version)
+			case c.refused != "" && (err == nil || !strings.Contains(err.Error(), c.refused)):
+				t.Errorf("cgroupVersion(%s, %s) = v%d, %v; want a refusal: %s", c.hierarchy, c.path, v, err, c.refused)
+			}
+		})
+	}
+}
+
+// cgroupMount is a cgroup hierarchy's mount point, as mountinfo lists it.
+type cgroupMount struct {
+	path    string
+	version Version
+}
+
+// cgroupMounts lists the cgroup hierarchies in a mountinfo file (file system
+// type cgroup or cgroup2; proc_pid_mountinfo(5)) whose mount point is that
+// mount still, not hidden by a later mount over it (when the kernel tells
+// the mount ID of a path).
+func cgroupMounts(mountinfo string) ([]cgroupMount, error) {
+	b, err := os.ReadFile(mountinfo)
+	if err != nil {
+		return nil, fmt.Errorf("reading the mount table: %w", err)
+	}
+	var out []cgroupMount
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		// ID parent major:minor root mount-point options [optional...] - type source super-options
+		pre, post, ok := strings.Cut(line, " - ")
+		fields, fsFields := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 6 || len(fsFields) < 1 {
+			return nil, fmt.Errorf("%s: malformed line %q", mountinfo, line)
+		}
+		var version Version
+		switch fsFields[0] {
+		case "cgroup":
+			version = V1
+		case "cgroup2":
+			version = V2
+		default:
+			continue
+		}
+		id, err := strconv.ParseUint(fields[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: mount ID of %q: %w", mountinfo, line, err)
+		}
+		path := unescapeMountinfo(fields[4])
+		var stx unix.Statx_t
+		if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID, &stx); err != nil {
+			return nil, fmt.Errorf("statx %s: %w", path, err)
+		}
+		if stx.Mask&unix.STATX_MNT_ID != 0 && stx.Mnt_id != id {
+			continue // mounted over since
+		}
+		out = append(out, cgroupMount{path: path, version: version})
+	}
+	return out, nil
+}
+
+// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space,
+// \011, \012, \134) in a mountinfo path.
+func unescapeMountinfo(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // TestDestroyRemovesNothingMadeAgainAfterTheKill: the paths are checked
