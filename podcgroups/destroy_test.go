@@ -521,14 +521,25 @@ func TestDestroyRefusesAPodCgroupNotAsInspected(t *testing.T) {
 
 // madeAgainWith replaces the directory p by a new one (another inode) whose
 // container cgroup lists pid: kubelet making the pod's cgroup again, and a
-// process of the new pod in it.
-func madeAgainWith(t *testing.T, p string, pid int) error {
+// process of the new pod in it. It returns errors rather than take a
+// testing.T: it runs on another goroutine too, where t.Fatal may not be
+// called.
+func madeAgainWith(p string, pid int) error {
 	again := p + ".new"
-	cgroup(t, filepath.Join(again, ctrID), pid)
-	if err := os.RemoveAll(p); err != nil {
-		return err
+	ctr := filepath.Join(again, ctrID)
+	if err := os.MkdirAll(ctr, 0o755); err != nil {
+		return fmt.Errorf("making the pod cgroup again: %w", err)
 	}
-	return os.Rename(again, p)
+	if err := os.WriteFile(filepath.Join(ctr, "cgroup.procs"), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("putting PID %d in it: %w", pid, err)
+	}
+	if err := os.RemoveAll(p); err != nil {
+		return fmt.Errorf("removing the old pod cgroup: %w", err)
+	}
+	if err := os.Rename(again, p); err != nil {
+		return fmt.Errorf("moving the new pod cgroup in place: %w", err)
+	}
+	return nil
 }
 
 // TestDestroyKillsNothingInACgroupMadeAgainDuringSystemdsStop: the check
@@ -545,8 +556,15 @@ func TestDestroyKillsNothingInACgroupMadeAgainDuringSystemdsStop(t *testing.T) {
 	pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverSystemd, Root: "kubepods", Paths: []string{p}})
 	live := startSleeper(t)
 	h := (&fakeHost{}).host()
-	h.stopUnit = func(context.Context, string) error { return madeAgainWith(t, p, live.cmd.Process.Pid) }
+	var madeAgain error
+	h.stopUnit = func(context.Context, string) error {
+		madeAgain = madeAgainWith(p, live.cmd.Process.Pid)
+		return madeAgain
+	}
 	_, err = h.destroy(context.Background(), pod)
+	if madeAgain != nil {
+		t.Fatal(madeAgain) // or destroy's outcome would be blamed on it
+	}
 	var refused *RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "made again since it was inspected") {
 		t.Fatalf("destroy = %v; want a refusal: the cgroup at %s is not the one inspected", err, p)
@@ -570,7 +588,7 @@ func TestDestroyKillsNothingInACgroupMadeAgainBetweenKillPasses(t *testing.T) {
 		// The first pass killed the leaked process; the next comes
 		// killPassDelay later.
 		<-leaked.exited
-		madeAgain <- madeAgainWith(t, p, live.cmd.Process.Pid)
+		madeAgain <- madeAgainWith(p, live.cmd.Process.Pid)
 	}()
 	_, err := (&fakeHost{}).host().destroy(context.Background(), pod)
 	if err := <-madeAgain; err != nil {
