@@ -15,7 +15,7 @@
 //	pass_duration_seconds                         histogram duration of housekeeping passes
 //	passes_total{result}                          counter   housekeeping passes, by result
 //	last_successful_pass_timestamp_seconds        gauge     end of the last pass with a fresh listing
-//	stuck_terminating_pods                        gauge     pods Terminating longer than leak_grace
+//	stuck_terminating_pods                        gauge     pods Terminating for leak_grace or longer
 //	period_seconds                                gauge     housekeeping.period (0 until the configuration is known)
 //	breaker_trips_total{class}                    counter   passes in which the blast-radius budget refused a class
 //	budget_paused{class}                          gauge     1 while the last pass refused the class (it is paused)
@@ -183,7 +183,7 @@ func New(build BuildInfo) *Metrics {
 		}),
 		stuckTerminating: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: nameStuckTerminating,
-			Help: "Pods Terminating for longer than housekeeping.leak_grace.",
+			Help: "Pods Terminating for housekeeping.leak_grace or longer.",
 		}),
 		period: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: namePeriod,
@@ -405,8 +405,8 @@ func (m *Metrics) SetDegraded(part string, degraded bool) {
 	m.degraded.WithLabelValues(m.parts.pick(part)).Set(v)
 }
 
-// SetStuckTerminating sets the number of pods Terminating longer than
-// leak_grace.
+// SetStuckTerminating sets the number of pods Terminating for leak_grace
+// or longer.
 func (m *Metrics) SetStuckTerminating(n int) { m.stuckTerminating.Set(float64(n)) }
 
 // SetPeriod records housekeeping.period.
