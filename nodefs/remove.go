@@ -346,11 +346,13 @@ func (r *Remover) refuseMountsAt(rootFd int, rootInfo fileInfo, root string, rel
 }
 
 // mountTable returns every mount point of the mount table. With shared, a
-// table read less than mountTableReuse ago serves: the caller's kernel
-// gives mount IDs, so the walk refuses any mount made since in the tree it
-// enters (otherMount), as it refuses one made between this read and the
-// walk. Without mount IDs a same-device bind mount is seen only in the
-// table, so it is read afresh for every removal.
+// table read less than mountTableReuse ago serves: the root has a mount ID
+// (statx's, or its file handle's before Linux 5.8), so every directory of
+// the walk has one too (a same-device directory is on the same file
+// system, whose handles the root's proved), and the walk refuses any mount
+// made since in the tree it enters (otherMount), as it refuses one made
+// between this read and the walk. Without mount IDs a same-device bind
+// mount is seen only in the table, so it is read afresh for every removal.
 func (r *Remover) mountTable(shared bool) ([]string, error) {
 	if !shared {
 		return readMountPoints()
@@ -578,12 +580,20 @@ func (fi fileInfo) kind() string {
 // without file handles), the device number and the mount table check still
 // apply.
 func statAt(dirFd int, name string) (fileInfo, error) {
+	return statWith(unix.Statx, dirFd, name)
+}
+
+// statxFunc is unix.Statx; statWith takes it so that a test can be a
+// kernel whose statx has no mount ID, or no statx at all.
+type statxFunc func(dirFd int, path string, flags, mask int, stat *unix.Statx_t) error
+
+func statWith(statx statxFunc, dirFd int, name string) (fileInfo, error) {
 	flags := unix.AT_SYMLINK_NOFOLLOW
 	if name == "" {
 		flags |= unix.AT_EMPTY_PATH
 	}
 	var stx unix.Statx_t
-	err := unix.Statx(dirFd, name, flags, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_MNT_ID|unix.STATX_BTIME, &stx)
+	err := statx(dirFd, name, flags, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_MNT_ID|unix.STATX_BTIME, &stx)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
 		var st unix.Stat_t
 		if err := unix.Fstatat(dirFd, name, &st, flags); err != nil {

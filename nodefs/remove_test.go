@@ -815,9 +815,12 @@ func TestParseMountInfoLineSplitsAtSpacesOnly(t *testing.T) {
 // TestWithoutStatxMountIDsADirectorysMountIsAskedOfItsFileHandle: statx
 // gives no mount ID before Linux 5.8 (RHEL 8, Ubuntu 20.04), and a
 // same-device bind mount made during a walk was then not told apart.
-// name_to_handle_at gives the same mount ID on every kernel since 2.6.39:
-// it must agree with statx where statx has one (here), and so tell the bind
-// mount apart where statx has none.
+// name_to_handle_at gives the same mount ID on every kernel since 2.6.39.
+// statAt must ask it where statx has none, and where there is no statx
+// (ENOSYS, or EPERM from a seccomp filter): each old kernel is this one's
+// statx with the mount ID (and the mount-root attribute, also 5.8+) taken
+// out, or refused, and the mount IDs must be the ones this kernel's statx
+// gives, asked of the kernel, not of the code under test.
 func TestWithoutStatxMountIDsADirectorysMountIsAskedOfItsFileHandle(t *testing.T) {
 	dir := t.TempDir()
 	plain, bound, src := filepath.Join(dir, "plain"), filepath.Join(dir, "bound"), filepath.Join(dir, "src")
@@ -832,7 +835,6 @@ func TestWithoutStatxMountIDsADirectorysMountIsAskedOfItsFileHandle(t *testing.T
 		t.Fatal(err)
 	}
 	defer unix.Close(dirFd)
-	// What statx says, asked of the kernel here, not of the code under test.
 	statxMountID := func(name string) uint64 {
 		flags := unix.AT_SYMLINK_NOFOLLOW
 		if name == "" {
@@ -844,31 +846,53 @@ func TestWithoutStatxMountIDsADirectorysMountIsAskedOfItsFileHandle(t *testing.T
 		}
 		return stx.Mnt_id
 	}
-	root := fileInfo{mode: unix.S_IFDIR, mntID: handleMountID(dirFd, "")}
-	if want := statxMountID(""); root.mntID != want {
-		t.Fatalf("the directory's own mount ID by its handle is %d, statx says %d", root.mntID, want)
+	before58 := func(dirFd int, path string, flags, mask int, stx *unix.Statx_t) error {
+		err := unix.Statx(dirFd, path, flags, mask&^unix.STATX_MNT_ID, stx)
+		stx.Mask &^= unix.STATX_MNT_ID
+		stx.Mnt_id = 0
+		stx.Attributes_mask &^= unix.STATX_ATTR_MOUNT_ROOT
+		stx.Attributes &^= unix.STATX_ATTR_MOUNT_ROOT
+		return err
 	}
-	for _, tt := range []struct {
-		rule, name string
-		other      bool
+	refused := func(errno unix.Errno) statxFunc {
+		return func(int, string, int, int, *unix.Statx_t) error { return errno }
+	}
+	for _, kernel := range []struct {
+		name  string
+		statx statxFunc
 	}{
-		{"a plain directory is on its parent's mount", "plain", false},
-		{"a same-device bind mount is on a mount of its own", "bound", true},
+		{"statx without mount IDs (4.11-5.7)", before58},
+		{"no statx (before 4.11)", refused(unix.ENOSYS)},
+		{"statx refused by a seccomp filter", refused(unix.EPERM)},
 	} {
-		t.Run(tt.rule, func(t *testing.T) {
-			fi, err := statAt(dirFd, tt.name)
+		t.Run(kernel.name, func(t *testing.T) {
+			root, err := statWith(kernel.statx, dirFd, "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := statxMountID(tt.name)
-			// An old kernel: the device and inode as statx gives them, the
-			// mount ID only from the handle, no mount-root attribute.
-			old := fileInfo{mode: fi.mode, dev: fi.dev, ino: fi.ino, mntID: handleMountID(dirFd, tt.name)}
-			if old.mntID != want {
-				t.Fatalf("mount ID by the handle %d, statx says %d", old.mntID, want)
+			if want := statxMountID(""); root.mntID != want {
+				t.Fatalf("the directory's own mount ID is %d, statx says %d", root.mntID, want)
 			}
-			if why := otherMount(fileInfo{mode: unix.S_IFDIR, dev: fi.dev, mntID: root.mntID}, old); (why != "") != tt.other {
-				t.Errorf("otherMount = %q, want another mount: %v", why, tt.other)
+			for _, tt := range []struct {
+				rule, name string
+				other      bool
+			}{
+				{"a plain directory is on its parent's mount", "plain", false},
+				{"a same-device bind mount is on a mount of its own", "bound", true},
+			} {
+				fi, err := statWith(kernel.statx, dirFd, tt.name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fi.mountRoot {
+					t.Fatalf("%s: the old kernel told the mount root: the test proves nothing", tt.rule)
+				}
+				if want := statxMountID(tt.name); fi.mntID != want {
+					t.Errorf("%s: mount ID %d, statx says %d", tt.rule, fi.mntID, want)
+				}
+				if why := otherMount(root, fi); (why != "") != tt.other {
+					t.Errorf("%s: otherMount = %q, want another mount: %v", tt.rule, why, tt.other)
+				}
 			}
 		})
 	}
