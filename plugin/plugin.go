@@ -10,6 +10,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,8 +158,16 @@ func (p *Plugin) Synchronized() bool { return p.synchronized.Load() }
 // Stats returns the handler counters.
 func (p *Plugin) Stats() *Stats { return &p.stats }
 
-// configured handles connection n's Configure.
+// configured handles connection n's Configure. Only the newest connection
+// may become the current one: the plugin opens a connection only once the
+// one before it ended or was left behind (its watchdog), and the late
+// Configure of one left behind, had it made that one current again, would
+// have the new connection's Synchronize ignored and housekeeping wait for
+// the next reconnect.
 func (p *Plugin) configured(n uint64, config, runtime, version string) (api.EventMask, error) {
+	if err := p.leftBehind(n); err != nil {
+		return 0, err
+	}
 	p.log.say(logrus.InfoLevel, logrus.Fields{"runtime": runtime, "runtime_version": version, "connection": n}, nil, "registered with the runtime over NRI")
 	if p.configure != nil {
 		if err := p.configure(config); err != nil {
@@ -166,10 +175,14 @@ func (p *Plugin) configured(n uint64, config, runtime, version string) (api.Even
 			return 0, err
 		}
 	}
+	p.currentMu.Lock()
+	if err := p.leftBehind(n); err != nil {
+		p.currentMu.Unlock()
+		return 0, err
+	}
 	if p.stats.Registrations.Add(1) > 1 && p.observer != nil {
 		p.observer.ObserveNRIReconnect()
 	}
-	p.currentMu.Lock()
 	p.current = n
 	p.connected.Store(true)
 	if p.observer != nil {
@@ -178,6 +191,16 @@ func (p *Plugin) configured(n uint64, config, runtime, version string) (api.Even
 	p.currentMu.Unlock()
 	// 0 subscribes to every event this plugin has a handler for.
 	return 0, nil
+}
+
+// leftBehind refuses connection n when a newer one was opened since.
+func (p *Plugin) leftBehind(n uint64) error {
+	if newest := p.connections.Load(); n != newest {
+		p.log.say(logrus.InfoLevel, logrus.Fields{"connection": n, "current_connection": newest}, nil,
+			"the Configure of an NRI connection left behind came after a newer connection was opened; refused")
+		return fmt.Errorf("NRI connection %d was left behind for connection %d", n, newest)
+	}
+	return nil
 }
 
 // Synchronize records the runtime's pods and running containers.

@@ -633,6 +633,44 @@ func TestALateSynchronizeOfALostConnectionLeavesTheGateClosed(t *testing.T) {
 	}
 }
 
+// TestALateConfigureOfAConnectionLeftBehindDoesNotTakeOverTheNewOne: a
+// connection whose Configure did not come within the watchdog's window is
+// left behind and a new one opened; that Configure may still end (a
+// handler already running), after the new connection's own. It must be
+// refused: taken, it made the connection left behind the current one, the
+// new connection's Synchronize was ignored, and housekeeping stayed gated
+// until the next reconnect.
+func TestALateConfigureOfAConnectionLeftBehindDoesNotTakeOverTheNewOne(t *testing.T) {
+	p, _, w := newTestPlugin()
+	behind := p.newConnection()
+	behind.lost() // the watchdog left it behind
+	c2 := p.newConnection()
+	if _, err := c2.Configure(context.Background(), "", "containerd", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := behind.Configure(context.Background(), "", "containerd", "v2"); err == nil {
+		t.Fatal("the late Configure of a connection left behind was accepted")
+	}
+	if behind.configured.Load() {
+		t.Fatal("the connection left behind counts as configured")
+	}
+	if got := p.Stats().Registrations.Load(); got != 1 {
+		t.Fatalf("%d registrations counted, want 1: the refused Configure is none", got)
+	}
+	if _, err := c2.Synchronize(context.Background(), []*api.PodSandbox{kubeletPod("u", "s1")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Synchronized() || w.resyncs.Load() != 1 {
+		t.Fatalf("synchronized %v, resyncs %d after the new connection's Synchronize; want true, 1",
+			p.Synchronized(), w.resyncs.Load())
+	}
+	behind.lost() // its stub's close callback, later still
+	if !p.Connected() || !p.Synchronized() {
+		t.Fatalf("connected %v, synchronized %v after the loss of the connection left behind; want both",
+			p.Connected(), p.Synchronized())
+	}
+}
+
 // TestASynchronizeThatEndsAfterItsConnectionsLossLeavesTheGateClosed: the
 // stub runs a Synchronize handler and its close callback on goroutines of
 // their own (deliverSync waits for the stub's lock, which connClosed holds
