@@ -646,9 +646,15 @@ func TestOnlyACgroupHierarchysMountIsAHierarchy(t *testing.T) {
 			check{name: "the directory " + m.path + " is mounted on", hierarchy: filepath.Dir(m.path), path: m.path,
 				refused: "not a cgroup hierarchy's mount point"})
 	}
-	if len(mounts) > 1 {
-		checks = append(checks, check{name: "a path in another hierarchy", hierarchy: mounts[0].path, path: mounts[1].path,
-			refused: "not a cgroup hierarchy's mount point"})
+	// Two mounts of one hierarchy (cgroup2 mounted twice, as Cilium does at
+	// /run/cilium/cgroupv2) are the same file system: only mounts on other
+	// devices are other hierarchies.
+	for _, other := range mounts[1:] {
+		if other.dev != mounts[0].dev {
+			checks = append(checks, check{name: "a path in another hierarchy", hierarchy: mounts[0].path, path: other.path,
+				refused: "not a cgroup hierarchy's mount point"})
+			break
+		}
 	}
 	checks = append(checks,
 		check{name: "a path on another file system", hierarchy: "/proc", path: "/proc/self", refused: "not on a cgroup file system"},
@@ -676,6 +682,7 @@ func TestOnlyACgroupHierarchysMountIsAHierarchy(t *testing.T) {
 type cgroupMount struct {
 	path    string
 	version Version
+	dev     uint64 // the file system's device, as mountinfo gives it
 }
 
 // cgroupMounts lists the cgroup hierarchies in a mountinfo file (file system
@@ -708,15 +715,21 @@ func cgroupMounts(mountinfo string) ([]cgroupMount, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: mount ID of %q: %w", mountinfo, line, err)
 		}
+		major, minor, ok := strings.Cut(fields[2], ":")
+		maj, errMaj := strconv.ParseUint(major, 10, 32)
+		min, errMin := strconv.ParseUint(minor, 10, 32)
+		if !ok || errMaj != nil || errMin != nil {
+			return nil, fmt.Errorf("%s: device %q of %q", mountinfo, fields[2], line)
+		}
 		path := unescapeMountinfo(fields[4])
 		var stx unix.Statx_t
 		if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID, &stx); err != nil {
-			return nil, fmt.Errorf("statx %s: %w", path, err)
+			continue // not reachable by its path (a mount point since deleted, or below one)
 		}
 		if stx.Mask&unix.STATX_MNT_ID != 0 && stx.Mnt_id != id {
 			continue // mounted over since
 		}
-		out = append(out, cgroupMount{path: path, version: version})
+		out = append(out, cgroupMount{path: path, version: version, dev: unix.Mkdev(uint32(maj), uint32(min))})
 	}
 	return out, nil
 }
