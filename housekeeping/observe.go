@@ -58,33 +58,37 @@ func (l *Loop) observe(r PassResult, view *podstate.View) {
 	o.SetStuckTerminating(stuck)
 }
 
-// terminatingSince estimates when a pod stopped running: when its last
-// sandbox left Ready (or when it was first seen, without a sandbox). A
-// Removed sandbox's StateSince is its removal, not when it left Ready:
-// kubelet's garbage collection removes a pod's older sandboxes while the
-// pod lives, and that removal must not restart the count of a pod stuck
-// since its last sandbox stopped. It dates the pod only when no sandbox
-// is NotReady (nothing better is known then).
+// terminatingSince estimates when a pod stopped running: when its newest
+// sandbox left Ready (or when the pod was first seen, without a sandbox).
+// That sandbox's StoppedAt, not its StateSince, which for a Removed one is
+// its removal: kubelet's garbage collection removes a pod's older
+// sandboxes while the pod lives, and an explicit removal may take the
+// newest one before an older one; neither restarts or backdates the count
+// of a pod stuck since its newest sandbox stopped.
 func terminatingSince(p podstate.PodView) time.Time {
-	stopped, removed := p.FirstSeen, p.FirstSeen
-	notReady := false
-	for _, s := range p.Sandboxes {
-		switch s.State {
-		case podstate.SandboxNotReady:
-			notReady = true
-			if s.StateSince.After(stopped) {
-				stopped = s.StateSince
-			}
-		case podstate.SandboxRemoved:
-			if s.StateSince.After(removed) {
-				removed = s.StateSince
-			}
+	var newest *podstate.Sandbox
+	for i := range p.Sandboxes {
+		if s := &p.Sandboxes[i]; newest == nil || newerSandbox(s, newest) {
+			newest = s
 		}
 	}
-	if notReady {
-		return stopped
+	if newest == nil || newest.StoppedAt.IsZero() {
+		return p.FirstSeen
 	}
-	return removed
+	return newest.StoppedAt
+}
+
+// newerSandbox reports whether a was made after b: by the runtime's creation
+// time where both have one, then by kubelet's attempt, then by when each
+// was first seen.
+func newerSandbox(a, b *podstate.Sandbox) bool {
+	switch {
+	case !a.CreatedAt.IsZero() && !b.CreatedAt.IsZero() && !a.CreatedAt.Equal(b.CreatedAt):
+		return a.CreatedAt.After(b.CreatedAt)
+	case a.Attempt != b.Attempt:
+		return a.Attempt > b.Attempt
+	}
+	return a.FirstSeen.After(b.FirstSeen)
 }
 
 // oldestProposed is, by action kind, how long the oldest step the plan

@@ -168,6 +168,13 @@ func TestStuckTerminatingCountsPodsTerminatingForLeakGrace(t *testing.T) {
 		// while the pod lives: that is no sandbox leaving Ready.
 		{"a pod stuck for an hour whose older sandbox was removed a minute ago: 1",
 			[]stuckPod{{sandboxes: []stuckSandbox{{stopped: 2 * time.Hour, removed: time.Minute}, {stopped: time.Hour}}, running: true}}, 1},
+		// Nor is the newest sandbox's removal, taken before an older one's
+		// (by hand): the pod stopped when that newest sandbox did, not
+		// when the older one stopped, nor when the newest was removed.
+		{"a pod whose newest sandbox stopped 2 minutes ago, removed since, beside an older one stopped 2 hours ago: 0",
+			[]stuckPod{{sandboxes: []stuckSandbox{{stopped: 2 * time.Hour}, {stopped: 2 * time.Minute, removed: time.Minute}}, running: true}}, 0},
+		{"a pod whose newest sandbox stopped an hour ago, removed a minute ago, beside an older one: 1",
+			[]stuckPod{{sandboxes: []stuckSandbox{{stopped: 2 * time.Hour}, {stopped: time.Hour, removed: time.Minute}}, running: true}}, 1},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			state := podstate.New(0)

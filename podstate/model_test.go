@@ -56,6 +56,7 @@ type mSandbox struct {
 	session    uint64
 	source     Source
 	since      time.Time
+	stoppedAt  time.Time // when it left Ready; kept once Removed
 	createdAt  time.Time
 	changed    int  // op of the last change of state (or of the claim)
 	claim      bool // state is an event's (or Synchronize's) claim a newer listing may correct
@@ -115,6 +116,14 @@ func (m *model) container(p *mPod, sandbox, id, name string, src Source, at time
 }
 
 func (m *model) setSandbox(sb *mSandbox, to SandboxState, at time.Time, claim bool) {
+	switch {
+	case to == SandboxReady:
+		sb.stoppedAt = time.Time{} // corrected back to Ready: it never stopped
+	case to == SandboxNotReady:
+		sb.stoppedAt = at
+	case sb.stoppedAt.IsZero(): // removed without being seen stopped
+		sb.stoppedAt = at
+	}
 	sb.state, sb.since, sb.changed, sb.claim = to, at, m.op, claim
 }
 
@@ -222,7 +231,7 @@ func (m *model) reconcile(l Listing, startOp int, now time.Time) {
 		sb, known := m.sandboxes[in.ID]
 		if !known {
 			sb = m.sandbox(p, in.ID, SourceListing, now)
-			sb.state = want
+			m.setSandbox(sb, want, now, false)
 		}
 		if sb.createdAt.IsZero() {
 			sb.createdAt = in.CreatedAt
@@ -416,10 +425,10 @@ func (m *model) diff(v View, nri []NRISandbox) []string {
 			}
 			if sb.State != ms.state || sb.State == SandboxRemoved && sb.Removal != ms.removal || sb.StopSeen != ms.stopSeen ||
 				!sb.ReportedAt.Equal(ms.reportedAt) || sb.Synced != ms.synced || sb.Session != ms.session || sb.Source != ms.source ||
-				!sb.StateSince.Equal(ms.since) || !sb.CreatedAt.Equal(ms.createdAt) {
-				bad("sandbox %s: state %s (%s) since %v stop %v reported %v synced %v session %d source %s; model %s (%s) since %v stop %v reported %v synced %v session %d source %s",
-					sb.ID, sb.State, sb.Removal, tod(sb.StateSince), sb.StopSeen, tod(sb.ReportedAt), sb.Synced, sb.Session, sb.Source,
-					ms.state, ms.removal, tod(ms.since), ms.stopSeen, tod(ms.reportedAt), ms.synced, ms.session, ms.source)
+				!sb.StateSince.Equal(ms.since) || !sb.StoppedAt.Equal(ms.stoppedAt) || !sb.CreatedAt.Equal(ms.createdAt) {
+				bad("sandbox %s: state %s (%s) since %v stopped at %v stop %v reported %v synced %v session %d source %s; model %s (%s) since %v stopped at %v stop %v reported %v synced %v session %d source %s",
+					sb.ID, sb.State, sb.Removal, tod(sb.StateSince), tod(sb.StoppedAt), sb.StopSeen, tod(sb.ReportedAt), sb.Synced, sb.Session, sb.Source,
+					ms.state, ms.removal, tod(ms.since), tod(ms.stoppedAt), ms.stopSeen, tod(ms.reportedAt), ms.synced, ms.session, ms.source)
 			}
 		}
 		for _, c := range p.Containers {

@@ -397,6 +397,19 @@ func (s *State) advanceContainer(c *Container, to ContainerState, at time.Time) 
 
 func (s *State) setSandbox(sb *Sandbox, to SandboxState, at time.Time, fromEvent bool) {
 	sb.State, sb.StateSince, sb.seq, sb.fromEvent = to, at, s.seq, fromEvent
+	sb.StoppedAt = stoppedAt(to, sb.StoppedAt, at)
+}
+
+// stoppedAt is what a sandbox's StoppedAt becomes when it moves to state
+// to at time at, had being what it was.
+func stoppedAt(to SandboxState, had, at time.Time) time.Time {
+	switch {
+	case to == SandboxReady:
+		return time.Time{}
+	case to == SandboxNotReady, had.IsZero():
+		return at
+	}
+	return had
 }
 
 func (s *State) setContainer(c *Container, to ContainerState, at time.Time, fromEvent bool) {

@@ -186,6 +186,10 @@ type Sandbox struct {
 	FirstSeen time.Time
 	// StateSince is when State was first observed.
 	StateSince time.Time
+	// StoppedAt is when the sandbox was seen to leave Ready, kept once it
+	// is Removed (a Removed sandbox's StateSince is its removal); its
+	// removal when it was never seen NotReady, zero while it is Ready.
+	StoppedAt time.Time
 	// ReportedAt is when NRI last reported the sandbox (RunPodSandbox or
 	// Synchronize); zero if NRI never did (learned from a listing only).
 	ReportedAt time.Time
