@@ -17,6 +17,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
 
 // Values of Pods.Source.
@@ -325,9 +327,13 @@ func Parse(data []byte, source string) (Config, error) {
 	return c, nil
 }
 
-// Load reads the file at path and parses it with the path as source.
+// Load reads the file at path and parses it with the path as source. The
+// path must name a regular file (or a symlink to one): a FIFO or a device
+// given as --config by mistake is refused unopened, naming what it is,
+// instead of blocking the start (a FIFO with no writer) or never ending
+// (/dev/zero).
 func Load(path string) (Config, error) {
-	f, err := os.Open(path)
+	f, _, err := regularfile.Open(path, os.O_RDONLY, 0)
 	if err != nil {
 		return Config{}, fmt.Errorf("reading config file: %w", err)
 	}

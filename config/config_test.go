@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const testSource = "/etc/nri/conf.d/10-nri-housekeeper.conf"
@@ -699,6 +701,41 @@ func TestLoadMissingFileNamesPath(t *testing.T) {
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("error %v is not fs.ErrNotExist", err)
+	}
+}
+
+func TestLoadRefusesWhatIsNotARegularFileUnopened(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.conf")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, path, want string }{
+		// A FIFO with no writer blocked the open, and the start, for ever.
+		{"a FIFO", fifo, fifo + " is a FIFO, not a regular file"},
+		{"a directory", dir, dir + " is a directory, not a regular file"},
+		// A device that never ends would be read up to the size limit.
+		{"a character device", "/dev/zero", "/dev/zero is a character device, not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := Load(tc.path)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("Load(%s) = %v, want an error with %q", tc.path, err, tc.want)
+				}
+			case <-time.After(5 * time.Second):
+				// Let the blocked open go, so that the test binary can end.
+				if w, err := os.OpenFile(tc.path, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+					w.Close()
+				}
+				t.Fatalf("Load(%s) was still blocked after 5s", tc.path)
+			}
+		})
 	}
 }
 
