@@ -323,17 +323,34 @@ func decodeError(data []byte, err error) error {
 // lock's holder may call it: another writer's temp file is live. What has
 // that name but is not a regular file (a directory, a symlink) is someone
 // else's and is left alone, as is anything else in the directory.
+//
+// The number has no fixed length, so the temp files of a sibling whose name
+// is this one's and digits ("state.json7" beside "state.json") have names
+// ours could have: while such a sibling or its lock is there, a temp file
+// whose name could be its is left alone too (it may be a live write).
 func RemoveTempFiles(path string) ([]string, error) {
-	dir, prefix := filepath.Dir(path), "."+filepath.Base(path)
+	dir, base := filepath.Dir(path), filepath.Base(path)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("look for temp files beside the state file in %s: %w", dir, err)
 	}
+	// digitsAfter says whether name is prefix + one digit or more.
+	digitsAfter := func(name, prefix string) bool {
+		suffix, ok := strings.CutPrefix(name, prefix)
+		return ok && suffix != "" && strings.Trim(suffix, "0123456789") == ""
+	}
+	var siblings []string
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".lock")
+		if digitsAfter(name, base) {
+			siblings = append(siblings, "."+name)
+		}
+	}
 	var removed []string
 	var errs []error
 	for _, e := range entries {
-		suffix, ok := strings.CutPrefix(e.Name(), prefix)
-		if !ok || suffix == "" || strings.Trim(suffix, "0123456789") != "" || !e.Type().IsRegular() {
+		if !digitsAfter(e.Name(), "."+base) || !e.Type().IsRegular() ||
+			slices.ContainsFunc(siblings, func(s string) bool { return strings.HasPrefix(e.Name(), s) }) {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())

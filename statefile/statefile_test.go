@@ -409,7 +409,7 @@ func TestOnlyTheTempFilesOfUnfinishedWritesAreRemoved(t *testing.T) {
 	if err := pending.File.Close(); err != nil {
 		t.Fatal(err)
 	}
-	left := []string{"state.json", "state.json.lock", ".state.json", ".state.json.lock", ".state.json12x", ".other.json123", "state.json123"}
+	left := []string{"state.json", "state.json.lock", ".state.json", ".state.json.lock", ".state.json12x", ".other.json123", "state.json.123"}
 	for _, name := range left[1:] {
 		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
 			t.Fatal(err)
@@ -447,6 +447,63 @@ func TestOnlyTheTempFilesOfUnfinishedWritesAreRemoved(t *testing.T) {
 	slices.Sort(left)
 	if !slices.Equal(names, left) {
 		t.Errorf("the directory holds %q, want %q", names, left)
+	}
+}
+
+// TestTheTempFilesASiblingCouldOwnAreLeftAlone: a temp file's number has no
+// fixed length, so ".state.json7123" is as much "state.json7"'s temp file
+// (a live write of another writer) as ours; while that sibling or its lock
+// is there, it is left alone.
+func TestTheTempFilesASiblingCouldOwnAreLeftAlone(t *testing.T) {
+	for _, tc := range []struct {
+		rule          string
+		files         []string
+		removed, left []string
+	}{
+		{"with no sibling, every temp file of ours is removed",
+			[]string{".state.json7123", ".state.json42"},
+			[]string{".state.json42", ".state.json7123"}, nil},
+		{"a sibling's possible temp files are left, ours removed",
+			[]string{"state.json7", ".state.json7123", ".state.json42"},
+			[]string{".state.json42"}, []string{".state.json7123", "state.json7"}},
+		{"a sibling's lock is enough (its first write has no file yet)",
+			[]string{"state.json71.lock", ".state.json71123", ".state.json7234"},
+			[]string{".state.json7234"}, []string{".state.json71123", "state.json71.lock"}},
+		{"a sibling whose name is not ours and digits does not count",
+			[]string{"state.json.7", "state.json7x", ".state.json7123"},
+			[]string{".state.json7123"}, []string{"state.json.7", "state.json7x"}},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, name := range tc.files {
+				if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			removed, err := RemoveTempFiles(filepath.Join(dir, "state.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, name := range tc.removed {
+				want = append(want, filepath.Join(dir, name))
+			}
+			slices.Sort(removed)
+			if !slices.Equal(removed, want) {
+				t.Errorf("removed %q, want %q", removed, want)
+			}
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			if !slices.Equal(names, tc.left) {
+				t.Errorf("the directory holds %q, want %q", names, tc.left)
+			}
+		})
 	}
 }
 
