@@ -242,6 +242,12 @@ func Decode(data []byte) (State, error) {
 	if dec.More() {
 		return State{}, errors.New("more than one JSON value")
 	}
+	// encoding/json keeps the last of two equal keys and drops the first
+	// without a word: a "budget_spent" given twice would lose the steps of
+	// the first, and let more through than the hour's budget.
+	if err := duplicateKey(data); err != nil {
+		return State{}, err
+	}
 	if s.Version != 1 && s.Version != Version {
 		return State{}, fmt.Errorf("version %d, this nri-housekeeper reads versions 1 and %d", s.Version, Version)
 	}
@@ -294,6 +300,52 @@ func Decode(data []byte) (State, error) {
 		}
 	}
 	return s, nil
+}
+
+// duplicateKey returns an error naming the line of the first key that an
+// object of data (one valid JSON value) has twice.
+func duplicateKey(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	// One frame per open object or array: an object's keys so far, and
+	// whether its next string token is a key; nil keys for an array.
+	type frame struct {
+		keys      map[string]bool
+		expectKey bool
+	}
+	var stack []frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return decodeError(data, err)
+		}
+		top := len(stack) - 1
+		if top >= 0 && stack[top].keys != nil {
+			if stack[top].expectKey {
+				if key, ok := tok.(string); ok {
+					if stack[top].keys[key] {
+						line := 1 + bytes.Count(data[:dec.InputOffset()], []byte("\n"))
+						return fmt.Errorf("line %d: key %q given twice in one object (JSON keeps only the last, and the first would be lost)", line, key)
+					}
+					stack[top].keys[key] = true
+					stack[top].expectKey = false
+					continue
+				}
+			} else {
+				stack[top].expectKey = true // the value is this token
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{keys: map[string]bool{}, expectKey: true})
+		case json.Delim('['):
+			stack = append(stack, frame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:top]
+		}
+	}
 }
 
 // decodeError names the line of a syntax or type error.

@@ -208,6 +208,10 @@ func TestABadFileIsAnErrorNamingWhere(t *testing.T) {
 		{"step without class", `{"version": 1, "budget_spent": [{"at": "2026-11-23T08:00:00Z", "unit": "x"}]}`, "budget_spent[0]: class and unit"},
 		{"held without why", `{"version": 1, "budget_held_until": "2026-11-23T09:00:00Z"}`, "must be set together"},
 		{"two values", `{"version": 1} {"version": 1}`, "more than one JSON value"},
+		{"a key twice", "{\n\"version\": 1,\n\"budget_spent\": [{\"at\": \"2026-11-23T08:00:00Z\", \"class\": \"pod-dirs\", \"unit\": \"x\"}],\n\"budget_spent\": []\n}",
+			`line 4: key "budget_spent" given twice in one object`},
+		{"a key twice in an entry", "{\"version\": 1, \"torn_down\": [{\"uid\": \"" + uidA + "\", \"at\": \"2026-11-23T08:00:00Z\"},\n{\"uid\": \"" + uidA + "\", \"at\": \"2026-11-23T08:00:00Z\", \"at\": \"2026-11-23T09:00:00Z\"}]}",
+			`line 2: key "at" given twice in one object`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "state.json")
