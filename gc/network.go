@@ -30,6 +30,11 @@ type NetworkInput struct {
 	// network): it is never deleted, and its network's reservations are
 	// never released by hand.
 	NetnsDir string
+	// NetnsUnseen, when not "", says why this process may not see the
+	// namespaces containerd mounts (podnet.NetnsMountsUnseen): one that is
+	// not mounted here is not known to be gone, and an unowned attachment
+	// that ran in it is kept (its DEL would read no thread there).
+	NetnsUnseen string
 }
 
 // networkRules proposes the reclaim of the network's leaks. An owner (a
@@ -101,13 +106,30 @@ func (p *planner) networkRules() {
 			netnsUnknown[u.Path] = u.Reason
 		}
 	}
+	// The namespaces of known sandboxes: their records', and those their
+	// owners' attachments ran in. A DEL of another attachment there would
+	// undo an interface of a sandbox that still exists.
+	recorded := make(map[string]bool, len(n.Records.Sandboxes))
+	for _, s := range n.Records.Sandboxes {
+		if s.NetNSPath != "" {
+			recorded[s.NetNSPath] = true
+		}
+	}
+	for _, a := range n.Listing.Attachments {
+		if valid[a.ContainerID] && a.NetNS != "" {
+			validNetns[a.NetNS] = true
+		}
+	}
+	// The namespaces seen mounted here (InspectNetns): only another one
+	// may not be seen (NetnsUnseen).
+	mountedHere := make(map[string]bool, len(n.Listing.Netns))
+	for _, ns := range n.Listing.Netns {
+		mountedHere[ns.Path] = true
+	}
 	for i := range n.Listing.Attachments {
 		a := &n.Listing.Attachments[i]
 		cacheOwners[cacheOwner{a.Network, a.ContainerID}] = true
 		if valid[a.ContainerID] {
-			if a.NetNS != "" {
-				validNetns[a.NetNS] = true
-			}
 			continue
 		}
 		object := fmt.Sprintf("cni attachment %s of %s (network %s)", a.IfName, short(a.ContainerID), a.Network)
@@ -125,6 +147,12 @@ func (p *planner) networkRules() {
 			continue
 		case netnsUntold:
 			p.keep(object, PodRef{}, "whether a thread is in its netns %s cannot be told: %s", a.NetNS, untold)
+			continue
+		case recorded[a.NetNS] || validNetns[a.NetNS]:
+			p.keep(object, PodRef{}, "its netns %s is that of a sandbox containerd, CRI or NRI knows: a DEL there would undo that sandbox's interface", a.NetNS)
+			continue
+		case a.NetNS != "" && n.NetnsUnseen != "" && !mountedHere[a.NetNS]:
+			p.keep(object, PodRef{}, "its netns %s is not mounted as seen from here, which does not tell that it is gone: %s", a.NetNS, n.NetnsUnseen)
 			continue
 		}
 		key := fmt.Sprintf("cni-attachment/%s/%s/%s", a.Network, a.ContainerID, a.IfName)
@@ -167,12 +195,6 @@ func (p *planner) networkRules() {
 				r.IP, r.Network, short(r.Owner))})
 	}
 	// Network namespaces containerd made that nothing uses.
-	recorded := make(map[string]bool, len(n.Records.Sandboxes))
-	for _, s := range n.Records.Sandboxes {
-		if s.NetNSPath != "" {
-			recorded[s.NetNSPath] = true
-		}
-	}
 	for i := range n.Listing.Netns {
 		ns := &n.Listing.Netns[i]
 		if ns.InUse || recorded[ns.Path] || validNetns[ns.Path] {

@@ -166,6 +166,27 @@ func TestNetworkRules(t *testing.T) {
 			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, gone)
 			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns(cniName("leak"), false))
 		}, want: []string{"remove-cni-attachment " + gone.CacheFile, "remove-netns " + cniName("leak")}},
+		{name: "an unowned attachment that ran in a netns a sandbox record names stays", edit: func(in *Input) {
+			// A stray cache entry of another ID naming s1's namespace, no
+			// thread in it (s1's pause exited): its DEL would undo s1's
+			// interface.
+			in.Network.Listing.Netns[0].InUse = false
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", netnsDir+"/"+cniName("live")))
+		}},
+		{name: "an unowned attachment that ran in a live attachment's netns stays", edit: func(in *Input) {
+			in.Network.Records.Sandboxes["s1"] = cri.SandboxRecord{Namespace: "k8s.io"}
+			in.Network.Listing.Netns[0].InUse = false
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, attachment("gone1", netnsDir+"/"+cniName("live")))
+		}},
+		{name: "an unowned attachment whose netns is not mounted here stays where containerd's mounts may not be seen", edit: func(in *Input) {
+			in.Network.NetnsUnseen = "this process may not see the namespaces containerd mounts"
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, gone)
+		}},
+		{name: "an unowned attachment whose netns is mounted here, unused, is deleted where containerd's mounts may not be seen", edit: func(in *Input) {
+			in.Network.NetnsUnseen = "this process may not see the namespaces containerd mounts"
+			in.Network.Listing.Attachments = append(in.Network.Listing.Attachments, gone)
+			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns(cniName("leak"), false))
+		}, want: []string{"remove-cni-attachment " + gone.CacheFile, "remove-netns " + cniName("leak")}},
 		{name: "a netns a process is in stays", edit: func(in *Input) {
 			in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns(cniName("busy"), true))
 		}},
@@ -256,6 +277,9 @@ func suspectsOnly(in Input) (lazy Input, readRecords bool, inspected int) {
 	if owners || len(netns) > 0 {
 		n.Records, readRecords = full.Records, true
 		_, netns = NetworkSuspects(lazy)
+	}
+	if owners {
+		n.NetnsUnseen = full.NetnsUnseen
 	}
 	for _, ns := range full.Listing.Netns {
 		if slices.Contains(netns, ns.Path) {

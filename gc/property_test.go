@@ -261,7 +261,13 @@ func randomNetwork(rng *rand.Rand, in Input) *NetworkInput {
 		n.Listing.Unreadable = append(n.Listing.Unreadable, podnet.Unreadable{Kind: "cni-attachment", Path: "/var/lib/cni/results/garbled"})
 	}
 	for i := range 6 {
+		if rng.Intn(4) == 0 {
+			continue // not mounted here: gone, or not seen from here
+		}
 		n.Listing.Netns = append(n.Listing.Netns, podnet.Netns{Path: fmt.Sprintf("/run/netns/cni-%08d-0000-4000-8000-000000000000", i), Inode: uint64(4026530000 + i), InUse: rng.Intn(3) == 0})
+	}
+	if rng.Intn(3) == 0 {
+		n.NetnsUnseen = "this process may not see the namespaces containerd mounts"
 	}
 	for i := range 3 {
 		n.Listing.Netns = append(n.Listing.Netns, podnet.Netns{Path: fmt.Sprintf("/run/netns/cni-%08d-0000-4000-8000-000000000001", i), Inode: uint64(4026531000 + i)})
@@ -717,6 +723,12 @@ func checkNetwork(t *testing.T, in Input, r Result) {
 			}
 			if filepath.Dir(a.Attachment.NetNS) != in.Network.NetnsDir || !podnet.IsNetnsName(filepath.Base(a.Attachment.NetNS)) {
 				fail("the attachment ran in a netns containerd did not make")
+			}
+			if usedNetns[a.Attachment.NetNS] {
+				fail("the attachment ran in the netns of a sandbox a source knows")
+			}
+			if in.Network.NetnsUnseen != "" && !slices.ContainsFunc(in.Network.Listing.Netns, func(ns podnet.Netns) bool { return ns.Path == a.Attachment.NetNS }) {
+				fail("its netns is not mounted here, and this process may not see containerd's mounts")
 			}
 		case ReleaseIPReservation:
 			if a.Reservation == nil || known[a.Reservation.Owner] {

@@ -36,6 +36,9 @@ type NetworkRuntime interface {
 	NetworkStatus(ctx context.Context) (cri.NetworkStatus, error)
 	Records(ctx context.Context) (cri.Records, error)
 	RecordExists(ctx context.Context, id string) (bool, error)
+	// PeerPID is containerd's process, as this process's PID namespace
+	// names it (0: another PID namespace): see podnet.NetnsMountsUnseen.
+	PeerPID(ctx context.Context) (int, error)
 }
 
 // StatusEvery is how long passes with nothing suspect on the network use
@@ -185,7 +188,7 @@ func (n *Network) use(st cri.NetworkStatus, now time.Time) error {
 		// may change without containerd's answer changing.
 		n.statusAt = time.Time{}
 	}
-	r := podnet.NewReclaimer(cfg, n.opts.CacheDir, n.opts.ExecRoot)
+	r := podnet.NewReclaimer(cfg, n.opts.CacheDir, n.opts.ExecRoot, n.rt.PeerPID)
 	n.mu.Lock()
 	n.reclaimer = r
 	n.mu.Unlock()
@@ -211,6 +214,16 @@ func sameNetnsDir(configured, reported string) error {
 		return fmt.Errorf("network.netns_dir %s is not the netns dir containerd reports, %s: set it to that dir as mounted here, or to \"\" to use containerd's", configured, reported)
 	}
 	return nil
+}
+
+// netnsUnseen is podnet.NetnsMountsUnseen for containerd's process, asked
+// now (a failure to find it leaves the answer to the mount's propagation).
+func (n *Network) netnsUnseen(ctx context.Context, netnsDir string) string {
+	pid, err := n.rt.PeerPID(ctx)
+	if err != nil {
+		pid = 0
+	}
+	return podnet.NetnsMountsUnseen(pid, netnsDir)
 }
 
 // errCNIConfigChanged: the configuration a pass listed the network with is
@@ -317,6 +330,15 @@ func (l *Loop) networkInput(ctx context.Context, in gc.Input, listing networkLis
 			if n.Records, err = l.opts.Network.rt.Records(ctx); err == nil {
 				_, netns = gc.NetworkSuspects(in)
 			}
+		}
+		if err == nil && owners {
+			// An unowned attachment's DEL rests on its namespace being
+			// gone when it is not mounted here: only where this process
+			// sees what containerd mounts.
+			n.NetnsUnseen = l.opts.Network.netnsUnseen(ctx, listing.netnsDir)
+			l.sayWhileItLasts("netns-unseen", n.NetnsUnseen,
+				"unowned CNI attachments whose netns is not mounted here are kept: this process may not see the namespaces containerd mounts",
+				"the namespaces containerd mounts are seen here again")
 		}
 		if err == nil && len(netns) > 0 {
 			var unreadable []podnet.Unreadable

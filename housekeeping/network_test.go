@@ -39,6 +39,18 @@ type fakeContainerd struct {
 	statusRead int
 	// recordsErr fails Records, existsErr RecordExists.
 	recordsErr, existsErr error
+	// pidUnseen: containerd runs in a PID namespace the plugin cannot see
+	// into (PeerPID answers 0); else it is this test's process.
+	pidUnseen bool
+}
+
+func (f *fakeContainerd) PeerPID(context.Context) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pidUnseen {
+		return 0, nil
+	}
+	return os.Getpid(), nil
 }
 
 func (f *fakeContainerd) NetworkStatus(context.Context) (cri.NetworkStatus, error) {

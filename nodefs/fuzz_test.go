@@ -230,7 +230,7 @@ func FuzzParseMountInfoLine(f *testing.F) {
 		}
 		line = "36 25 0:4 " + kernelEscape(root) + " " + kernelEscape(point) + " rw,nosuid shared:5 - " + fstype + " /dev/sda1 rw"
 		m, err := ParseMountInfoLine(line)
-		want := MountInfo{ID: "36", Parent: "25", Root: root, MountPoint: point, FSType: fstype}
+		want := MountInfo{ID: "36", Parent: "25", Root: root, MountPoint: point, Optional: "shared:5", FSType: fstype}
 		if err != nil || m != want {
 			t.Fatalf("%q parsed as %+v, %v; want %+v", line, m, err, want)
 		}

@@ -100,7 +100,11 @@ type MountInfo struct {
 	ID, Parent string // mount IDs: the mount's and the one it is on
 	Root       string // the path in its file system the mount shows, unescaped
 	MountPoint string // unescaped
-	FSType     string
+	// Optional are the optional fields, space separated: the mount's
+	// propagation ("shared:1", "master:2", "shared:3 master:1"; "" for a
+	// private mount).
+	Optional string
+	FSType   string
 }
 
 // ParseMountInfoLine parses one line of a mountinfo file:
@@ -131,6 +135,7 @@ func ParseMountInfoLine(line string) (MountInfo, error) {
 		Parent:     fields[1],
 		Root:       UnescapeMountPath(fields[3]),
 		MountPoint: UnescapeMountPath(fields[4]),
+		Optional:   strings.Join(fields[6:sep], " "),
 		FSType:     fields[sep+1],
 	}, nil
 }

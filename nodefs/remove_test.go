@@ -781,7 +781,9 @@ func TestParseMountInfoLineSplitsAtSpacesOnly(t *testing.T) {
 		wantErr    bool
 	}{
 		{"a plain line", "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue",
-			MountInfo{ID: "36", Parent: "35", Root: "/mnt1", MountPoint: "/mnt2", FSType: "ext3"}, false},
+			MountInfo{ID: "36", Parent: "35", Root: "/mnt1", MountPoint: "/mnt2", Optional: "master:1", FSType: "ext3"}, false},
+		{"two optional fields", "36 35 98:0 / /mnt2 rw shared:3 master:1 - ext3 /dev/root rw",
+			MountInfo{ID: "36", Parent: "35", Root: "/", MountPoint: "/mnt2", Optional: "shared:3 master:1", FSType: "ext3"}, false},
 		{"no optional fields", "36 35 98:0 / /mnt2 rw - ext3 /dev/root rw",
 			MountInfo{ID: "36", Parent: "35", Root: "/", MountPoint: "/mnt2", FSType: "ext3"}, false},
 		{"an empty source", "36 35 0:5 / /mnt2 rw - tmpfs  rw",

@@ -71,7 +71,7 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 		bindMount(t, hostLocal, filepath.Join(root, hostLocal)) // and of the same host-local dir
 		n.add(t, cfg, "pods", id, ns)
 		a := onlyAttachment(t, cfg, n, id)
-		if err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, root, thisProcess).DeleteAttachment(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 		// The ADDs ran here; the DELs in the root, where their log is.
@@ -214,7 +214,7 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 				tc.prepare(t, n, root)
 			}
 			a := onlyAttachment(t, cfg, n, id)
-			err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a)
+			err := NewReclaimer(cfg, n.cacheDir, root, thisProcess).DeleteAttachment(ctx, a)
 			wantRefused(t, err, a.CacheFile, tc.want)
 			if !exists(t, a.CacheFile) {
 				t.Error("the cache entry is gone")
@@ -253,7 +253,7 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 		bindMount(t, ns, filepath.Join(root, real, "netns", filepath.Base(ns)))
 		n.add(t, cfg, "pods", id, ns)
 		a := onlyAttachment(t, cfg, n, id)
-		if err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, root, thisProcess).DeleteAttachment(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 		if dels := linesOf(t, filepath.Join(root, n.log)); len(dels) != 2 || !strings.HasPrefix(dels[0], "DEL "+id+" eth0 "+ns+" ") {
@@ -267,7 +267,7 @@ func TestDeleteAttachmentInAnExecRoot(t *testing.T) {
 		root := execRoot(t, n, fakeVeth, fakePortmap)
 		n.add(t, cfg, "pods", id, netnsPath(n.netnsDir, 1)) // no such namespace: the DEL gets none
 		a := onlyAttachment(t, cfg, n, id)
-		err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a)
+		err := NewReclaimer(cfg, n.cacheDir, root, thisProcess).DeleteAttachment(ctx, a)
 		var cniErr *types.Error
 		var refused *RefusedError
 		if !errors.As(err, &cniErr) || errors.As(err, &refused) || !strings.Contains(err.Error(), "DEL fails, as configured") {
@@ -348,7 +348,7 @@ func TestADELWhoseChainCannotBeCheckedInTheExecRootRunsNoPlugin(t *testing.T) {
 			n.add(t, cfg, "pods", id, ns)
 			a := onlyAttachment(t, cfg, n, id)
 			tc.prepare(t, n, &cfg, root)
-			err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a)
+			err := NewReclaimer(cfg, n.cacheDir, root, thisProcess).DeleteAttachment(ctx, a)
 			var refused *RefusedError
 			if err == nil || errors.As(err, &refused) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want an error (not a refusal) saying %q", err, tc.want)
@@ -403,7 +403,7 @@ func TestAnExecRootThatCannotBeOpenedIsAnErrorNamingIt(t *testing.T) {
 	n.add(t, cfg, "pods", id, netnsPath(n.netnsDir, 1))
 	a := onlyAttachment(t, cfg, n, id)
 	root := filepath.Join(t.TempDir(), "typo")
-	err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(context.Background(), a)
+	err := NewReclaimer(cfg, n.cacheDir, root, thisProcess).DeleteAttachment(context.Background(), a)
 	var refused *RefusedError
 	if err == nil || errors.As(err, &refused) || !strings.Contains(err.Error(), "network.exec_root "+root+" cannot be used") {
 		t.Fatalf("err = %v, want an error naming network.exec_root %s", err, root)
@@ -452,7 +452,7 @@ func TestAnExecRootThatFindsAnotherPluginFirstRefusesTheDEL(t *testing.T) {
 			copyFile(t, filepath.Join(pluginDir, fakeVeth), filepath.Join(root, first, typ))
 			n.add(t, cfg, "pods", id, netnsPath(n.netnsDir, 1))
 			a := onlyAttachment(t, cfg, n, id)
-			err := NewReclaimer(cfg, n.cacheDir, root).DeleteAttachment(ctx, a)
+			err := NewReclaimer(cfg, n.cacheDir, root, thisProcess).DeleteAttachment(ctx, a)
 			if dels := linesOf(t, filepath.Join(root, n.log)); len(dels) != 0 {
 				t.Errorf("plugins ran in the exec root:\n%s", strings.Join(dels, "\n"))
 			}

@@ -74,7 +74,7 @@ func TestADELWhosePluginWaitsInAChildIsCutOff(t *testing.T) {
 				if root {
 					execRootDir = "/" // the same files: only the exec path differs
 				}
-				r := NewReclaimer(delCfg, n.cacheDir, execRootDir)
+				r := NewReclaimer(delCfg, n.cacheDir, execRootDir, thisProcess)
 				r.stepTimeout = 300 * time.Millisecond
 				start := time.Now()
 				err = r.DeleteAttachment(ctx, a)

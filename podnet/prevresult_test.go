@@ -61,7 +61,7 @@ func TestNoDELActsOnAnAddressAnotherContainerHoldsNow(t *testing.T) {
 			}
 			held(t, reservation)
 			before := len(n.pluginCalls(t))
-			err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att)
+			err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).DeleteAttachment(ctx, att)
 			calls := n.pluginCalls(t)[before:]
 			t.Logf("DeleteAttachment: %v; plugin calls:\n%s", err, strings.Join(calls, "\n"))
 			if len(calls) > 0 {
@@ -76,7 +76,7 @@ func TestNoDELActsOnAnAddressAnotherContainerHoldsNow(t *testing.T) {
 				t.Fatal(err)
 			}
 			ownedBy(a)(t, reservation)
-			if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att); err != nil {
+			if err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).DeleteAttachment(ctx, att); err != nil {
 				t.Fatalf("DeleteAttachment with the address still its own: %v", err)
 			}
 		})
@@ -125,7 +125,7 @@ func TestNoDELActsOnAnyAddressOfTheResultItPassesOn(t *testing.T) {
 			writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.5"), a+"\r\neth0")
 			writeFile(t, filepath.Join(net.HostLocalDir, "10.22.0.6"), b+"\r\neth0")
 			before := len(n.pluginCalls(t))
-			err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, att)
+			err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).DeleteAttachment(ctx, att)
 			if calls := n.pluginCalls(t)[before:]; len(calls) > 0 {
 				t.Fatalf("CNI DEL of %s ran with prevResult IP 10.22.0.6, which host-local holds for %s now (err %v):\n%s", a[56:], b[56:], err, strings.Join(calls, "\n"))
 			}

@@ -64,6 +64,10 @@ type Reclaimer struct {
 	// lock takes host-local's lock on a network dir (lockHostLocal); a
 	// field so that a test can see when it is let go.
 	lock func(ctx context.Context, dir string) (unlock func(), err error)
+	// runtimePID finds the runtime's process, whose mount namespace tells
+	// whether a namespace that is not mounted here is gone (nil: not
+	// known; see NetnsMountsUnseen).
+	runtimePID RuntimePID
 }
 
 // StepTimeout bounds one CNI DEL (its plugins are killed then) and the wait
@@ -80,8 +84,9 @@ const StepTimeout = time.Minute
 // a plugin prints on stderr is kept only when it fails (in the error).
 // execRoot, when not "", is the root plugins run chrooted into
 // (network.exec_root; see rootedExec); the plugins, and the namespace
-// they are given, must be the same files there as here.
-func NewReclaimer(cfg Config, cacheDir, execRoot string) *Reclaimer {
+// they are given, must be the same files there as here. runtimePID finds
+// the runtime's process (nil: not known), for NetnsMountsUnseen.
+func NewReclaimer(cfg Config, cacheDir, execRoot string, runtimePID RuntimePID) *Reclaimer {
 	// An explicit exec: libcni sets its default lazily on first use,
 	// which races between goroutines, and its RawExec does not kill a
 	// plugin's children (see rootedExec).
@@ -89,7 +94,20 @@ func NewReclaimer(cfg Config, cacheDir, execRoot string) *Reclaimer {
 	return &Reclaimer{cfg: cfg, cacheDir: cacheDir, cni: libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cacheDir, exec),
 		execRoot: execRoot, stepTimeout: StepTimeout,
 		threads: recentThreads{read: netnsInUse, now: time.Now, maxAge: threadsMaxAge},
-		lock:    lockHostLocal}
+		lock:    lockHostLocal, runtimePID: runtimePID}
+}
+
+// netnsUnseen is NetnsMountsUnseen for the dir of the namespace path
+// netns, asked now.
+func (r *Reclaimer) netnsUnseen(ctx context.Context, netns string) string {
+	pid := 0
+	if r.runtimePID != nil {
+		// An error leaves the answer to the mount's propagation.
+		if p, err := r.runtimePID(ctx); err == nil {
+			pid = p
+		}
+	}
+	return NetnsMountsUnseen(pid, filepath.Dir(netns))
 }
 
 // checkExecRoot refuses a DEL whose plugins, or whose namespace, are not
@@ -179,6 +197,9 @@ func (r *Reclaimer) network(path, name string) (Network, error) {
 //     capability args (else RefusedError);
 //   - no address of its cached result is reserved by another container on
 //     the network's host-local dir (else RefusedError; see ipsStillItsOwn);
+//   - a namespace that is not mounted here is taken for gone only where
+//     this process sees the namespaces containerd mounts (else
+//     RefusedError; see NetnsMountsUnseen);
 //   - while its namespace is still mounted, no thread on the node is in it
 //     (else RefusedError, also when that cannot be told): the plan saw it
 //     unused when the pass began, but network steps run last, after the
@@ -242,6 +263,14 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 	netns, netnsIno, err := netnsForDel(cur.NetNS)
 	if err != nil {
 		return fmt.Errorf("CNI DEL of %s: %w", path, err)
+	}
+	if netns == "" && cur.NetNS != "" {
+		// Not mounted here is gone only where this process sees what
+		// containerd mounts: else the DEL would run with no namespace,
+		// and no thread in it read.
+		if why := r.netnsUnseen(ctx, cur.NetNS); why != "" {
+			return refuse(path, "its namespace %s is not mounted here, which does not tell that it is gone: %s", cur.NetNS, why)
+		}
 	}
 	if err := r.checkExecRoot(n.List, netns, n.HostLocalDir); err != nil {
 		var refused *RefusedError

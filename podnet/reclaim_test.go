@@ -42,7 +42,7 @@ func TestDeleteAttachment(t *testing.T) {
 		ns := newNetns(t, netnsPath(n.netnsDir, 3), false).Path // still there: the DEL gets it
 		n.add(t, cfg, "pods", id, ns)
 		a := onlyAttachment(t, cfg, n, id)
-		if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).DeleteAttachment(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 		calls := n.pluginCalls(t)
@@ -87,7 +87,7 @@ func TestDeleteAttachment(t *testing.T) {
 			cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
 			n.add(t, cfg, "pods", id, tc.netns(n))
 			a := onlyAttachment(t, cfg, n, id)
-			if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a); err != nil {
+			if err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).DeleteAttachment(ctx, a); err != nil {
 				t.Fatal(err)
 			}
 			calls := n.pluginCalls(t)
@@ -109,7 +109,7 @@ func TestDeleteAttachment(t *testing.T) {
 		}
 		n.add(t, cfg, "pods", id, netnsPath(loop, 3))
 		a := onlyAttachment(t, cfg, n, id)
-		err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a)
+		err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).DeleteAttachment(ctx, a)
 		var r *RefusedError
 		if err == nil || errors.As(err, &r) || !strings.Contains(err.Error(), "cannot tell whether its namespace") {
 			t.Fatalf("err = %v, want an error saying whether its namespace is there cannot be told", err)
@@ -127,7 +127,7 @@ func TestDeleteAttachment(t *testing.T) {
 		if err := os.Remove(a.CacheFile); err != nil {
 			t.Fatal(err)
 		}
-		if err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).DeleteAttachment(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 		if calls := n.pluginCalls(t); len(calls) != 2 {
@@ -140,7 +140,7 @@ func TestDeleteAttachment(t *testing.T) {
 		cfg := n.config(t, map[string]string{"10-pods.conflist": strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "failDel": true`, 1)})
 		n.add(t, cfg, "pods", id, ns)
 		a := onlyAttachment(t, cfg, n, id)
-		err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a)
+		err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).DeleteAttachment(ctx, a)
 		var r *RefusedError
 		if err == nil || errors.As(err, &r) || !strings.Contains(err.Error(), "DEL fails, as configured") || !strings.Contains(err.Error(), a.CacheFile) {
 			t.Fatalf("err = %v, want the plugin's error naming %s", err, a.CacheFile)
@@ -155,7 +155,7 @@ func TestDeleteAttachment(t *testing.T) {
 		cfg := n.config(t, map[string]string{"10-pods.conflist": strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "fake-portmap", "hangDel": true`, 1)})
 		n.add(t, cfg, "pods", id, ns)
 		a := onlyAttachment(t, cfg, n, id)
-		r := NewReclaimer(cfg, n.cacheDir, "")
+		r := NewReclaimer(cfg, n.cacheDir, "", thisProcess)
 		r.stepTimeout = 200 * time.Millisecond
 		start := time.Now()
 		err := r.DeleteAttachment(ctx, a)
@@ -206,7 +206,7 @@ func TestDeleteAttachment(t *testing.T) {
 			path := a.CacheFile
 			tt.change(t, n, &cfg, &a)
 			before := len(n.pluginCalls(t))
-			err := NewReclaimer(cfg, n.cacheDir, "").DeleteAttachment(ctx, a)
+			err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).DeleteAttachment(ctx, a)
 			wantRefused(t, err, a.CacheFile, tt.want)
 			if calls := n.pluginCalls(t); len(calls) != before {
 				t.Errorf("plugins ran: %s", strings.Join(calls[before:], "\n"))
@@ -246,7 +246,7 @@ func TestADELRereadsTheThreadsOfItsNamespaceRightBefore(t *testing.T) {
 			netns := newNetns(t, netnsPath(n.netnsDir, 3), false).Path
 			n.add(t, cfg, "pods", id, netns)
 			a := onlyAttachment(t, cfg, n, id)
-			r := NewReclaimer(cfg, n.cacheDir, "")
+			r := NewReclaimer(cfg, n.cacheDir, "", thisProcess)
 			tt.change(t, r, netns)
 			before := len(n.pluginCalls(t))
 			wantRefused(t, r.DeleteAttachment(ctx, a), a.CacheFile, tt.want)
@@ -412,7 +412,7 @@ func TestReleaseReservation(t *testing.T) {
 			n, cfg, r := reservationNode(t, id)
 			tt.change(t, n, &cfg, &r)
 			before, _ := os.ReadFile(r.Path)
-			err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(ctx, r)
+			err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).ReleaseReservation(ctx, r)
 			if tt.refused == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -471,7 +471,7 @@ func TestReleaseReservationWhenLibcnisCacheCannotBeRead(t *testing.T) {
 				results.make(t, path)
 				var err error
 				regularfiletest.ReturnsWithin(t, func() {
-					err = NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r)
+					err = NewReclaimer(cfg, n.cacheDir, "", thisProcess).ReleaseReservation(context.Background(), r)
 				})
 				if err == nil {
 					t.Fatal("released, though libcni's cache could not be read")
@@ -516,7 +516,7 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(ctx, r)
+		err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).ReleaseReservation(ctx, r)
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "host-local's lock") {
 			t.Fatalf("err = %v, want the deadline while waiting for host-local's lock", err)
 		}
@@ -534,7 +534,7 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 		const held = 150 * time.Millisecond
 		time.AfterFunc(held, release)
 		start := time.Now()
-		if err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).ReleaseReservation(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
 		if waited := time.Since(start); waited < held {
@@ -548,7 +548,7 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 	t.Run("without a deadline of its own, the wait ends after the step timeout", func(t *testing.T) {
 		n, cfg, r := reservationNode(t, id)
 		holdHostLocalLock(t, filepath.Dir(r.Path))
-		rc := NewReclaimer(cfg, n.cacheDir, "")
+		rc := NewReclaimer(cfg, n.cacheDir, "", thisProcess)
 		rc.stepTimeout = 200 * time.Millisecond
 		err := rc.ReleaseReservation(context.Background(), r)
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "host-local's lock") || !exists(t, r.Path) {
@@ -566,7 +566,7 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 			t.Fatal(err)
 		}
 		var err error
-		regularfiletest.ReturnsWithin(t, func() { err = NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r) })
+		regularfiletest.ReturnsWithin(t, func() { err = NewReclaimer(cfg, n.cacheDir, "", thisProcess).ReleaseReservation(context.Background(), r) })
 		if err == nil || !strings.Contains(err.Error(), lock+" is a FIFO, not a regular file") || !exists(t, r.Path) {
 			t.Fatalf("err = %v (reservation there: %v), want a refusal of the FIFO %s", err, exists(t, r.Path), lock)
 		}
@@ -581,7 +581,7 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 			os.WriteFile(r.Path, []byte(containerID(2)+"\r\neth0"), 0o600)
 			release()
 		})
-		err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r)
+		err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).ReleaseReservation(context.Background(), r)
 		wantRefused(t, err, r.Path, "now reserves the IP for "+containerID(2))
 	})
 }
@@ -612,7 +612,7 @@ func hostLocalCanLock(t *testing.T, dir string) bool {
 func TestAReleaseHoldsHostLocalsLockUntilTheReservationIsGone(t *testing.T) {
 	n, cfg, r := reservationNode(t, containerID(1))
 	dir := filepath.Dir(r.Path)
-	rc := NewReclaimer(cfg, n.cacheDir, "")
+	rc := NewReclaimer(cfg, n.cacheDir, "", thisProcess)
 	letGo := false
 	rc.lock = func(ctx context.Context, dir string) (func(), error) {
 		unlock, err := lockHostLocal(ctx, dir)
@@ -658,7 +658,7 @@ func TestHostLocalCanTakeItsLockAfterARelease(t *testing.T) {
 		t.Run(tc.rule, func(t *testing.T) {
 			n, cfg, r := reservationNode(t, id)
 			tc.change(t, r)
-			err := NewReclaimer(cfg, n.cacheDir, "").ReleaseReservation(context.Background(), r)
+			err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).ReleaseReservation(context.Background(), r)
 			t.Logf("ReleaseReservation: %v", err)
 			if !hostLocalCanLock(t, filepath.Dir(r.Path)) {
 				t.Fatal("host-local cannot take its lock after ReleaseReservation returned")
@@ -683,7 +683,7 @@ func TestRemoveNetns(t *testing.T) {
 
 	t.Run("a namespace mount no thread is in is unmounted and removed", func(t *testing.T) {
 		n, cfg, tn, ns := setup(t, false)
-		if err := NewReclaimer(cfg, n.cacheDir, "").RemoveNetns(ctx, ns); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).RemoveNetns(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
 		if isMounted(t, tn.Path) || exists(t, tn.Path) {
@@ -697,7 +697,7 @@ func TestRemoveNetns(t *testing.T) {
 			t.Fatal(err)
 		}
 		os.Remove(tn.Path)
-		if err := NewReclaimer(cfg, n.cacheDir, "").RemoveNetns(ctx, ns); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).RemoveNetns(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -716,7 +716,7 @@ func TestRemoveNetns(t *testing.T) {
 		if len(l.Netns) != 1 || l.Netns[0].Path != filepath.Join(link, filepath.Base(tn.Path)) {
 			t.Fatalf("netns = %+v, unreadable %+v; want the namespace under %s", l.Netns, l.Unreadable, link)
 		}
-		if err := NewReclaimer(cfg, n.cacheDir, "").RemoveNetns(ctx, l.Netns[0]); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).RemoveNetns(ctx, l.Netns[0]); err != nil {
 			t.Fatal(err)
 		}
 		if isMounted(t, tn.Path) || exists(t, tn.Path) {
@@ -763,7 +763,7 @@ func TestRemoveNetns(t *testing.T) {
 		if len(l.Netns) != 1 || l.Netns[0].Inode != tn.Inode || len(l.Unreadable) > 0 {
 			t.Fatalf("netns = %+v, unreadable %+v; want the one namespace", l.Netns, l.Unreadable)
 		}
-		if err := NewReclaimer(cfg, n.cacheDir, "").RemoveNetns(ctx, l.Netns[0]); err != nil {
+		if err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).RemoveNetns(ctx, l.Netns[0]); err != nil {
 			t.Fatal(err)
 		}
 		if mounts, err := mountsIn(n.netnsDir); err != nil || len(mounts[filepath.Base(tn.Path)]) > 0 || exists(t, tn.Path) {
@@ -829,7 +829,7 @@ func TestRemoveNetns(t *testing.T) {
 			n, cfg, tn, ns := setup(t, tt.inUse)
 			tt.change(t, n, cfg, tn, &ns)
 			mounted := isMounted(t, tn.Path)
-			err := NewReclaimer(cfg, n.cacheDir, "").RemoveNetns(ctx, ns)
+			err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).RemoveNetns(ctx, ns)
 			wantRefused(t, err, ns.Path, tt.want)
 			if isMounted(t, tn.Path) != mounted || !exists(t, tn.Path) {
 				t.Fatalf("%s changed", tn.Path)
@@ -861,7 +861,7 @@ func TestRemoveNetns(t *testing.T) {
 		t.Run("when "+tt.rule+", the namespace is not removed", func(t *testing.T) {
 			n, cfg, tn, ns := setup(t, false)
 			tt.change(t, n, tn)
-			err := NewReclaimer(cfg, n.cacheDir, "").RemoveNetns(ctx, ns)
+			err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).RemoveNetns(ctx, ns)
 			if err == nil {
 				t.Fatal("removed, though libcni's cache could not be read")
 			}
@@ -920,7 +920,7 @@ func childListAndRemove(t *testing.T, netnsDir string) {
 	if err := unix.Stat(path, &st); err != nil {
 		t.Fatal(err)
 	}
-	r := NewReclaimer(Config{}, t.TempDir(), "")
+	r := NewReclaimer(Config{}, t.TempDir(), "", thisProcess)
 	wantRefused(t, r.RemoveNetns(context.Background(), Netns{Path: path, Inode: st.Ino}), path, "not the node's")
 }
 
@@ -939,7 +939,7 @@ func TestADELRefusesANamespaceMountedAgainWhileItsThreadsWereRead(t *testing.T) 
 	other := newNetns(t, netnsPath(t.TempDir(), 4), true) // a thread is in it
 	n.add(t, cfg, "pods", id, netns)
 	a := onlyAttachment(t, cfg, n, id)
-	r := NewReclaimer(cfg, n.cacheDir, "")
+	r := NewReclaimer(cfg, n.cacheDir, "", thisProcess)
 	read := r.threads.read
 	r.threads.read = func(ctx context.Context) (map[uint64]bool, error) {
 		if err := unix.Mount(other.Path, netns, "", unix.MS_BIND, ""); err != nil {
@@ -970,7 +970,7 @@ func TestADELRestsOnAReadOfTheThreadsAtMostASecondOld(t *testing.T) {
 	secondNetns := newNetns(t, netnsPath(n.netnsDir, 4), false).Path
 	n.add(t, cfg, "pods", second, secondNetns)
 	a, b := onlyAttachment(t, cfg, n, first), onlyAttachment(t, cfg, n, second)
-	r := NewReclaimer(cfg, n.cacheDir, "")
+	r := NewReclaimer(cfg, n.cacheDir, "", thisProcess)
 	now := time.Now()
 	r.threads.now = func() time.Time { return now }
 	if err := r.DeleteAttachment(ctx, a); err != nil {
@@ -1083,7 +1083,7 @@ func waitInNetns(t *testing.T, n node) {
 func TestTheDELsOfOneNamespaceRunOneAtATime(t *testing.T) {
 	ctx := context.Background()
 	n, cfg, _, pods, storage := twoNetworksInOneNamespace(t)
-	r := NewReclaimer(cfg, n.cacheDir, "")
+	r := NewReclaimer(cfg, n.cacheDir, "", thisProcess)
 	// A clock a second on at each look: no DEL shares a read by age alone.
 	r.threads.now = (&lockedClock{now: time.Now(), step: time.Second}).look
 	first := make(chan error, 1)
@@ -1135,7 +1135,7 @@ func TestADELThatWaitedForItsNamespaceChecksItsEntryAfterTheWait(t *testing.T) {
 			if !slices.Contains(storage.IPs, "10.22.0.5") {
 				t.Fatalf("want the storage attachment with 10.22.0.5; listed %+v", storage)
 			}
-			r := NewReclaimer(cfg, n.cacheDir, "")
+			r := NewReclaimer(cfg, n.cacheDir, "", thisProcess)
 			first := make(chan error, 1)
 			go func() { first <- r.DeleteAttachment(ctx, pods) }()
 			waitInNetns(t, n)
@@ -1177,7 +1177,7 @@ func TestADELThatWaitedForItsNamespaceChecksItsEntryAfterTheWait(t *testing.T) {
 func TestADELAfterAnotherInItsNamespaceDoesNotShareAReadMadeWhileItsPluginsWereThere(t *testing.T) {
 	ctx := context.Background()
 	n, cfg, ns, pods, storage := twoNetworksInOneNamespace(t)
-	r := NewReclaimer(cfg, n.cacheDir, "")
+	r := NewReclaimer(cfg, n.cacheDir, "", thisProcess)
 	// A clock that moves only when the test moves it: every read is
 	// young enough to be shared by age.
 	clock := &lockedClock{now: time.Now()}
@@ -1306,3 +1306,7 @@ func (c *lockedClock) move(d time.Duration) {
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
 }
+
+// thisProcess is a runtime in the test's own mount namespace: a namespace
+// not mounted here is gone.
+func thisProcess(context.Context) (int, error) { return os.Getpid(), nil }
