@@ -566,7 +566,9 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 			t.Fatal(err)
 		}
 		var err error
-		regularfiletest.ReturnsWithin(t, func() { err = NewReclaimer(cfg, n.cacheDir, "", thisProcess).ReleaseReservation(context.Background(), r) })
+		regularfiletest.ReturnsWithin(t, func() {
+			err = NewReclaimer(cfg, n.cacheDir, "", thisProcess).ReleaseReservation(context.Background(), r)
+		})
 		if err == nil || !strings.Contains(err.Error(), lock+" is a FIFO, not a regular file") || !exists(t, r.Path) {
 			t.Fatalf("err = %v (reservation there: %v), want a refusal of the FIFO %s", err, exists(t, r.Path), lock)
 		}
