@@ -149,6 +149,30 @@ func TestCommandLineErrorsExitTwo(t *testing.T) {
 	}
 }
 
+// TestALogThatCannotBeOpenedEndsRunWithItsErrorNotAPanic: a failed
+// logging.New returned no closer, and run's deferred close called it.
+func TestALogThatCannotBeOpenedEndsRunWithItsErrorNotAPanic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "log.toml")
+	missing := filepath.Join(dir, "nonexistent", "x.log")
+	if err := os.WriteFile(path, []byte("[housekeeping]\nstate_file = \"\"\n[log]\ntarget = \"file\"\nfile = \""+missing+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := -1
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("run panicked: %v; stderr:\n%s", r, stderr.String())
+			}
+		}()
+		code = run([]string{"run", "--config", path}, &stdout, &stderr)
+	}()
+	if code != 2 || !strings.Contains(stderr.String(), missing) {
+		t.Fatalf("exit %d, want 2 with an error naming %s; stderr:\n%s", code, missing, stderr.String())
+	}
+}
+
 // TestAStrayArgumentIsAnErrorNotTheDefaults: report, once and run take no
 // arguments. A configuration file given without --config (or a flag after
 // an argument, which Go's flag package stops at) must end the command, not

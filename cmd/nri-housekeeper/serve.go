@@ -43,11 +43,14 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 		// then its lines are kept, and go where that section says.
 		log, held = logging.NewHeld()
 	} else {
-		var err error
-		if log, closeLog, err = logging.New(logOptions(cfg, stderr)); err != nil {
+		// Assigned only once it worked: a failed New returns no closer,
+		// and the deferred call would panic.
+		l, closer, err := logging.New(logOptions(cfg, stderr))
+		if err != nil {
 			fmt.Fprintf(stderr, "nri-housekeeper: %v\n", err)
 			return 2
 		}
+		log, closeLog = l, closer
 	}
 	// Here, once there is a log to say the signal in; stopped after Close
 	// (deferred below, so run first) wrote the state file.
