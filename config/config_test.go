@@ -704,6 +704,33 @@ func TestLoadMissingFileNamesPath(t *testing.T) {
 	}
 }
 
+// TestDeeplyNestedKeysAreReportedAtOnce: recording the line of every
+// prefix of every key made inline tables nested 4,000 deep (16 KB, well
+// under MaxSize) take minutes; nested dotted keys too.
+func TestDeeplyNestedKeysAreReportedAtOnce(t *testing.T) {
+	const depth = 4000
+	for _, tc := range []struct{ name, text, want string }{
+		{"inline tables", "[log]\nx = " + strings.Repeat("{a=", depth) + "1" + strings.Repeat("}", depth) + "\n", testSource + ":2: log.x: unknown key"},
+		{"a dotted key", "[log]\nx." + strings.Repeat("a.", depth) + "b = 1\n", testSource + ":2: log.x: unknown key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := Parse([]byte(tc.text), testSource)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("err = %v, want %q", err, tc.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Parse still running after 10s")
+			}
+		})
+	}
+}
+
 func TestLoadRefusesWhatIsNotARegularFileUnopened(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.conf")

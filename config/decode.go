@@ -432,9 +432,16 @@ func scan(data []byte) scanned {
 	return s
 }
 
+// maxRecordedDepth bounds the keys whose lines are recorded: no key of the
+// configuration is nested half as deep, and a deeper one is reported at its
+// first unknown part. Without it, recording every prefix of every key made a
+// text of deeply nested inline tables cost time cubic in its depth (12 KB
+// took 20 s).
+const maxRecordedDepth = 8
+
 // inline records the keys of v, the value of key path, if it is an inline table.
 func (s *scanned) inline(p *unstable.Parser, path []string, v *unstable.Node) {
-	if v.Kind != unstable.InlineTable {
+	if v.Kind != unstable.InlineTable || len(path) >= maxRecordedDepth {
 		return
 	}
 	it := v.Children()
@@ -451,7 +458,7 @@ func (s *scanned) inline(p *unstable.Parser, path []string, v *unstable.Node) {
 
 // record sets the line of path and of its parent tables, unless known already.
 func (s *scanned) record(path []string, line int) {
-	for i := range path {
+	for i := range min(len(path), maxRecordedDepth) {
 		k := dotted(path[:i+1]...)
 		if _, ok := s.lines[k]; !ok {
 			s.lines[k] = line
