@@ -68,7 +68,14 @@ func openExisting(path string, flag int) (*os.File, fs.FileInfo, error) {
 	reopen := flag&^(os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW) | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
 	opened, err := openRetryingEINTR(fmt.Sprintf("/proc/self/fd/%d", fd), reopen)
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening %s through its O_PATH descriptor (is /proc mounted?): %w", path, err)
+		if errors.Is(err, unix.ENOENT) {
+			// The file was there a moment ago (its descriptor is held):
+			// it is /proc/self/fd that is not.
+			return nil, nil, fmt.Errorf("opening %s through its O_PATH descriptor (is /proc mounted?): %w", path, err)
+		}
+		// The file's own answer (permission denied, ...), as an open of
+		// the path gives it.
+		return nil, nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	f := os.NewFile(uintptr(opened), path)
 	fi, err := f.Stat()

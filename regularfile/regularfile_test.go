@@ -170,3 +170,29 @@ func TestOpenReadsAndWritesTheFileItLookedAt(t *testing.T) {
 		t.Errorf("the symlink's target was made: %v", err)
 	}
 }
+
+// TestTheFilesOwnRefusalIsSaidAsAnOpensWould: the file's own answer to the
+// open through its O_PATH descriptor (permission denied, a read-only file
+// system) was said as "is /proc mounted?", pointing away from the file.
+func TestTheFilesOwnRefusalIsSaidAsAnOpensWould(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ro.conf")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(path, path, "none", unix.MS_BIND, ""); err != nil {
+		t.Skipf("mounting not permitted: %v", err)
+	}
+	defer func() { _ = unix.Unmount(path, unix.MNT_DETACH) }()
+	if err := unix.Mount("none", path, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := Open(path, os.O_RDWR, 0)
+	if err == nil {
+		f.Close()
+		t.Fatal("a read-only file was opened for writing")
+	}
+	var pathErr *fs.PathError
+	if !errors.Is(err, unix.EROFS) || !errors.As(err, &pathErr) || pathErr.Path != path || strings.Contains(err.Error(), "/proc") {
+		t.Fatalf("err = %v, want open %s: read-only file system", err, path)
+	}
+}
