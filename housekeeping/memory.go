@@ -72,6 +72,15 @@ func (l *Loop) restore(ctx context.Context) {
 		l.budgetHeldWhy = fmt.Sprintf("the state file could not be read at %s, so the budgeted steps of the hour before are unknown: "+
 			"every budgeted step is held until %s", now.Format(time.RFC3339), l.budgetHeldUntil.Format(time.RFC3339))
 		fields := logrus.Fields{"path": path, "held_until": l.budgetHeldUntil.Format(time.RFC3339)}
+		advice := "to start afresh at once, stop the plugin, remove the file and start it again"
+		switch {
+		case errors.Is(err, fs.ErrPermission):
+			// Nothing may be wrong with the file: this reader may not
+			// read it (a report run by another user than the plugin's).
+			advice = "permission denied: run this as the user the plugin runs as (root)"
+		case l.opts.StateReadOnly:
+			advice = "the file is left as it is (nothing is written by this command)"
+		}
 		if fi, lerr := os.Lstat(path); lerr == nil && !fi.Mode().IsRegular() {
 			// Not a file the plugin wrote (a directory such as the chart's
 			// stateDir, a symlink): it is not moved.
@@ -86,8 +95,7 @@ func (l *Loop) restore(ctx context.Context) {
 			}
 		}
 		l.log.WithError(err).WithFields(fields).Error("cannot read the state file: the pods seen torn down before this start are forgotten " +
-			"(their pod dirs are reported, not removed) and every budgeted step is held for an hour; to start afresh at once, " +
-			"stop the plugin, remove the file and start it again")
+			"(their pod dirs are reported, not removed) and every budgeted step is held for an hour; " + advice)
 		// The hold is written now, not at the first pass that lists the
 		// node: a plugin killed before (containerd not up yet, a crash
 		// loop) would find no file at its next start, and no hold.

@@ -135,6 +135,25 @@ func TestTheHourlyBudgetHoldsAcrossRestarts(t *testing.T) {
 	}
 }
 
+// TestAReportThatCannotReadTheStateFileDoesNotSayToRemoveIt: report reads
+// the running plugin's file; it said "stop the plugin, remove the file" of
+// a file it could not read, which would lose the plugin's hour.
+func TestAReportThatCannotReadTheStateFileDoesNotSayToRemoveIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	garbage := []byte(`{"version": 1, "torn_down": [`)
+	if err := os.WriteFile(path, garbage, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, logs := restartedLoop(nil, Options{StateFile: path, StateReadOnly: true}, &fakeRuntime{}, now)
+	if !strings.Contains(logs(), "cannot read the state file") || strings.Contains(logs(), "remove the file") ||
+		!strings.Contains(logs(), "nothing is written by this command") {
+		t.Fatalf("a read-only reader's words on the unreadable file:\n%s", logs())
+	}
+	if kept, err := os.ReadFile(path); err != nil || string(kept) != string(garbage) {
+		t.Fatalf("the file was changed: %q, %v", kept, err)
+	}
+}
+
 // A state file that cannot be read says nothing of the hour before: it is
 // kept aside, and every budgeted step is held for an hour, across restarts
 // too; steps outside the budget go on. After the hour, steps resume.
