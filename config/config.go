@@ -13,9 +13,12 @@ package config
 import (
 	"bytes"
 	_ "embed"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
@@ -328,11 +331,19 @@ func Parse(data []byte, source string) (Config, error) {
 }
 
 // Load reads the file at path and parses it with the path as source. The
-// path must name a regular file (or a symlink to one): a FIFO or a device
-// given as --config by mistake is refused unopened, naming what it is,
-// instead of blocking the start (a FIFO with no writer) or never ending
-// (/dev/zero).
+// path must name a regular file (or a symlink to one), or a pipe that a
+// writer fills within pipeReadTimeout (`--config <(...)`, /dev/stdin): a
+// directory, a socket or a device given by mistake is refused unopened,
+// naming what it is (/dev/zero would never end), and a FIFO that no writer
+// fills is an error, not a start blocked for ever.
 func Load(path string) (Config, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Type() == fs.ModeNamedPipe {
+		data, err := readPipe(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("reading config file: %w", err)
+		}
+		return Parse(data, path)
+	}
 	f, _, err := regularfile.Open(path, os.O_RDONLY, 0)
 	if err != nil {
 		return Config{}, fmt.Errorf("reading config file: %w", err)
@@ -343,6 +354,34 @@ func Load(path string) (Config, error) {
 		return Config{}, fmt.Errorf("reading config file: %w", err)
 	}
 	return Parse(data, path)
+}
+
+// pipeReadTimeout bounds the read of a configuration from a pipe.
+const pipeReadTimeout = 10 * time.Second
+
+// readPipe reads the pipe at path, opened without waiting for a writer
+// (O_NONBLOCK), until its writer closes it, within pipeReadTimeout. A pipe
+// that gives no text had no writer, or one that wrote nothing: an error
+// rather than the defaults an empty file means.
+func readPipe(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := f.SetReadDeadline(time.Now().Add(pipeReadTimeout)); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, fmt.Errorf("%s is a pipe whose writer did not close it within %s: give a regular file", path, pipeReadTimeout)
+	case err != nil:
+		return nil, err
+	case len(data) == 0:
+		return nil, fmt.Errorf("%s is a pipe that gave no configuration text (no writer?): give a regular file, or an empty one for the defaults", path)
+	}
+	return data, nil
 }
 
 // Validate checks the semantic rules of every field (the rules Parse applies

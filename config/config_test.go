@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -731,7 +732,26 @@ func TestDeeplyNestedKeysAreReportedAtOnce(t *testing.T) {
 	}
 }
 
-func TestLoadRefusesWhatIsNotARegularFileUnopened(t *testing.T) {
+// TestLoadReadsAPipeAWriterFills: `--config <(...)` and /dev/stdin are
+// pipes; their text is read to the writer's end.
+func TestLoadReadsAPipeAWriterFills(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	go func() {
+		_, _ = w.WriteString("dry_run = true\n")
+		w.Close()
+	}()
+	path := fmt.Sprintf("/proc/self/fd/%d", r.Fd())
+	c, err := Load(path)
+	if err != nil || !c.DryRun {
+		t.Fatalf("Load(%s) = dry_run %v, %v; want the pipe's text", path, c.DryRun, err)
+	}
+}
+
+func TestLoadRefusesWhatIsNotARegularFileOrAFilledPipe(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.conf")
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
@@ -739,7 +759,7 @@ func TestLoadRefusesWhatIsNotARegularFileUnopened(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, path, want string }{
 		// A FIFO with no writer blocked the open, and the start, for ever.
-		{"a FIFO", fifo, fifo + " is a FIFO, not a regular file"},
+		{"a FIFO with no writer", fifo, fifo + " is a pipe that gave no configuration text (no writer?)"},
 		{"a directory", dir, dir + " is a directory, not a regular file"},
 		// A device that never ends would be read up to the size limit.
 		{"a character device", "/dev/zero", "/dev/zero is a character device, not a regular file"},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -342,13 +343,30 @@ func TestStderrTargetWritesToTheFileWhenStderrIsDiscardedAndSaysWhy(t *testing.T
 				t.Fatalf("nothing logged to %s: %v", want, err)
 			}
 			lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-			notice := `level=warning msg="log.target = \"stderr\" but stderr is discarded (` + os.DevNull +
-				`), as when containerd launches the plugin: logging to ` + want + ` instead"`
+			notice := `level=warning msg="logs go to stderr, but stderr is discarded (` + os.DevNull +
+				`), as when containerd launches the plugin: logging to ` + want + ` instead, so that what is done is not lost"`
 			if len(lines) != 2 || !strings.HasSuffix(lines[0], notice) ||
 				!strings.HasSuffix(lines[1], `msg="stopped and removed sandbox" action=remove-sandbox`) {
 				t.Errorf("want the notice %q then the entry, got:\n%s", notice, b)
 			}
 		})
+	}
+}
+
+// TestStderrAsGivenKeepsADiscardedStderr: report acts on nothing; its
+// user's 2>/dev/null is kept, not turned into lines in the plugin's log.
+func TestStderrAsGivenKeepsADiscardedStderr(t *testing.T) {
+	fallback := filepath.Join(t.TempDir(), "default.log")
+	logger, closeFn, err := New(Options{Target: TargetStderr, Stderr: devNull(t), fallbackFile: fallback, StderrAsGiven: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger.Warn("a report's line")
+	if err := closeFn(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fallback); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the fallback file was made: %v", err)
 	}
 }
 

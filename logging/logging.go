@@ -127,6 +127,10 @@ type Options struct {
 	JournalSocket string
 	// Stderr receives stderr output and the journald fallback; nil means os.Stderr.
 	Stderr io.Writer
+	// StderrAsGiven keeps Target stderr on Stderr even when nobody reads
+	// it: for a command that acts on nothing (report), whose user chose
+	// where its stderr goes.
+	StderrAsGiven bool
 
 	// For tests, which must not write to /var/log nor depend on where their own stderr
 	// goes: fallbackFile replaces DefaultFallbackFile when not "", and discarded
@@ -208,7 +212,7 @@ func New(opts Options) (*logrus.Logger, func() error, error) {
 			discarded = stderrDiscarded
 		}
 		discardedAs, isDiscarded := discarded(stderr)
-		if !isDiscarded {
+		if !isDiscarded || opts.StderrAsGiven {
 			useText(logger, stderr)
 			return logger, noop, nil
 		}
@@ -218,13 +222,13 @@ func New(opts Options) (*logrus.Logger, func() error, error) {
 			// Nothing better is possible; the warning is for a stderr
 			// that is only closed now and read again later.
 			useText(logger, stderr)
-			logger.WithError(err).Warnf("log.target = %q but stderr is discarded (%s), and log file %s cannot be opened: entries are lost",
-				TargetStderr, discardedAs, path)
+			logger.WithError(err).Warnf("logs go to stderr, but stderr is discarded (%s), and log file %s cannot be opened: entries are lost",
+				discardedAs, path)
 			return logger, noop, nil
 		}
 		useText(logger, f)
-		logger.Warnf("log.target = %q but stderr is discarded (%s), as when containerd launches the plugin: logging to %s instead",
-			TargetStderr, discardedAs, path)
+		logger.Warnf("logs go to stderr, but stderr is discarded (%s), as when containerd launches the plugin: logging to %s instead, so that what is done is not lost",
+			discardedAs, path)
 		return logger, f.Close, nil
 
 	case TargetFile:

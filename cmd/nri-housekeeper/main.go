@@ -138,10 +138,10 @@ There are no grace clocks between runs, so leak_grace counts from now: with
 the default grace every leak shows as waiting for it; --leak-grace 0s shows
 every leak as due.
 
-Exit status: 0 printed; 1 the listing or the printing failed, or a signal
-(SIGTERM, SIGINT, SIGHUP) stopped it, gracefully or, at a second signal,
-at once; 2 a bad flag, argument or configuration, or an unusable
-runtime.endpoint.
+Exit status: 0 printed; 1 the listing (containerd not running, or
+runtime.endpoint not its socket: the message names it) or the printing
+failed, or a signal (SIGTERM, SIGINT, SIGHUP) stopped it, gracefully or, at
+a second signal, at once; 2 a bad flag, argument or configuration.
 
 Flags:
 `
@@ -154,7 +154,9 @@ It acts for real unless the configuration sets dry_run = true (the built-in
 default is false): run 'report' first. Its budgeted steps count in the state
 file's hour (it takes the file's lock); beside a running plugin, which holds
 the lock, it takes no budgeted step and says why. Logs and one line per step
-go to stderr, the report to stdout.
+go to stderr (when stderr is discarded, as by 2>/dev/null, to log.file or
+/var/log/nri-housekeeper.log, so that what it does is not lost), the report
+to stdout.
 
 There are no grace clocks between runs, so leak_grace counts from now: with
 the default grace nothing is due yet; --leak-grace 0s acts on the listing as
@@ -163,11 +165,12 @@ a moment before its pod dir, and looks gone meanwhile): use it on a node whose
 kubelet is stopped or stuck, after a 'report'.
 
 Exit status: 0 every step taken succeeded (or none was due); 1 the listing
-failed, a step failed, the pass could not act at all (the reason on
+failed (containerd not running, or runtime.endpoint not its socket), a step
+failed, the pass could not act at all (the reason on
 stderr, such as kubelet's pods dir not found), or a signal (SIGTERM,
 SIGINT, SIGHUP) stopped it before it ended, gracefully or, at a second
 signal, at once (see 'nri-housekeeper help', Signals); 2 a bad flag,
-argument or configuration, or an unusable runtime.endpoint.
+argument or configuration.
 
 Flags:
 `

@@ -8,6 +8,9 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
@@ -55,6 +58,9 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	// The commands print to stdout; logs (and once's action lines) go to stderr.
 	logOpts := logOptions(cfg, stderr)
 	logOpts.Target = logging.TargetStderr
+	// report acts on nothing: a 2>/dev/null is its user's choice. once
+	// acts, and what it does is logged to the log file then.
+	logOpts.StderrAsGiven = cmd == "report"
 	log, closeLog, err := logging.New(logOpts)
 	if err != nil {
 		fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, err)
@@ -98,7 +104,11 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	r := loop.Pass(ctx)
 	stopped := ctx.Err() != nil // by SIGTERM, SIGINT or SIGHUP, before the pass ended
 	if r.Err != nil {
-		fmt.Fprintf(stderr, "nri-housekeeper %s: %v\n", cmd, r.Err)
+		hint := ""
+		if status.Code(r.Err) == codes.Unavailable {
+			hint = fmt.Sprintf("; is containerd running, and is runtime.endpoint (%s) its socket?", cfg.Runtime.Endpoint)
+		}
+		fmt.Fprintf(stderr, "nri-housekeeper %s: %v%s\n", cmd, r.Err, hint)
 		return 1
 	}
 	rep := report.Build(r.Started, r.Snapshot, r.Plan, r.Blocked)

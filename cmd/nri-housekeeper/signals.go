@@ -83,7 +83,7 @@ func stopOnSignal(parent context.Context, who string, log logrus.FieldLogger, st
 						defer stoppingSaid.Done()
 						defer close(said)
 						log.WithField("signal", sig.String()).Info("stopping: the pass in progress ends at its next safe point, " +
-							"then the state file is written; a second signal exits at once")
+							"then the state file is written (by the commands that write it); a second signal exits at once")
 					}()
 					select {
 					case <-said:
