@@ -63,14 +63,26 @@ func validate(p *problems, c Config) {
 		p.add("nri.plugin_index", "invalid plugin index %s (expected two decimal digits, \"00\" to \"99\")", quote(idx))
 	}
 
-	if ep := c.Runtime.Endpoint; !strings.HasPrefix(ep, UnixScheme) || !filepath.IsAbs(ep[len(UnixScheme):]) || strings.ContainsRune(ep, 0) {
+	switch ep := c.Runtime.Endpoint; {
+	case !strings.HasPrefix(ep, UnixScheme) || !filepath.IsAbs(ep[len(UnixScheme):]) || strings.ContainsRune(ep, 0):
 		p.add("runtime.endpoint", "invalid endpoint %s (expected \"unix://\" followed by an absolute path, such as \"unix:///run/containerd/containerd.sock\")", quote(ep))
+	case filepath.Clean(ep[len(UnixScheme):]) == "/":
+		p.add("runtime.endpoint", "invalid endpoint %s: / is a directory, not containerd's socket (such as \"unix:///run/containerd/containerd.sock\")", quote(ep))
+	case strings.ContainsAny(ep, "?#"):
+		// gRPC reads the endpoint as a URL: the socket it dials would
+		// end before the ? or #, another path than the one written.
+		p.add("runtime.endpoint", "invalid endpoint %s: a ? or # would be read as a URL's query or fragment, and the socket dialled would be another path; "+
+			"give the socket's path alone, such as \"unix:///run/containerd/containerd.sock\"", quote(ep))
 	}
 	if ns := c.Runtime.Namespace; len(ns) > 76 || !namespace.MatchString(ns) {
 		p.add("runtime.namespace", "invalid namespace %s (expected a containerd namespace such as \"k8s.io\": letters and digits separated by single . _ or -, at most 76 characters)", quote(ns))
 	}
 	atLeastDuration(p, "runtime.rpc_timeout", c.Runtime.RPCTimeout, MinRPCTimeout,
 		"a busy containerd takes longer than that to answer, and every pass would fail; use e.g. \"10s\"")
+	if c.Runtime.RPCTimeout > MaxRPCTimeout {
+		p.add("runtime.rpc_timeout", "must be at most %s, got %q: a containerd that hangs would hold every pass that long (a typo such as \"10h\" for \"10s\"?); "+
+			"kubelet's own runtime-request-timeout is 2m; use e.g. \"10s\"", MaxRPCTimeout, c.Runtime.RPCTimeout.String())
+	}
 
 	oneOf(p, "pods.source", c.Pods.Source, PodsSourceKubeletDir, PodsSourceNone)
 	// Pod dirs are removed below it (<kubelet_root>/pods/<uid>).
@@ -166,13 +178,15 @@ var (
 )
 
 // MinPeriod and MinRPCTimeout are the least housekeeping.period and
-// runtime.rpc_timeout a configuration may set; MaxPeriod, MaxParallel and
-// MaxStopTimeout the most housekeeping.period, housekeeping.max_parallel
-// and orphans.stop_timeout may.
+// runtime.rpc_timeout a configuration may set; MaxPeriod, MaxRPCTimeout,
+// MaxParallel and MaxStopTimeout the most housekeeping.period,
+// runtime.rpc_timeout, housekeeping.max_parallel and orphans.stop_timeout
+// may.
 const (
 	MinPeriod      = time.Second
 	MaxPeriod      = 24 * time.Hour
 	MinRPCTimeout  = time.Second
+	MaxRPCTimeout  = 10 * time.Minute
 	MaxParallel    = 64
 	MaxStopTimeout = 10 * time.Minute
 )
