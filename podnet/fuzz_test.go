@@ -1,10 +1,12 @@
 package podnet
 
 import (
+	"encoding/json"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -242,4 +244,23 @@ func FuzzFromContainerdStatus(f *testing.F) {
 			t.Fatalf("accepted a configuration with no network or no plugin dir: %+v", cfg)
 		}
 	})
+}
+
+// TestResultIPsAreThoseLibcniPassesOn: a result is read by its cniVersion,
+// as libcni's DEL reads it; "ips" read whatever the version checked other
+// addresses than the plugins are given.
+func TestResultIPsAreThoseLibcniPassesOn(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want []string
+	}{
+		{`{"cniVersion":"1.0.0","ips":[{"address":"10.22.0.5/16"},{"address":"fd00::5/64"}]}`, []string{"10.22.0.5", "fd00::5"}},
+		{`{"cniVersion":"0.2.0","ip4":{"ip":"10.22.0.5/16"},"ips":{}}`, []string{"10.22.0.5"}},
+		{`{"ip4":{"ip":"10.22.0.5/16"},"ips":[{"address":"10.22.0.9/16"}]}`, []string{"10.22.0.5"}},
+		{`{"cniVersion":"9.9.9","ips":[{"address":"10.22.0.9/16"}]}`, nil},
+	} {
+		if got := resultIPs(json.RawMessage(tc.raw)); !slices.Equal(got, tc.want) {
+			t.Errorf("resultIPs(%s) = %q, want %q", tc.raw, got, tc.want)
+		}
+	}
 }

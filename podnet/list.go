@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -300,33 +299,20 @@ func parseCacheEntry(path, name string, data []byte, info fs.FileInfo) (a Attach
 }
 
 // resultIPs are the addresses of a cached CNI result, without their prefix
-// length, as net.IP writes them; what does not parse is left out. A result
-// of 0.3 or later lists them in "ips"; an older one (0.1, 0.2: "ip4",
-// "ip6") is converted as libcni's DEL converts it before it passes it on as
-// prevResult (to the network's version, which may be newer than the
-// result's when the network was upgraded while the pod ran).
+// length, as net.IP writes them: read as libcni's DEL reads the result
+// before it passes it on as prevResult, by its cniVersion ("ips" from 0.3
+// on; "ip4" and "ip6" in 0.1 and 0.2), converted to the newest version
+// (the network's may be newer than the result's when the network was
+// upgraded while the pod ran). Reading "ips" whatever the version would
+// check other addresses than those the plugins are given in a result that
+// has both. What libcni cannot decode gives none: its DEL fails then too.
 func resultIPs(raw json.RawMessage) []string {
-	var r struct {
-		IPs []struct {
-			Address string `json:"address"`
-		} `json:"ips"`
-	}
-	if len(raw) == 0 || json.Unmarshal(raw, &r) != nil {
+	if len(raw) == 0 {
 		return nil
 	}
-	var ips []string
-	for _, ip := range r.IPs {
-		if addr, _, err := net.ParseCIDR(ip.Address); err == nil {
-			ips = append(ips, addr.String())
-		}
-	}
-	if len(r.IPs) > 0 {
-		return ips
-	}
-	// No "ips": an older result, or one with no address.
 	res, err := create.CreateFromBytes(raw)
 	if err != nil {
-		return nil // libcni's DEL cannot decode it either: no prevResult
+		return nil
 	}
 	conv, err := res.GetAsVersion(current.ImplementedSpecVersion)
 	if err != nil {
@@ -336,6 +322,7 @@ func resultIPs(raw json.RawMessage) []string {
 	if !ok {
 		return nil
 	}
+	var ips []string
 	for _, ip := range cur.IPs {
 		if ip != nil && ip.Address.IP != nil {
 			ips = append(ips, ip.Address.IP.String())
