@@ -478,28 +478,7 @@ func TestNetworkLeaksInDryRunAndReport(t *testing.T) {
 	h.stop()
 
 	exe := buildPlugin(t, t.TempDir(), "nri-housekeeper")
-	conf := filepath.Join(t.TempDir(), "config.toml")
-	text := fmt.Sprintf(`[housekeeping]
-state_file = %q
-
-[runtime]
-endpoint = "unix://%s"
-
-[pods]
-kubelet_root = %q
-
-[logs]
-pod_logs_dir = %q
-container_logs_dir = %q
-
-[budget]
-max_per_pass = 10
-min_per_pass = 10
-max_fraction = 1.0
-`, filepath.Join(t.TempDir(), "state.json"), l.CRISocket, k.root, l.LogRoot, k.linksDir)
-	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	conf := oneShotConfig(t, l, k)
 	out, err := exec.Command(exe, "report", "--config", conf).CombinedOutput()
 	if err != nil {
 		t.Fatalf("report: %v\n%s", err, out)
@@ -524,6 +503,95 @@ max_fraction = 1.0
 		if exists(l.CNI().ResultFile(n.id, "eth0")) || len(reservedBy(t, l, n.id)) > 0 || mounted(t, n.netns) {
 			t.Errorf("once left %s's network behind", n.id)
 		}
+	}
+}
+
+// oneShotConfig writes the configuration report and once run with against
+// the lab (the network side on, as by default; a budget that lets every
+// step of a small test through) and returns its path.
+func oneShotConfig(t *testing.T, l *lab.Lab, k *kubelet) string {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "config.toml")
+	text := fmt.Sprintf(`[housekeeping]
+state_file = %q
+
+[runtime]
+endpoint = "unix://%s"
+
+[pods]
+kubelet_root = %q
+
+[logs]
+pod_logs_dir = %q
+container_logs_dir = %q
+
+[budget]
+max_per_pass = 10
+min_per_pass = 10
+max_fraction = 1.0
+`, filepath.Join(t.TempDir(), "state.json"), l.CRISocket, k.root, l.LogRoot, k.linksDir)
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return conf
+}
+
+// TestAPluginThatDoesNotSeeContainerdsNetnsMountsKeepsWhatItCannotCheck:
+// a plugin whose mount namespace does not receive containerd's mounts (a
+// container run with a private bind of the netns dir) sees a namespace
+// containerd mounted after it started as an empty file. Taken for gone,
+// the DEL of an attachment no source owns would run with no namespace, no
+// thread in it read, though a pod may run there: it is kept, saying why.
+// The same once run in containerd's mount namespace reclaims it.
+func TestAPluginThatDoesNotSeeContainerdsNetnsMountsKeepsWhatItCannotCheck(t *testing.T) {
+	ctx := context.Background()
+	l := startNetLab(t, 0, 0)
+	k := newKubelet(t, l)
+	// The plugin's mount namespace, made before the pod: private, it gets
+	// none of the mounts made on the node after.
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "600")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = holder.Process.Kill()
+		_ = holder.Wait()
+	})
+	mntNS := fmt.Sprintf("/proc/%d/ns/mnt", holder.Process.Pid)
+	waitFor(t, "the holder is in a mount namespace of its own", 10*time.Second, func() bool {
+		self, err1 := os.Readlink("/proc/self/ns/mnt")
+		its, err2 := os.Readlink(mntNS)
+		return err1 == nil && err2 == nil && self != its
+	})
+	sb, _ := runPod(t, l, netPod(t, "unseen"), 0)
+	leaked := sandboxNet(t, l, sb)
+	if err := l.WipeRuntimeState(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if !mounted(t, leaked.netns) {
+		t.Fatalf("the reboot did not leave %s's netns mount", leaked.id)
+	}
+	exe := buildPlugin(t, t.TempDir(), "nri-housekeeper")
+	conf := oneShotConfig(t, l, k)
+
+	out, err := exec.Command("nsenter", "--mount="+mntNS, "--", exe, "once", "--leak-grace", "0s", "--config", conf).CombinedOutput()
+	t.Logf("once, in the private mount namespace (err %v):\n%s", err, out)
+	for _, want := range []string{"its netns " + leaked.netns + " is not mounted as seen from here", "HostToContainer",
+		"this process may not see the namespaces containerd mounts"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("once's output has no %q", want)
+		}
+	}
+	if !exists(l.CNI().ResultFile(leaked.id, "eth0")) || len(reservedBy(t, l, leaked.id)) != 1 || !mounted(t, leaked.netns) {
+		t.Fatalf("once, not seeing containerd's mounts, reclaimed %s's network", leaked.id)
+	}
+
+	out, err = exec.Command(exe, "once", "--leak-grace", "0s", "--config", conf).CombinedOutput()
+	if err != nil {
+		t.Fatalf("once, in containerd's mount namespace: %v\n%s", err, out)
+	}
+	if exists(l.CNI().ResultFile(leaked.id, "eth0")) || len(reservedBy(t, l, leaked.id)) > 0 || mounted(t, leaked.netns) {
+		t.Fatalf("once, in containerd's mount namespace, left %s's network behind:\n%s", leaked.id, out)
 	}
 }
 
