@@ -440,14 +440,7 @@ func TestOnlyTheTempFilesOfUnfinishedWritesAreRemoved(t *testing.T) {
 	if !slices.Equal(removed, want) {
 		t.Errorf("removed %q, want the unfinished writes' temp files %q", removed, want)
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
+	names := dirNames(t, dir)
 	slices.Sort(left)
 	if !slices.Equal(names, left) {
 		t.Errorf("the directory holds %q, want %q", names, left)
@@ -496,19 +489,26 @@ func TestTheTempFilesASiblingCouldOwnAreLeftAlone(t *testing.T) {
 			if !slices.Equal(removed, want) {
 				t.Errorf("removed %q, want %q", removed, want)
 			}
-			entries, err := os.ReadDir(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, e := range entries {
-				names = append(names, e.Name())
-			}
+			names := dirNames(t, dir)
 			if !slices.Equal(names, tc.left) {
 				t.Errorf("the directory holds %q, want %q", names, tc.left)
 			}
 		})
 	}
+}
+
+// dirNames lists the names in dir, sorted.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 func TestRemoveTempFilesSaysWhyItCannotLook(t *testing.T) {
