@@ -3,10 +3,10 @@ package podnet
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,20 +14,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// inAnotherMountNamespace starts a process in a mount namespace of its own
-// and returns its PID: a runtime that does not share the test's mounts.
-func inAnotherMountNamespace(t *testing.T) int {
+// inAnotherMountNamespace starts a process in a mount namespace of its own,
+// its mounts' propagation "private" (none from here) or "unchanged" (a
+// shared mount here is in the same peer group there), and returns its PID:
+// a runtime whose mounts are not the test's. Skipped where unshare cannot.
+func inAnotherMountNamespace(t *testing.T, propagation string) int {
 	t.Helper()
-	cmd := exec.Command("unshare", "--mount", "sleep", "600")
+	cmd := exec.Command("unshare", "--mount", "--propagation", propagation, "sleep", "600")
 	if err := cmd.Start(); err != nil {
 		t.Skipf("unshare: %v", err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 	})
 	pid := cmd.Process.Pid
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Skipf("unshare --mount: %v (not permitted here?)", err)
+		default:
+		}
 		if same, err := sameMountNamespace(pid); err == nil && !same {
 			return pid
 		}
@@ -36,19 +46,13 @@ func inAnotherMountNamespace(t *testing.T) int {
 	return 0
 }
 
-// propagation bind-mounts dir on itself with the propagation flag
-// (MS_PRIVATE, MS_SHARED, MS_SLAVE), so that what holds it is known
-// whatever the machine's own mounts are. A slave is bound from a shared
-// mount beside it, its master.
-func propagation(t *testing.T, dir string, flag uintptr) {
+// bindOnItself bind-mounts dir on itself, with propagation flag
+// (MS_PRIVATE, MS_SHARED), so that what holds it is known whatever the
+// machine's own mounts are.
+func bindOnItself(t *testing.T, dir string, flag uintptr) {
 	t.Helper()
 	mkdirAll(t, dir)
-	src := dir
-	if flag == unix.MS_SLAVE {
-		src = dir + ".master"
-		propagation(t, src, unix.MS_SHARED)
-	}
-	if err := unix.Mount(src, dir, "none", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount(dir, dir, "none", unix.MS_BIND, ""); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			t.Skipf("mounting not permitted: %v", err)
 		}
@@ -59,41 +63,104 @@ func propagation(t *testing.T, dir string, flag uintptr) {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
+	setPropagation(t, dir, flag)
+}
+
+func setPropagation(t *testing.T, dir string, flag uintptr) {
+	t.Helper()
 	if err := unix.Mount("none", dir, "", flag, ""); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func TestNetnsMountsAreSeenOnlyFromTheRuntimesMountNamespaceOrThroughPropagation(t *testing.T) {
-	other := inAnotherMountNamespace(t)
+// mountedThereSeenHere mounts a tmpfs below dir in process pid's mount
+// namespace and reports whether this process sees it: what propagation
+// does, whatever the mount table's tags say.
+func mountedThereSeenHere(t *testing.T, pid int, dir string) bool {
+	t.Helper()
+	probe := filepath.Join(dir, "probe")
+	mkdirAll(t, probe)
+	if out, err := exec.Command("nsenter", "--target", strconv.Itoa(pid), "--mount", "--", "mount", "-t", "tmpfs", "probe", probe).CombinedOutput(); err != nil {
+		t.Fatalf("mount in process %d's mount namespace: %v\n%s", pid, err, out)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(probe, &st); err != nil {
+		t.Fatal(err)
+	}
+	seen := st.Type == unix.TMPFS_MAGIC
+	if seen {
+		_ = unix.Unmount(probe, unix.MNT_DETACH)
+	}
+	return seen
+}
+
+func TestNetnsMountsAreSeenOnlyFromTheRuntimesMountNamespaceOrItsPeerGroup(t *testing.T) {
 	for _, tc := range []struct {
-		rule   string
-		pid    int
-		flag   uintptr // the netns dir's propagation
-		unseen string  // "" when seen, else what the reason must say
+		rule string
+		// setup mounts the netns dir and starts the runtime; it returns
+		// the runtime's process and the PID the plugin is given (0: the
+		// runtime is out of sight).
+		setup  func(t *testing.T, dir string) (runtime, given int)
+		unseen string // "" when seen, else what the reason must say
 	}{
-		{"the runtime's own mount namespace sees its mounts, even on a private dir", os.Getpid(), unix.MS_PRIVATE, ""},
-		{"another mount namespace on a private dir does not", other, unix.MS_PRIVATE, fmt.Sprintf("it is not in the runtime's (process %d) mount namespace", other)},
-		{"a runtime in another PID namespace on a private dir cannot be compared", 0, unix.MS_PRIVATE, "the runtime's process is not visible from here"},
-		{"a shared dir receives the mounts (Bidirectional)", other, unix.MS_SHARED, ""},
-		{"a slave dir receives the mounts (HostToContainer)", 0, unix.MS_SLAVE, ""},
+		{"the runtime's own mount namespace sees its mounts, even on a private dir", func(t *testing.T, dir string) (int, int) {
+			bindOnItself(t, dir, unix.MS_PRIVATE)
+			return os.Getpid(), os.Getpid()
+		}, ""},
+		{"another mount namespace's mounts do not reach a private dir", func(t *testing.T, dir string) (int, int) {
+			other := inAnotherMountNamespace(t, "private")
+			bindOnItself(t, dir, unix.MS_PRIVATE)
+			return other, other
+		}, "receives no mounts from the runtime's"},
+		{"a peer group of this namespace's own is not the runtime's", func(t *testing.T, dir string) (int, int) {
+			other := inAnotherMountNamespace(t, "private")
+			bindOnItself(t, dir, unix.MS_SHARED)
+			return other, other
+		}, "receives no mounts from the runtime's"},
+		{"a dir in the runtime's peer group gets its mounts (Bidirectional)", func(t *testing.T, dir string) (int, int) {
+			bindOnItself(t, dir, unix.MS_SHARED)
+			other := inAnotherMountNamespace(t, "unchanged")
+			return other, other
+		}, ""},
+		{"a slave of the runtime's peer group gets its mounts (HostToContainer)", func(t *testing.T, dir string) (int, int) {
+			bindOnItself(t, dir, unix.MS_SHARED)
+			other := inAnotherMountNamespace(t, "unchanged")
+			setPropagation(t, dir, unix.MS_SLAVE)
+			return other, other
+		}, ""},
+		{"with the runtime out of sight, a slave dir is taken to get its mounts", func(t *testing.T, dir string) (int, int) {
+			bindOnItself(t, dir, unix.MS_SHARED)
+			other := inAnotherMountNamespace(t, "unchanged")
+			setPropagation(t, dir, unix.MS_SLAVE)
+			return other, 0
+		}, ""},
+		{"with the runtime out of sight, a shared dir cannot be told from a peer group of its own", func(t *testing.T, dir string) (int, int) {
+			other := inAnotherMountNamespace(t, "private")
+			bindOnItself(t, dir, unix.MS_SHARED)
+			return other, 0
+		}, "the runtime's process is not visible from here"},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "netns")
-			propagation(t, dir, tc.flag)
-			got := NetnsMountsUnseen(tc.pid, dir)
+			runtime, given := tc.setup(t, dir)
+			got := NetnsMountsUnseen(given, dir)
 			switch {
 			case tc.unseen == "" && got != "":
 				t.Fatalf("unseen: %s", got)
 			case tc.unseen != "" && (!strings.Contains(got, tc.unseen) || !strings.Contains(got, dir) || !strings.Contains(got, "HostToContainer")):
 				t.Fatalf("reason %q, want one naming %s, saying %q and what to do", got, dir, tc.unseen)
 			}
+			// The verdict is what the kernel does.
+			if seen := mountedThereSeenHere(t, runtime, dir); seen != (got == "") {
+				t.Fatalf("a mount the runtime made below %s is seen here: %v; NetnsMountsUnseen = %q", dir, seen, got)
+			}
 		})
 	}
 	t.Run("a netns dir that is not there is held by its nearest parent's mount", func(t *testing.T) {
+		other := inAnotherMountNamespace(t, "private")
 		dir := filepath.Join(t.TempDir(), "run")
-		propagation(t, dir, unix.MS_PRIVATE)
-		if got := NetnsMountsUnseen(other, filepath.Join(dir, "netns")); !strings.Contains(got, "receives no mounts") || !strings.Contains(got, "("+dir+")") {
+		bindOnItself(t, dir, unix.MS_PRIVATE)
+		if got := NetnsMountsUnseen(other, filepath.Join(dir, "netns")); !strings.Contains(got, "receives no mounts") || !strings.Contains(got, "("+dir+",") {
 			t.Fatalf("reason %q, want the private mount at %s named", got, dir)
 		}
 	})
@@ -106,18 +173,24 @@ func TestNetnsMountsAreSeenOnlyFromTheRuntimesMountNamespaceOrThroughPropagation
 func TestADELWhoseNamespaceIsNotSeenHereIsRefused(t *testing.T) {
 	ctx := context.Background()
 	id := containerID(7)
-	other := inAnotherMountNamespace(t)
 	for _, tc := range []struct {
 		rule    string
-		flag    uintptr
+		setup   func(t *testing.T, dir string) int // the runtime's process
 		refused bool
 	}{
-		{"on a private netns dir, refused without a DEL", unix.MS_PRIVATE, true},
-		{"on a slave netns dir (HostToContainer), the namespace is gone: DEL without a namespace", unix.MS_SLAVE, false},
+		{"on a private netns dir, refused without a DEL", func(t *testing.T, dir string) int {
+			other := inAnotherMountNamespace(t, "private")
+			bindOnItself(t, dir, unix.MS_PRIVATE)
+			return other
+		}, true},
+		{"on a dir in the runtime's peer group, the namespace is gone: DEL without a namespace", func(t *testing.T, dir string) int {
+			bindOnItself(t, dir, unix.MS_SHARED)
+			return inAnotherMountNamespace(t, "unchanged")
+		}, false},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			n := newNode(t)
-			propagation(t, n.netnsDir, tc.flag)
+			runtime := tc.setup(t, n.netnsDir)
 			cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
 			// What a namespace mounted elsewhere is here: containerd's
 			// empty mount point, with nothing on it.
@@ -125,7 +198,7 @@ func TestADELWhoseNamespaceIsNotSeenHereIsRefused(t *testing.T) {
 			writeFile(t, ns, "")
 			n.add(t, cfg, "pods", id, ns)
 			a := onlyAttachment(t, cfg, n, id)
-			r := NewReclaimer(cfg, n.cacheDir, "", func(context.Context) (int, error) { return other, nil })
+			r := NewReclaimer(cfg, n.cacheDir, "", func(context.Context) (int, error) { return runtime, nil })
 			err := r.DeleteAttachment(ctx, a)
 			calls := n.pluginCalls(t)
 			if !tc.refused {
