@@ -18,8 +18,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
@@ -332,20 +333,24 @@ func Parse(data []byte, source string) (Config, error) {
 
 // Load reads the file at path and parses it with the path as source. The
 // path must name a regular file (or a symlink to one), or a pipe that a
-// writer fills within pipeReadTimeout (`--config <(...)`, /dev/stdin): a
-// directory, a socket or a device given by mistake is refused unopened,
-// naming what it is (/dev/zero would never end), and a FIFO that no writer
-// fills is an error, not a start blocked for ever.
+// writer fills and closes within pipeReadTimeout (`--config <(...)`,
+// /dev/stdin, a FIFO): a directory, a socket or a device given by mistake
+// is refused unopened, naming what it is (/dev/zero would never end), and a
+// pipe no writer fills is an error, not a start blocked for ever.
 func Load(path string) (Config, error) {
-	if fi, err := os.Stat(path); err == nil && fi.Mode().Type() == fs.ModeNamedPipe {
-		data, err := readPipe(path)
-		if err != nil {
-			return Config{}, fmt.Errorf("reading config file: %w", err)
-		}
-		return Parse(data, path)
-	}
+	return load(path, pipeReadTimeout)
+}
+
+// load is Load, with pipes read within pipeTimeout.
+func load(path string, pipeTimeout time.Duration) (Config, error) {
 	f, _, err := regularfile.Open(path, os.O_RDONLY, 0)
 	if err != nil {
+		if data, isPipe, perr := readPipe(path, pipeTimeout); isPipe {
+			if perr != nil {
+				return Config{}, fmt.Errorf("reading config file: %w", perr)
+			}
+			return Parse(data, path)
+		}
 		return Config{}, fmt.Errorf("reading config file: %w", err)
 	}
 	defer f.Close()
@@ -359,29 +364,51 @@ func Load(path string) (Config, error) {
 // pipeReadTimeout bounds the read of a configuration from a pipe.
 const pipeReadTimeout = 10 * time.Second
 
-// readPipe reads the pipe at path, opened without waiting for a writer
-// (O_NONBLOCK), until its writer closes it, within pipeReadTimeout. A pipe
-// that gives no text had no writer, or one that wrote nothing: an error
-// rather than the defaults an empty file means.
-func readPipe(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+// readPipe reads the pipe at path, when it is one (isPipe), until its
+// writer closes it, within timeout. It is looked at through an
+// O_PATH descriptor and opened through that very descriptor only when it
+// is a pipe, without waiting for a writer (O_NONBLOCK): a read finds the
+// end of a pipe no writer has opened yet at once, so until the first byte
+// an end is read again, 20 ms apart, for a writer that opens it late (a
+// FIFO). A pipe that gives no text is an error rather than the defaults an
+// empty file means.
+func readPipe(path string, timeout time.Duration) (data []byte, isPipe bool, err error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, false, nil
 	}
+	pathFile := os.NewFile(uintptr(fd), path)
+	defer pathFile.Close()
+	looked, err := pathFile.Stat()
+	if err != nil || looked.Mode().Type() != fs.ModeNamedPipe {
+		return nil, false, nil
+	}
+	pfd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, true, fmt.Errorf("opening the pipe %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(pfd), path)
 	defer f.Close()
-	if err := f.SetReadDeadline(time.Now().Add(pipeReadTimeout)); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	deadline := time.Now().Add(timeout)
+	if err := f.SetReadDeadline(deadline); err != nil {
+		return nil, true, fmt.Errorf("%s: %w", path, err)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return nil, fmt.Errorf("%s is a pipe whose writer did not close it within %s: give a regular file", path, pipeReadTimeout)
-	case err != nil:
-		return nil, err
-	case len(data) == 0:
-		return nil, fmt.Errorf("%s is a pipe that gave no configuration text (no writer?): give a regular file, or an empty one for the defaults", path)
+	var buf bytes.Buffer
+	for {
+		_, err := buf.ReadFrom(io.LimitReader(f, MaxSize+1-int64(buf.Len())))
+		late := errors.Is(err, os.ErrDeadlineExceeded) || err == nil && !time.Now().Before(deadline)
+		switch {
+		case late && buf.Len() == 0:
+			return nil, true, fmt.Errorf("%s is a pipe that gave no configuration text within %s (no writer, or one that wrote nothing): give a regular file, or an empty one for the defaults", path, timeout)
+		case late && err != nil:
+			return nil, true, fmt.Errorf("%s is a pipe whose writer did not close it within %s: give a regular file", path, timeout)
+		case err != nil:
+			return nil, true, fmt.Errorf("reading the pipe %s: %w", path, err)
+		case buf.Len() > 0:
+			return buf.Bytes(), true, nil
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return data, nil
 }
 
 // Validate checks the semantic rules of every field (the rules Parse applies

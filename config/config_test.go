@@ -755,6 +755,28 @@ func TestLoadReadsAPipeAWriterFills(t *testing.T) {
 	}
 }
 
+// TestLoadWaitsForAFIFOsWriter: a FIFO's writer may open it after the
+// plugin does (mkfifo f; write-config > f & run --config f); a read found
+// the end of the pipe at once, and the writer then blocked for ever.
+func TestLoadWaitsForAFIFOsWriter(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "late.conf")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		wrote <- os.WriteFile(fifo, []byte("dry_run = true\n"), 0o600)
+	}()
+	c, err := Load(fifo)
+	if err != nil || !c.DryRun {
+		t.Fatalf("Load(%s) = dry_run %v, %v; want the late writer's text", fifo, c.DryRun, err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("the writer: %v", err)
+	}
+}
+
 func TestLoadRefusesWhatIsNotARegularFileOrAFilledPipe(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.conf")
@@ -763,7 +785,7 @@ func TestLoadRefusesWhatIsNotARegularFileOrAFilledPipe(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, path, want string }{
 		// A FIFO with no writer blocked the open, and the start, for ever.
-		{"a FIFO with no writer", fifo, fifo + " is a pipe that gave no configuration text (no writer?)"},
+		{"a FIFO with no writer", fifo, fifo + " is a pipe that gave no configuration text within 1s (no writer"},
 		{"a directory", dir, dir + " is a directory, not a regular file"},
 		// A device that never ends would be read up to the size limit.
 		{"a character device", "/dev/zero", "/dev/zero is a character device, not a regular file"},
@@ -771,7 +793,7 @@ func TestLoadRefusesWhatIsNotARegularFileOrAFilledPipe(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
-				_, err := Load(tc.path)
+				_, err := load(tc.path, time.Second)
 				done <- err
 			}()
 			select {
