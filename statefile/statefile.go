@@ -303,7 +303,7 @@ func Decode(data []byte) (State, error) {
 }
 
 // duplicateKey returns an error naming the line of the first key that an
-// object of data (one valid JSON value) has twice.
+// object of data (one valid JSON value) has twice, in any case.
 func duplicateKey(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	// One frame per open object or array: an object's keys so far, and
@@ -325,6 +325,9 @@ func duplicateKey(data []byte) error {
 		if top >= 0 && stack[top].keys != nil {
 			if stack[top].expectKey {
 				if key, ok := tok.(string); ok {
+					// encoding/json matches a key to a field whatever its
+					// case: "Budget_Spent" fills budget_spent too.
+					key = strings.ToLower(key)
 					if stack[top].keys[key] {
 						line := 1 + bytes.Count(data[:dec.InputOffset()], []byte("\n"))
 						return fmt.Errorf("line %d: key %q given twice in one object (JSON keeps only the last, and the first would be lost)", line, key)
@@ -377,9 +380,10 @@ func decodeError(data []byte, err error) error {
 // else's and is left alone, as is anything else in the directory.
 //
 // The number has no fixed length, so the temp files of a sibling whose name
-// is this one's and digits ("state.json7" beside "state.json") have names
-// ours could have: while such a sibling or its lock is there, a temp file
-// whose name could be its is left alone too (it may be a live write).
+// is this one's and digits ("state.json7" beside "state.json"), or this
+// one's less digits it ends with ("state" beside "state1"), have names ours
+// could have: while such a sibling or its lock is there, a temp file whose
+// name could be its is left alone too (it may be a live write).
 func RemoveTempFiles(path string) ([]string, error) {
 	dir, base := filepath.Dir(path), filepath.Base(path)
 	entries, err := os.ReadDir(dir)
@@ -391,10 +395,12 @@ func RemoveTempFiles(path string) ([]string, error) {
 		suffix, ok := strings.CutPrefix(name, prefix)
 		return ok && suffix != "" && strings.Trim(suffix, "0123456789") == ""
 	}
+	// Siblings: this name and digits, or this name less digits it ends
+	// with ("state" beside "state1": ".state1234" may be its).
 	var siblings []string
 	for _, e := range entries {
 		name := strings.TrimSuffix(e.Name(), ".lock")
-		if digitsAfter(name, base) {
+		if name != base && (digitsAfter(name, base) || digitsAfter(base, name)) {
 			siblings = append(siblings, "."+name)
 		}
 	}

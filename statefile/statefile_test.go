@@ -210,6 +210,8 @@ func TestABadFileIsAnErrorNamingWhere(t *testing.T) {
 		{"two values", `{"version": 1} {"version": 1}`, "more than one JSON value"},
 		{"a key twice", "{\n\"version\": 1,\n\"budget_spent\": [{\"at\": \"2026-11-23T08:00:00Z\", \"class\": \"pod-dirs\", \"unit\": \"x\"}],\n\"budget_spent\": []\n}",
 			`line 4: key "budget_spent" given twice in one object`},
+		{"a key twice in another case", "{\"version\": 1, \"budget_spent\": [{\"at\": \"2026-11-23T08:00:00Z\", \"class\": \"pod-dirs\", \"unit\": \"x\"}],\n\"Budget_Spent\": []}",
+			`line 2: key "budget_spent" given twice in one object`},
 		{"a key twice in an entry", "{\"version\": 1, \"torn_down\": [{\"uid\": \"" + uidA + "\", \"at\": \"2026-11-23T08:00:00Z\"},\n{\"uid\": \"" + uidA + "\", \"at\": \"2026-11-23T08:00:00Z\", \"at\": \"2026-11-23T09:00:00Z\"}]}",
 			`line 2: key "at" given twice in one object`},
 	} {
@@ -456,19 +458,24 @@ func TestTheTempFilesASiblingCouldOwnAreLeftAlone(t *testing.T) {
 		rule          string
 		files         []string
 		removed, left []string
+		base          string // the state file's name; "" is state.json
 	}{
 		{"with no sibling, every temp file of ours is removed",
 			[]string{".state.json7123", ".state.json42"},
-			[]string{".state.json42", ".state.json7123"}, nil},
+			[]string{".state.json42", ".state.json7123"}, nil, ""},
 		{"a sibling's possible temp files are left, ours removed",
 			[]string{"state.json7", ".state.json7123", ".state.json42"},
-			[]string{".state.json42"}, []string{".state.json7123", "state.json7"}},
+			[]string{".state.json42"}, []string{".state.json7123", "state.json7"}, ""},
 		{"a sibling's lock is enough (its first write has no file yet)",
 			[]string{"state.json71.lock", ".state.json71123", ".state.json7234"},
-			[]string{".state.json7234"}, []string{".state.json71123", "state.json71.lock"}},
+			[]string{".state.json7234"}, []string{".state.json71123", "state.json71.lock"}, ""},
+		{"a sibling whose name is ours less the digits it ends with owns temp files like ours",
+			[]string{"state", ".state1234", ".state15"}, nil, []string{".state1234", ".state15", "state"}, "state1"},
+		{"a state file whose name ends in digits, with no sibling, has its temp files removed",
+			[]string{".state1234"}, []string{".state1234"}, nil, "state1"},
 		{"a sibling whose name is not ours and digits does not count",
 			[]string{"state.json.7", "state.json7x", ".state.json7123"},
-			[]string{".state.json7123"}, []string{"state.json.7", "state.json7x"}},
+			[]string{".state.json7123"}, []string{"state.json.7", "state.json7x"}, ""},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			dir := t.TempDir()
@@ -477,7 +484,11 @@ func TestTheTempFilesASiblingCouldOwnAreLeftAlone(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			removed, err := RemoveTempFiles(filepath.Join(dir, "state.json"))
+			base := tc.base
+			if base == "" {
+				base = "state.json"
+			}
+			removed, err := RemoveTempFiles(filepath.Join(dir, base))
 			if err != nil {
 				t.Fatal(err)
 			}
