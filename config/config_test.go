@@ -63,8 +63,9 @@ var badConfigs = []struct {
 	{"rpc_timeout_in_milliseconds_is_a_typo", "[runtime]\nrpc_timeout = \"10ms\"\n", "runtime.rpc_timeout", 2, `must be at least 1s, got "10ms": a busy containerd takes longer`},
 	{"rpc_timeout_in_hours_is_a_typo", "[runtime]\nrpc_timeout = \"10h\"\n", "runtime.rpc_timeout", 2, `must be at most 10m0s, got "10h0m0s": a containerd that hangs`},
 	{"endpoint_of_the_root_dir", "[runtime]\nendpoint = \"unix:///\"\n", "runtime.endpoint", 2, `/ is a directory, not containerd's socket`},
-	{"endpoint_with_a_query", "[runtime]\nendpoint = \"unix:///run/containerd/containerd.sock?x=1\"\n", "runtime.endpoint", 2, `would be read as a URL's query or fragment`},
-	{"endpoint_with_a_fragment", "[runtime]\nendpoint = \"/run/containerd/containerd.sock#a\"\n", "runtime.endpoint", 2, `would be read as a URL's query or fragment`},
+	{"endpoint_with_a_query", "[runtime]\nendpoint = \"unix:///run/containerd/containerd.sock?x=1\"\n", "runtime.endpoint", 2, `gRPC reads it as a URL`},
+	{"endpoint_with_a_fragment", "[runtime]\nendpoint = \"/run/containerd/containerd.sock#a\"\n", "runtime.endpoint", 2, `gRPC reads it as a URL`},
+	{"endpoint_with_an_escape", "[runtime]\nendpoint = \"unix:///run/a%20b.sock\"\n", "runtime.endpoint", 2, `a % starts an escape`},
 
 	// leak_grace is at least the period (unless one of them is invalid itself).
 	{"leak_grace_shorter_than_period", "[housekeeping]\nperiod = \"1m\"\nleak_grace = \"59s\"\n", "housekeeping.leak_grace", 3, `must be at least housekeeping.period (1m0s), got "59s": an object would be acted on the first time a pass sees it`},

@@ -68,10 +68,11 @@ func validate(p *problems, c Config) {
 		p.add("runtime.endpoint", "invalid endpoint %s (expected \"unix://\" followed by an absolute path, such as \"unix:///run/containerd/containerd.sock\")", quote(ep))
 	case filepath.Clean(ep[len(UnixScheme):]) == "/":
 		p.add("runtime.endpoint", "invalid endpoint %s: / is a directory, not containerd's socket (such as \"unix:///run/containerd/containerd.sock\")", quote(ep))
-	case strings.ContainsAny(ep, "?#"):
+	case strings.ContainsAny(ep, "?#%"):
 		// gRPC reads the endpoint as a URL: the socket it dials would
-		// end before the ? or #, another path than the one written.
-		p.add("runtime.endpoint", "invalid endpoint %s: a ? or # would be read as a URL's query or fragment, and the socket dialled would be another path; "+
+		// end before a ? or #, or have a %XX decoded, another path than
+		// the one written.
+		p.add("runtime.endpoint", "invalid endpoint %s: gRPC reads it as a URL (a ? or # starts its query or fragment, a %% starts an escape), and would dial another path; "+
 			"give the socket's path alone, such as \"unix:///run/containerd/containerd.sock\"", quote(ep))
 	}
 	if ns := c.Runtime.Namespace; len(ns) > 76 || !namespace.MatchString(ns) {

@@ -74,10 +74,13 @@ func (l *Loop) restore(ctx context.Context) {
 		fields := logrus.Fields{"path": path, "held_until": l.budgetHeldUntil.Format(time.RFC3339)}
 		advice := "to start afresh at once, stop the plugin, remove the file and start it again"
 		switch {
-		case errors.Is(err, fs.ErrPermission):
+		case errors.Is(err, fs.ErrPermission) && os.Geteuid() != 0:
 			// Nothing may be wrong with the file: this reader may not
 			// read it (a report run by another user than the plugin's).
 			advice = "permission denied: run this as the user the plugin runs as (root)"
+		case errors.Is(err, fs.ErrPermission):
+			advice = "permission denied to root: a security module (SELinux, AppArmor) or a root-squashed NFS refuses it; " +
+				"let the plugin read and write housekeeping.state_file"
 		case l.opts.StateReadOnly:
 			advice = "the file is left as it is (nothing is written by this command)"
 		}
