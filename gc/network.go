@@ -152,6 +152,7 @@ func (p *planner) networkRules() {
 			p.keep(object, PodRef{}, "its netns %s is that of a sandbox containerd, CRI or NRI knows: a DEL there would undo that sandbox's interface", a.NetNS)
 			continue
 		case a.NetNS != "" && n.NetnsUnseen != "" && !mountedHere[a.NetNS]:
+			p.netnsUnseenKept++
 			p.keep(object, PodRef{}, "its netns %s is not mounted as seen from here, which does not tell that it is gone: %s", a.NetNS, n.NetnsUnseen)
 			continue
 		}

@@ -78,6 +78,8 @@ type containerInfo struct {
 
 type planner struct {
 	in Input
+	// netnsUnseenKept: Result.NetnsUnseenKept.
+	netnsUnseenKept int
 	// Managed objects only: those with kubelet's pod labels.
 	sandboxes  []*sandboxInfo
 	containers []*containerInfo
@@ -780,7 +782,7 @@ func byLinkedID[V any](m map[string]V, l nodefs.ContainerLogLink) (v V, found, a
 
 // resolve applies leak_grace, the breaker and dependencies to the candidates.
 func (p *planner) resolve() Result {
-	r := Result{Kept: p.kept, Leaks: p.leaks, EligibleSince: p.clocks}
+	r := Result{Kept: p.kept, Leaks: p.leaks, EligibleSince: p.clocks, NetnsUnseenKept: p.netnsUnseenKept}
 	// Keys are unique, so an unstable sort is deterministic. Each
 	// candidate's kind rank is looked up once, not in every comparison,
 	// and sorting small entries avoids moving the large Action values.

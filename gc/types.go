@@ -270,6 +270,10 @@ type Result struct {
 	// Skipped are the pods with a life event after the listing: none of
 	// their actions was planned this pass.
 	Skipped []PodRef
+	// NetnsUnseenKept counts the unowned attachments kept because their
+	// namespace is not mounted here and this process may not see what
+	// containerd mounts (NetworkInput.NetnsUnseen).
+	NetnsUnseenKept int
 }
 
 // Deferred is a proposed action that is not due yet. Exactly one of the

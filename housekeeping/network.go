@@ -336,9 +336,6 @@ func (l *Loop) networkInput(ctx context.Context, in gc.Input, listing networkLis
 			// gone when it is not mounted here: only where this process
 			// sees what containerd mounts.
 			n.NetnsUnseen = l.opts.Network.netnsUnseen(ctx, listing.netnsDir)
-			l.sayWhileItLasts("netns-unseen", n.NetnsUnseen,
-				"unowned CNI attachments whose netns is not mounted here are kept: this process may not see the namespaces containerd mounts",
-				"the namespaces containerd mounts are seen here again")
 		}
 		if err == nil && len(netns) > 0 {
 			var unreadable []podnet.Unreadable

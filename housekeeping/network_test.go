@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/podnet"
@@ -633,4 +635,49 @@ func deferred(r gc.Result) []gc.Action {
 		out = append(out, d.Action)
 	}
 	return out
+}
+
+// TestAnAttachmentInANetnsThisProcessMayNotSeeIsKeptAndSaid: where the
+// plugin may not see what containerd mounts (containerd's process out of
+// sight and the netns dir's mount private here), a namespace not mounted
+// here is not known to be gone: the unowned attachment that ran in it is
+// kept, and the log says why once. In containerd's mount namespace it is
+// proposed, and nothing is said.
+func TestAnAttachmentInANetnsThisProcessMayNotSeeIsKeptAndSaid(t *testing.T) {
+	const leaked = "1eaced0000000000000000000000000000000000000000000000000000000000"
+	const said = "unowned CNI attachments whose netns is not mounted here are kept"
+	for _, tc := range []struct {
+		name      string
+		pidUnseen bool
+		want      []string
+	}{
+		{"containerd out of sight, the dir private here: kept", true, nil},
+		{"in containerd's mount namespace: proposed", false, []string{"cni-attachment/pods/" + leaked + "/eth0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNetNode(t)
+			if err := unix.Mount(n.netnsDir, n.netnsDir, "none", unix.MS_BIND, ""); err != nil {
+				t.Skipf("mounting not permitted: %v", err)
+			}
+			t.Cleanup(func() { _ = unix.Unmount(n.netnsDir, unix.MNT_DETACH) })
+			if err := unix.Mount("none", n.netnsDir, "", unix.MS_PRIVATE, ""); err != nil {
+				t.Fatal(err)
+			}
+			n.attach(t, leaked, "10.9.0.4")
+			// containerd's mount point, with nothing mounted on it here.
+			if err := os.WriteFile(n.netnsOf(leaked), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			loop, logs := n.loop(t, &fakeContainerd{netnsDir: n.netnsDir, pidUnseen: tc.pidUnseen})
+			for range 2 {
+				passProposing(t, loop, tc.name, tc.want...)
+			}
+			if got := strings.Count(logs.String(), said); got != map[bool]int{true: 1, false: 0}[tc.pidUnseen] {
+				t.Errorf("%q said %d times in two passes:\n%s", said, got, logs)
+			}
+			if tc.pidUnseen && !strings.Contains(logs.String(), "HostToContainer") {
+				t.Errorf("the log does not say what to change:\n%s", logs)
+			}
+		})
+	}
 }
