@@ -516,13 +516,15 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 	in.Network = l.networkInput(ctx, in, netListing, netErr)
 	r.Plan = gc.Plan(in)
 	l.eligible = r.Plan.EligibleSince
-	unseen := ""
-	if in.Network != nil && r.Plan.NetnsUnseenKept > 0 {
-		unseen = in.Network.NetnsUnseen
+	if in.Network != nil { // a pass without the network side says nothing of it
+		unseen := ""
+		if r.Plan.NetnsUnseenKept > 0 {
+			unseen = in.Network.NetnsUnseen
+		}
+		l.sayWhileItLasts("netns-unseen", unseen,
+			"unowned CNI attachments whose netns is not mounted here are kept: this process may not see the namespaces containerd mounts",
+			"no unowned CNI attachment is kept any more for a netns this process may not see")
 	}
-	l.sayWhileItLasts("netns-unseen", unseen,
-		"unowned CNI attachments whose netns is not mounted here are kept: this process may not see the namespaces containerd mounts",
-		"no unowned CNI attachment is kept any more for a netns this process may not see")
 	r.Blocked = l.gate(in.Now, r.Plan, synced)
 	if l.opts.Executor != nil {
 		if r.Blocked == "" {

@@ -79,8 +79,8 @@ func (l *Loop) restore(ctx context.Context) {
 			// read it (a report run by another user than the plugin's).
 			advice = "permission denied: run this as the user the plugin runs as (root)"
 		case errors.Is(err, fs.ErrPermission):
-			advice = "permission denied to root: a security module (SELinux, AppArmor) or a root-squashed NFS refuses it; " +
-				"let the plugin read and write housekeeping.state_file"
+			advice = "permission denied to root: a security module (SELinux, AppArmor), a root-squashed NFS, or capabilities dropped " +
+				"(CAP_DAC_OVERRIDE, a user namespace) refuse it; let the plugin read and write housekeeping.state_file"
 		case l.opts.StateReadOnly:
 			advice = "the file is left as it is (nothing is written by this command)"
 		}

@@ -217,13 +217,9 @@ func sameNetnsDir(configured, reported string) error {
 }
 
 // netnsUnseen is podnet.NetnsMountsUnseen for containerd's process, asked
-// now (a failure to find it leaves the answer to the mount's propagation).
+// now (one that cannot be found is no answer: unseen).
 func (n *Network) netnsUnseen(ctx context.Context, netnsDir string) string {
-	pid, err := n.rt.PeerPID(ctx)
-	if err != nil {
-		pid = 0
-	}
-	return podnet.NetnsMountsUnseen(pid, netnsDir)
+	return podnet.NetnsUnseenBy(ctx, n.rt.PeerPID, netnsDir)
 }
 
 // errCNIConfigChanged: the configuration a pass listed the network with is

@@ -649,10 +649,15 @@ func TestAnAttachmentInANetnsThisProcessMayNotSeeIsKeptAndSaid(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		pidUnseen bool
-		want      []string
+		// reservationOnly: the leak is a reservation, no attachment:
+		// nothing is kept for the netns, and nothing said.
+		reservationOnly bool
+		want            []string
+		said            int
 	}{
-		{"containerd out of sight, the dir private here: kept", true, nil},
-		{"in containerd's mount namespace: proposed", false, []string{"cni-attachment/pods/" + leaked + "/eth0"}},
+		{"containerd out of sight, the dir private here: kept", true, false, nil, 1},
+		{"in containerd's mount namespace: proposed", false, false, []string{"cni-attachment/pods/" + leaked + "/eth0"}, 0},
+		{"containerd out of sight, only a reservation unowned: released, nothing said", true, true, []string{"ip-reservation/pods/10.9.0.4/" + leaked}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNetNode(t)
@@ -664,6 +669,11 @@ func TestAnAttachmentInANetnsThisProcessMayNotSeeIsKeptAndSaid(t *testing.T) {
 				t.Fatal(err)
 			}
 			n.attach(t, leaked, "10.9.0.4")
+			if tc.reservationOnly {
+				if err := os.Remove(filepath.Join(n.cacheDir, "results", "pods-"+leaked+"-eth0")); err != nil {
+					t.Fatal(err)
+				}
+			}
 			// containerd's mount point, with nothing mounted on it here.
 			if err := os.WriteFile(n.netnsOf(leaked), nil, 0o644); err != nil {
 				t.Fatal(err)
@@ -672,10 +682,10 @@ func TestAnAttachmentInANetnsThisProcessMayNotSeeIsKeptAndSaid(t *testing.T) {
 			for range 2 {
 				passProposing(t, loop, tc.name, tc.want...)
 			}
-			if got := strings.Count(logs.String(), said); got != map[bool]int{true: 1, false: 0}[tc.pidUnseen] {
-				t.Errorf("%q said %d times in two passes:\n%s", said, got, logs)
+			if got := strings.Count(logs.String(), said); got != tc.said {
+				t.Errorf("%q said %d times in two passes, want %d:\n%s", said, got, tc.said, logs)
 			}
-			if tc.pidUnseen && !strings.Contains(logs.String(), "HostToContainer") {
+			if tc.said > 0 && !strings.Contains(logs.String(), "HostToContainer") {
 				t.Errorf("the log does not say what to change:\n%s", logs)
 			}
 		})

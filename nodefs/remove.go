@@ -670,3 +670,14 @@ func hasDotDot(path string) bool {
 	}
 	return false
 }
+
+// Identity is the device and inode of the file open at fd, and the ID of
+// the mount it is on (0 when the kernel cannot tell: see statAt), as the
+// mount table's first field names it.
+func Identity(fd int) (dev, ino, mntID uint64, err error) {
+	fi, err := statAt(fd, "")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return fi.dev, fi.ino, fi.mntID, nil
+}

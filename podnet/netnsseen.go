@@ -8,7 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -20,18 +20,24 @@ import (
 // namespace names it (0 when it cannot see it): cri.Client.PeerPID.
 type RuntimePID func(ctx context.Context) (int, error)
 
+// netnsAdvice is what to change when the namespaces may not be seen.
+const netnsAdvice = "run the plugin in the node's mount namespace, or mount the netns dir with HostToContainer (rslave) or Bidirectional (rshared) propagation"
+
 // NetnsMountsUnseen says why this process may not see the namespace mounts
-// the runtime makes in netnsDir, or "" when it sees them: when it is in the
-// runtime's own mount namespace (runtimePID, 0 when not known), or when the
-// mount that holds netnsDir here receives the mounts made on the runtime's
-// (a DaemonSet's HostToContainer or Bidirectional mount): it is in the
-// peer group of the runtime's mount there (shared:N), or its slave
-// (master:N, propagate_from:N). A peer group of this namespace's own (a
-// mount --make-shared here, systemd as a container's init) receives
-// nothing from the runtime, and is not taken for one. With the runtime's
-// process out of sight (another PID namespace), its mounts cannot be read:
-// only a slave mount (master:) is taken for one that receives, as
-// HostToContainer makes.
+// the runtime makes in netnsDir, or "" when it sees them:
+//   - it is in the runtime's own mount namespace (runtimePID, 0 when the
+//     runtime is out of sight, in another PID namespace);
+//   - or the dir is the same directory here as in the runtime's view
+//     (device and inode; the runtime's view resolved in its own root, where
+//     /var/run may be a symlink that it is not here), and the mount it is
+//     on here is in the peer group of the mount it is on there (shared:N),
+//     or a slave of that group (master:N, propagate_from:N): a DaemonSet's
+//     Bidirectional or HostToContainer mount. The mounts are told by their
+//     IDs (statx), not by their paths. A peer group of this namespace's own
+//     (a mount --make-shared here) gets nothing of the runtime's mounts,
+//     and a mount of another directory in its group does not have them;
+//   - or, with the runtime out of sight, the dir itself is a slave mount
+//     here (HostToContainer), the best that can be told without its view.
 //
 // Otherwise a namespace containerd mounted after this process's mount
 // namespace was made is, from here, an empty file or nothing: it would look
@@ -40,48 +46,134 @@ type RuntimePID func(ctx context.Context) (int, error)
 // /var/run/netns:/var/run/netns`, private by default). So a namespace that
 // is not there is taken for gone only where this returns "".
 func NetnsMountsUnseen(runtimePID int, netnsDir string) string {
-	const advice = "run the plugin in the node's mount namespace, or mount the netns dir with HostToContainer (rslave) or Bidirectional (rshared) propagation"
 	unseen := func(format string, args ...any) string {
-		return fmt.Sprintf("this process may not see the namespaces containerd mounts in %s: ", netnsDir) + fmt.Sprintf(format, args...) + ": " + advice
+		return fmt.Sprintf("this process may not see the namespaces containerd mounts in %s: ", netnsDir) + fmt.Sprintf(format, args...) + ": " + netnsAdvice
 	}
-	resolved, err := resolvedHere(netnsDir)
-	if err != nil {
-		return unseen("the dir cannot be resolved here (%v)", err)
+	if runtimePID > 0 {
+		same, err := sameMountNamespace(runtimePID)
+		switch {
+		case err != nil:
+			return unseen("whether it shares the runtime's (process %d) mount namespace cannot be told (%v)", runtimePID, err)
+		case same:
+			return ""
+		}
 	}
-	here, err := mountHolding(mountInfoPath, resolved)
+	dir, here, err := mountOfDir(mountInfoPath, func(p string) (int, error) {
+		return unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}, netnsDir)
 	if err != nil {
-		return unseen("the mount that holds the dir here cannot be read (%v)", err)
+		return unseen("the mount that holds the dir here cannot be told (%v)", err)
 	}
 	if runtimePID <= 0 {
-		if slices.ContainsFunc(strings.Fields(here.Optional), func(f string) bool { return strings.HasPrefix(f, "master:") }) {
+		if dir.path == filepath.Clean(netnsDir) && here.MountPoint == dir.resolved && hasTag(here, "master:") {
 			return ""
 		}
-		return unseen("the runtime's process is not visible from here (another PID namespace), so neither its mount namespace nor its mounts can be compared, "+
-			"and the mount that holds the dir here (%s) is no slave (%q)", here.MountPoint, here.Optional)
+		return unseen("the runtime's process is not visible from here (another PID namespace), so its mounts cannot be compared, "+
+			"and the dir is no slave mount of its own here (%s, %q)", here.MountPoint, here.Optional)
 	}
-	same, err := sameMountNamespace(runtimePID)
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", runtimePID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return unseen("it is not in the runtime's (process %d) mount namespace, and the runtime's root cannot be opened (%v)", runtimePID, err)
+	}
+	defer unix.Close(root)
+	thereDir, there, err := mountOfDir(fmt.Sprintf("/proc/%d/mountinfo", runtimePID), func(p string) (int, error) {
+		fd, err := unix.Openat2(root, p, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
+		if errors.Is(err, unix.ENOSYS) {
+			// Before Linux 5.6: through the root's magic link, where an
+			// absolute symlink resolves in this process's root instead;
+			// the directory found must then be the same one as here
+			// (below), and its mount one of the runtime's.
+			return unix.Open(fmt.Sprintf("/proc/%d/root%s", runtimePID, p), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		}
+		return fd, err
+	}, dir.path)
 	switch {
 	case err != nil:
-		return unseen("whether it shares the runtime's (process %d) mount namespace cannot be told (%v)", runtimePID, err)
-	case same:
-		return ""
+		return unseen("it is not in the runtime's (process %d) mount namespace, and the mount that holds the dir there cannot be told (%v)", runtimePID, err)
+	case thereDir.dev != dir.dev || thereDir.ino != dir.ino:
+		return unseen("it is not in the runtime's (process %d) mount namespace, and %s here is another directory than there (device and inode %d:%d, there %d:%d)",
+			runtimePID, dir.path, dir.dev, dir.ino, thereDir.dev, thereDir.ino)
+	case !receives(here, there):
+		return unseen("it is not in the runtime's (process %d) mount namespace, and the mount that holds the dir here (%s, %q) receives no mounts from the runtime's (%s, %q)",
+			runtimePID, here.MountPoint, here.Optional, there.MountPoint, there.Optional)
 	}
-	// The dir's path in the runtime's view: as resolved here, or as
-	// written (a /var/run that is a symlink on the node and not here).
-	var there nodefs.MountInfo
-	for _, path := range []string{resolved, filepath.Clean(netnsDir)} {
-		if there, err = mountHolding(fmt.Sprintf("/proc/%d/mountinfo", runtimePID), path); err != nil {
-			return unseen("it is not in the runtime's (process %d) mount namespace, and the runtime's mount that holds the dir cannot be read (%v)", runtimePID, err)
-		}
-		if receives(here, there) {
-			return ""
-		}
-	}
-	return unseen("it is not in the runtime's (process %d) mount namespace, and the mount that holds the dir here (%s, %q) receives no mounts from the runtime's (%s, %q)",
-		runtimePID, here.MountPoint, here.Optional, there.MountPoint, there.Optional)
+	return ""
 }
 
-// receives reports whether the mount here gets the mounts made below the
+// openedDir is a directory as mountOfDir found it.
+type openedDir struct {
+	path     string // the path opened: the dir, or its nearest existing parent
+	resolved string // path with its symlinks resolved, as the opener's view has it ("" when not asked)
+	dev, ino uint64
+}
+
+// mountOfDir opens dir with open (or, when it does not exist, its nearest
+// existing parent) and returns it and the line of the mount table at
+// mountinfo with the ID of the mount it is on.
+func mountOfDir(mountinfo string, open func(path string) (int, error), dir string) (openedDir, nodefs.MountInfo, error) {
+	path := filepath.Clean(dir)
+	var fd int
+	for {
+		var err error
+		if fd, err = open(path); err == nil {
+			break
+		}
+		if !errors.Is(err, unix.ENOENT) || path == "/" {
+			return openedDir{}, nodefs.MountInfo{}, &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+		path = filepath.Dir(path)
+	}
+	defer unix.Close(fd)
+	dev, ino, mntID, err := nodefs.Identity(fd)
+	if err != nil {
+		return openedDir{}, nodefs.MountInfo{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if mntID == 0 {
+		return openedDir{}, nodefs.MountInfo{}, fmt.Errorf("this kernel does not tell which mount %s is on", path)
+	}
+	opened := openedDir{path: path, dev: dev, ino: ino}
+	if target, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err == nil {
+		opened.resolved = target
+	}
+	m, err := mountByID(mountinfo, strconv.FormatUint(mntID, 10))
+	return opened, m, err
+}
+
+// mountByID is the line of the mount table at mountinfo whose mount ID is id.
+func mountByID(mountinfo, id string) (nodefs.MountInfo, error) {
+	f, err := os.Open(mountinfo)
+	if err != nil {
+		return nodefs.MountInfo{}, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		m, err := nodefs.ParseMountInfoLine(sc.Text())
+		if err != nil {
+			return nodefs.MountInfo{}, fmt.Errorf("%s: %w", mountinfo, err)
+		}
+		if m.ID == id {
+			return m, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nodefs.MountInfo{}, fmt.Errorf("reading %s: %w", mountinfo, err)
+	}
+	return nodefs.MountInfo{}, fmt.Errorf("%s lists no mount %s", mountinfo, id)
+}
+
+// hasTag reports whether the mount's optional fields have one with prefix.
+func hasTag(m nodefs.MountInfo, prefix string) bool {
+	for _, f := range strings.Fields(m.Optional) {
+		if strings.HasPrefix(f, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// receives reports whether the mount here gets the mounts made on the
 // runtime's mount there: it is in there's peer group, or a slave of it.
 func receives(here, there nodefs.MountInfo) bool {
 	group := ""
@@ -115,52 +207,4 @@ func sameMountNamespace(pid int) (bool, error) {
 		return false, &os.PathError{Op: "stat", Path: path, Err: err}
 	}
 	return self.Dev == other.Dev && self.Ino == other.Ino, nil
-}
-
-// resolvedHere is dir with its symlinks resolved as this process sees them;
-// for a dir that does not exist, its nearest existing parent.
-func resolvedHere(dir string) (string, error) {
-	path := filepath.Clean(dir)
-	for {
-		resolved, err := filepath.EvalSymlinks(path)
-		if err == nil {
-			return resolved, nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) || path == "/" {
-			return "", err
-		}
-		path = filepath.Dir(path)
-	}
-}
-
-// mountHolding returns the mount the absolute path is on, as the mount
-// table at mountinfo shows it (this process's, or the runtime's): of the
-// mounts at the longest mount point that is the path or a parent of it,
-// the last (the one on top).
-func mountHolding(mountinfo, path string) (nodefs.MountInfo, error) {
-	f, err := os.Open(mountinfo)
-	if err != nil {
-		return nodefs.MountInfo{}, err
-	}
-	defer f.Close()
-	var holding nodefs.MountInfo
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		m, err := nodefs.ParseMountInfoLine(sc.Text())
-		if err != nil {
-			return nodefs.MountInfo{}, fmt.Errorf("%s: %w", mountinfo, err)
-		}
-		under := m.MountPoint == "/" || path == m.MountPoint || strings.HasPrefix(path, m.MountPoint+"/")
-		if under && len(m.MountPoint) >= len(holding.MountPoint) {
-			holding = m
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nodefs.MountInfo{}, fmt.Errorf("reading %s: %w", mountinfo, err)
-	}
-	if holding.MountPoint == "" {
-		return nodefs.MountInfo{}, fmt.Errorf("%s: no mount holds %s", mountinfo, path)
-	}
-	return holding, nil
 }

@@ -100,14 +100,22 @@ func NewReclaimer(cfg Config, cacheDir, execRoot string, runtimePID RuntimePID) 
 // netnsUnseen is NetnsMountsUnseen for the dir of the namespace path
 // netns, asked now.
 func (r *Reclaimer) netnsUnseen(ctx context.Context, netns string) string {
+	return NetnsUnseenBy(ctx, r.runtimePID, filepath.Dir(netns))
+}
+
+// NetnsUnseenBy is NetnsMountsUnseen for the runtime runtimePID finds (nil:
+// out of sight). A runtime that cannot be found is no answer: not out of
+// sight, whose weaker rule would then apply (containerd restarting).
+func NetnsUnseenBy(ctx context.Context, runtimePID RuntimePID, netnsDir string) string {
 	pid := 0
-	if r.runtimePID != nil {
-		// An error leaves the answer to the mount's propagation.
-		if p, err := r.runtimePID(ctx); err == nil {
-			pid = p
+	if runtimePID != nil {
+		p, err := runtimePID(ctx)
+		if err != nil {
+			return fmt.Sprintf("this process may not see the namespaces containerd mounts in %s: containerd's process cannot be found (%v)", netnsDir, err)
 		}
+		pid = p
 	}
-	return NetnsMountsUnseen(pid, filepath.Dir(netns))
+	return NetnsMountsUnseen(pid, netnsDir)
 }
 
 // checkExecRoot refuses a DEL whose plugins, or whose namespace, are not

@@ -33,6 +33,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/google/renameio/v2"
 
@@ -326,13 +327,14 @@ func duplicateKey(data []byte) error {
 			if stack[top].expectKey {
 				if key, ok := tok.(string); ok {
 					// encoding/json matches a key to a field whatever its
-					// case: "Budget_Spent" fills budget_spent too.
-					key = strings.ToLower(key)
-					if stack[top].keys[key] {
+					// case, folded as it folds ("Budget_Spent", and
+					// "budget_ſpent" with a long s, fill budget_spent too).
+					folded := strings.Map(func(r rune) rune { return unicode.ToUpper(unicode.ToLower(r)) }, key)
+					if stack[top].keys[folded] {
 						line := 1 + bytes.Count(data[:dec.InputOffset()], []byte("\n"))
-						return fmt.Errorf("line %d: key %q given twice in one object (JSON keeps only the last, and the first would be lost)", line, key)
+						return fmt.Errorf("line %d: key %q given twice in one object, in this case or another (JSON keeps only the last, and the first would be lost)", line, key)
 					}
-					stack[top].keys[key] = true
+					stack[top].keys[folded] = true
 					stack[top].expectKey = false
 					continue
 				}

@@ -211,7 +211,9 @@ func TestABadFileIsAnErrorNamingWhere(t *testing.T) {
 		{"a key twice", "{\n\"version\": 1,\n\"budget_spent\": [{\"at\": \"2026-11-23T08:00:00Z\", \"class\": \"pod-dirs\", \"unit\": \"x\"}],\n\"budget_spent\": []\n}",
 			`line 4: key "budget_spent" given twice in one object`},
 		{"a key twice in another case", "{\"version\": 1, \"budget_spent\": [{\"at\": \"2026-11-23T08:00:00Z\", \"class\": \"pod-dirs\", \"unit\": \"x\"}],\n\"Budget_Spent\": []}",
-			`line 2: key "budget_spent" given twice in one object`},
+			`line 2: key "Budget_Spent" given twice in one object`},
+		{"a key twice, folded as encoding/json folds", "{\"version\": 1, \"budget_spent\": [{\"at\": \"2026-11-23T08:00:00Z\", \"class\": \"pod-dirs\", \"unit\": \"x\"}],\n\"budget_\u017fpent\": []}",
+			`line 2: key`},
 		{"a key twice in an entry", "{\"version\": 1, \"torn_down\": [{\"uid\": \"" + uidA + "\", \"at\": \"2026-11-23T08:00:00Z\"},\n{\"uid\": \"" + uidA + "\", \"at\": \"2026-11-23T08:00:00Z\", \"at\": \"2026-11-23T09:00:00Z\"}]}",
 			`line 2: key "at" given twice in one object`},
 	} {
