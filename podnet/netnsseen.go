@@ -24,9 +24,11 @@ type RuntimePID func(ctx context.Context) (int, error)
 const netnsAdvice = "run the plugin in the node's mount namespace, or mount the netns dir with HostToContainer (rslave) or Bidirectional (rshared) propagation"
 
 // NetnsMountsUnseen says why this process may not see the namespace mounts
-// the runtime makes in netnsDir, or "" when it sees them:
+// the runtime makes in netnsDir, or "" when it sees them, for a plan: one
+// that may not see them keeps what ran in a namespace not mounted here.
 //   - it is in the runtime's own mount namespace (runtimePID, 0 when the
-//     runtime is out of sight, in another PID namespace);
+//     runtime is out of sight, in another PID namespace: nothing of its view
+//     can be read then, and the answer is unseen);
 //   - or the dir is the same directory here as in the runtime's view
 //     (device and inode; the runtime's view resolved in its own root, where
 //     /var/run may be a symlink that it is not here), and the mount it is
@@ -35,41 +37,35 @@ const netnsAdvice = "run the plugin in the node's mount namespace, or mount the 
 //     Bidirectional or HostToContainer mount. The mounts are told by their
 //     IDs (statx), not by their paths. A peer group of this namespace's own
 //     (a mount --make-shared here) gets nothing of the runtime's mounts,
-//     and a mount of another directory in its group does not have them;
-//   - or, with the runtime out of sight, the dir itself is a slave mount
-//     here (HostToContainer), the best that can be told without its view.
+//     and a mount of another directory in its group does not have them.
 //
+// A group only brings the mounts made after the mount here was: a
+// non-recursive bind of the dir has none of those made before. So the step
+// asks the exact question right before it runs (NetnsMountedForRuntime).
 // Otherwise a namespace containerd mounted after this process's mount
 // namespace was made is, from here, an empty file or nothing: it would look
 // gone, and a CNI DEL would run with no namespace, no thread in it read,
 // though a pod may still run there (a plugin started under `docker run -v
-// /var/run/netns:/var/run/netns`, private by default). So a namespace that
-// is not there is taken for gone only where this returns "".
+// /var/run/netns:/var/run/netns`, private by default).
 func NetnsMountsUnseen(runtimePID int, netnsDir string) string {
 	unseen := func(format string, args ...any) string {
 		return fmt.Sprintf("this process may not see the namespaces containerd mounts in %s: ", netnsDir) + fmt.Sprintf(format, args...) + ": " + netnsAdvice
 	}
-	if runtimePID > 0 {
-		same, err := sameMountNamespace(runtimePID)
-		switch {
-		case err != nil:
-			return unseen("whether it shares the runtime's (process %d) mount namespace cannot be told (%v)", runtimePID, err)
-		case same:
-			return ""
-		}
+	if runtimePID <= 0 {
+		return unseen("containerd's process is not visible from here (another PID namespace), so its mounts cannot be compared; give the plugin the node's PID namespace (hostPID)")
+	}
+	same, err := sameMountNamespace(runtimePID)
+	switch {
+	case err != nil:
+		return unseen("whether it shares the runtime's (process %d) mount namespace cannot be told (%v)", runtimePID, err)
+	case same:
+		return ""
 	}
 	dir, here, err := mountOfDir(mountInfoPath, func(p string) (int, error) {
 		return unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	}, netnsDir)
 	if err != nil {
 		return unseen("the mount that holds the dir here cannot be told (%v)", err)
-	}
-	if runtimePID <= 0 {
-		if dir.path == filepath.Clean(netnsDir) && here.MountPoint == dir.resolved && hasTag(here, "master:") {
-			return ""
-		}
-		return unseen("the runtime's process is not visible from here (another PID namespace), so its mounts cannot be compared, "+
-			"and the dir is no slave mount of its own here (%s, %q)", here.MountPoint, here.Optional)
 	}
 	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", runtimePID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -103,7 +99,6 @@ func NetnsMountsUnseen(runtimePID int, netnsDir string) string {
 // openedDir is a directory as mountOfDir found it.
 type openedDir struct {
 	path     string // the path opened: the dir, or its nearest existing parent
-	resolved string // path with its symlinks resolved, as the opener's view has it ("" when not asked)
 	dev, ino uint64
 }
 
@@ -111,6 +106,9 @@ type openedDir struct {
 // existing parent) and returns it and the line of the mount table at
 // mountinfo with the ID of the mount it is on.
 func mountOfDir(mountinfo string, open func(path string) (int, error), dir string) (openedDir, nodefs.MountInfo, error) {
+	if !filepath.IsAbs(dir) {
+		return openedDir{}, nodefs.MountInfo{}, fmt.Errorf("%q is not an absolute path", dir)
+	}
 	path := filepath.Clean(dir)
 	var fd int
 	for {
@@ -131,12 +129,8 @@ func mountOfDir(mountinfo string, open func(path string) (int, error), dir strin
 	if mntID == 0 {
 		return openedDir{}, nodefs.MountInfo{}, fmt.Errorf("this kernel does not tell which mount %s is on", path)
 	}
-	opened := openedDir{path: path, dev: dev, ino: ino}
-	if target, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err == nil {
-		opened.resolved = target
-	}
 	m, err := mountByID(mountinfo, strconv.FormatUint(mntID, 10))
-	return opened, m, err
+	return openedDir{path: path, dev: dev, ino: ino}, m, err
 }
 
 // mountByID is the line of the mount table at mountinfo whose mount ID is id.
@@ -161,16 +155,6 @@ func mountByID(mountinfo, id string) (nodefs.MountInfo, error) {
 		return nodefs.MountInfo{}, fmt.Errorf("reading %s: %w", mountinfo, err)
 	}
 	return nodefs.MountInfo{}, fmt.Errorf("%s lists no mount %s", mountinfo, id)
-}
-
-// hasTag reports whether the mount's optional fields have one with prefix.
-func hasTag(m nodefs.MountInfo, prefix string) bool {
-	for _, f := range strings.Fields(m.Optional) {
-		if strings.HasPrefix(f, prefix) {
-			return true
-		}
-	}
-	return false
 }
 
 // receives reports whether the mount here gets the mounts made on the
@@ -207,4 +191,40 @@ func sameMountNamespace(pid int) (bool, error) {
 		return false, &os.PathError{Op: "stat", Path: path, Err: err}
 	}
 	return self.Dev == other.Dev && self.Ino == other.Ino, nil
+}
+
+// NetnsMountedForRuntime says why the namespace path, not mounted here,
+// may not be gone, or "" when it is not a namespace mount in the view of
+// the runtime (process runtimePID, in another mount namespace) either:
+// looked up in the runtime's own root (openat2 RESOLVE_IN_ROOT), and asked
+// of the file system there (nsfs). It is the exact question a DEL without a
+// namespace rests on, asked right before it; a kernel without openat2
+// (before Linux 5.6) cannot answer it.
+func NetnsMountedForRuntime(runtimePID int, path string) string {
+	if !filepath.IsAbs(path) {
+		return fmt.Sprintf("its namespace path %q is not absolute", path)
+	}
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", runtimePID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Sprintf("containerd's (process %d) root cannot be opened to look at %s there (%v)", runtimePID, path, err)
+	}
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return ""
+	case errors.Is(err, unix.ENOSYS):
+		return fmt.Sprintf("whether %s is mounted in containerd's (process %d) view cannot be told: this kernel has no openat2 (Linux 5.6)", path, runtimePID)
+	case err != nil:
+		return fmt.Sprintf("whether %s is mounted in containerd's (process %d) view cannot be told (%v)", path, runtimePID, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		return fmt.Sprintf("whether %s is mounted in containerd's (process %d) view cannot be told (%v)", path, runtimePID, err)
+	}
+	if st.Type == unix.NSFS_MAGIC {
+		return fmt.Sprintf("%s is a namespace mount in containerd's (process %d) view, though not here: a pod may still run in it", path, runtimePID)
+	}
+	return ""
 }

@@ -3,6 +3,7 @@ package podnet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,25 +129,12 @@ func TestNetnsMountsAreSeenOnlyFromTheRuntimesMountNamespaceOrItsPeerGroup(t *te
 			setPropagation(t, dir, unix.MS_SLAVE)
 			return other, other
 		}, ""},
-		{"with the runtime out of sight, a slave dir is taken to get its mounts", func(t *testing.T, dir string) (int, int) {
+		{"with the runtime out of sight, even a slave of its group is unseen: nothing of its view can be read", func(t *testing.T, dir string) (int, int) {
 			bindOnItself(t, dir, unix.MS_SHARED)
 			other := inAnotherMountNamespace(t, "unchanged")
 			setPropagation(t, dir, unix.MS_SLAVE)
 			return other, 0
-		}, ""},
-		{"with the runtime out of sight, a shared dir cannot be told from a peer group of its own", func(t *testing.T, dir string) (int, int) {
-			other := inAnotherMountNamespace(t, "private")
-			bindOnItself(t, dir, unix.MS_SHARED)
-			return other, 0
-		}, "the runtime's process is not visible from here"},
-		{"with the runtime out of sight, a dir below a slave mount is not known to get its mounts (a container's root)", func(t *testing.T, dir string) (int, int) {
-			parent := filepath.Dir(dir)
-			bindOnItself(t, parent, unix.MS_SHARED)
-			other := inAnotherMountNamespace(t, "unchanged")
-			setPropagation(t, parent, unix.MS_SLAVE)
-			mkdirAll(t, dir)
-			return other, 0
-		}, "the dir is no slave mount of its own here"},
+		}, "containerd's process is not visible from here"},
 		{"another directory bound on the dir, on a slave of the runtime's group, does not have its mounts", func(t *testing.T, dir string) (int, int) {
 			bindOnItself(t, dir, unix.MS_SHARED)
 			other := inAnotherMountNamespace(t, "unchanged")
@@ -222,35 +210,68 @@ func TestNetnsMountsAreSeenOnlyFromTheRuntimesMountNamespaceOrItsPeerGroup(t *te
 }
 
 // TestADELWhoseNamespaceIsNotSeenHereIsRefused: a namespace containerd
-// mounted in a mount namespace whose mounts this process does not receive
-// is, here, a plain file: taken for gone, its DEL would run with no
-// namespace and no thread in it read, while a pod runs there.
+// mounted in a mount namespace whose mounts this process does not get is,
+// here, a plain file: taken for gone, its DEL would run with no namespace
+// and no thread in it read, while a pod runs there. Right before the DEL,
+// the path is looked up in containerd's own view.
 func TestADELWhoseNamespaceIsNotSeenHereIsRefused(t *testing.T) {
 	ctx := context.Background()
 	id := containerID(7)
+	// mountThere mounts a network namespace (the test's own) on path in
+	// process pid's mount namespace, as containerd mounts a pod's.
+	mountThere := func(t *testing.T, pid int, path string) {
+		t.Helper()
+		if out, err := exec.Command("nsenter", "--target", strconv.Itoa(pid), "--mount", "--",
+			"mount", "--bind", "/proc/self/ns/net", path).CombinedOutput(); err != nil {
+			t.Fatalf("mount in process %d's mount namespace: %v\n%s", pid, err, out)
+		}
+	}
 	for _, tc := range []struct {
-		rule    string
-		setup   func(t *testing.T, dir string) int // the runtime's process
+		rule string
+		// setup makes the netns dir and the namespace's mount point, and
+		// returns containerd's process.
+		setup   func(t *testing.T, dir, ns string) int
 		refused bool
 	}{
-		{"on a private netns dir, refused without a DEL", func(t *testing.T, dir string) int {
+		{"mounted in containerd's view and not here (a private dir): refused without a DEL", func(t *testing.T, dir, ns string) int {
 			other := inAnotherMountNamespace(t, "private")
 			bindOnItself(t, dir, unix.MS_PRIVATE)
+			writeFile(t, ns, "")
+			mountThere(t, other, ns)
 			return other
 		}, true},
-		{"on a dir in the runtime's peer group, the namespace is gone: DEL without a namespace", func(t *testing.T, dir string) int {
+		{"a non-recursive bind here, in containerd's group, lacks a namespace mounted before it: refused", func(t *testing.T, dir, ns string) int {
 			bindOnItself(t, dir, unix.MS_SHARED)
-			return inAnotherMountNamespace(t, "unchanged")
+			other := inAnotherMountNamespace(t, "unchanged")
+			setPropagation(t, dir, unix.MS_SLAVE) // HostToContainer
+			writeFile(t, ns, "")
+			mountThere(t, other, ns) // propagates here too, until a bind without MS_REC:
+			if err := unix.Mount(dir, dir, "none", unix.MS_BIND, ""); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+			if got := NetnsMountsUnseen(other, dir); got != "" {
+				t.Fatalf("the plan's test says unseen (%s); this case is the one it takes for seen", got)
+			}
+			return other
+		}, true},
+		{"gone in containerd's view too: DEL without a namespace", func(t *testing.T, dir, ns string) int {
+			other := inAnotherMountNamespace(t, "private")
+			bindOnItself(t, dir, unix.MS_PRIVATE)
+			writeFile(t, ns, "")
+			return other
 		}, false},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			n := newNode(t)
-			runtime := tc.setup(t, n.netnsDir)
-			cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
 			// What a namespace mounted elsewhere is here: containerd's
 			// empty mount point, with nothing on it.
 			ns := netnsPath(n.netnsDir, 3)
-			writeFile(t, ns, "")
+			runtime := tc.setup(t, n.netnsDir, ns)
+			if _, _, onNsfs, err := nsfsStat(ns); err != nil || onNsfs {
+				t.Fatalf("the namespace is mounted here (%v, %v): the test sets up nothing", onNsfs, err)
+			}
+			cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
 			n.add(t, cfg, "pods", id, ns)
 			a := onlyAttachment(t, cfg, n, id)
 			r := NewReclaimer(cfg, n.cacheDir, "", func(context.Context) (int, error) { return runtime, nil })
@@ -263,13 +284,24 @@ func TestADELWhoseNamespaceIsNotSeenHereIsRefused(t *testing.T) {
 				return
 			}
 			var refused *RefusedError
-			if !errors.As(err, &refused) || !strings.Contains(err.Error(), "is not mounted here, which does not tell that it is gone") ||
-				!strings.Contains(err.Error(), "HostToContainer") {
-				t.Fatalf("err = %v, want a refusal saying the namespace may not be seen here and what to do", err)
+			if !errors.As(err, &refused) || !strings.Contains(err.Error(), "is a namespace mount in containerd's (process") {
+				t.Fatalf("err = %v, want a refusal saying the namespace is mounted in containerd's view", err)
 			}
 			if len(calls) != 2 || !exists(t, a.CacheFile) {
 				t.Fatalf("a DEL ran, or the entry went:\n%s", strings.Join(calls, "\n"))
 			}
 		})
 	}
+	t.Run("containerd out of sight: refused, saying to give the plugin hostPID", func(t *testing.T) {
+		n := newNode(t)
+		ns := netnsPath(n.netnsDir, 3)
+		writeFile(t, ns, "")
+		cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+		n.add(t, cfg, "pods", id, ns)
+		a := onlyAttachment(t, cfg, n, id)
+		err := NewReclaimer(cfg, n.cacheDir, "", func(context.Context) (int, error) { return 0, nil }).DeleteAttachment(ctx, a)
+		if !strings.Contains(fmt.Sprint(err), "hostPID") || len(n.pluginCalls(t)) != 2 {
+			t.Fatalf("err = %v, want a refusal without a DEL, saying to give the plugin hostPID", err)
+		}
+	})
 }

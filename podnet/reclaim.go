@@ -97,15 +97,35 @@ func NewReclaimer(cfg Config, cacheDir, execRoot string, runtimePID RuntimePID) 
 		lock:    lockHostLocal, runtimePID: runtimePID}
 }
 
-// netnsUnseen is NetnsMountsUnseen for the dir of the namespace path
-// netns, asked now.
-func (r *Reclaimer) netnsUnseen(ctx context.Context, netns string) string {
-	return NetnsUnseenBy(ctx, r.runtimePID, filepath.Dir(netns))
+// netnsGone says why the namespace path netns, not mounted here, may not
+// be gone, or "" when it is gone in containerd's view too: this process
+// shares containerd's mount namespace, or the path is no namespace mount in
+// containerd's own root (NetnsMountedForRuntime). Asked now, right before
+// the DEL that rests on it.
+func (r *Reclaimer) netnsGone(ctx context.Context, netns string) string {
+	if r.runtimePID == nil {
+		return "containerd's process is not known, and what is mounted in its view cannot be read"
+	}
+	pid, err := r.runtimePID(ctx)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("containerd's process cannot be found, and what is mounted in its view cannot be read (%v)", err)
+	case pid <= 0:
+		return "containerd's process is not visible from here (another PID namespace), and what is mounted in its view cannot be read: " +
+			"give the plugin the node's PID namespace (hostPID)"
+	}
+	same, err := sameMountNamespace(pid)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("whether this process shares containerd's (process %d) mount namespace cannot be told (%v)", pid, err)
+	case same:
+		return ""
+	}
+	return NetnsMountedForRuntime(pid, netns)
 }
 
 // NetnsUnseenBy is NetnsMountsUnseen for the runtime runtimePID finds (nil:
-// out of sight). A runtime that cannot be found is no answer: not out of
-// sight, whose weaker rule would then apply (containerd restarting).
+// out of sight), for a plan. A runtime that cannot be found is no answer.
 func NetnsUnseenBy(ctx context.Context, runtimePID RuntimePID, netnsDir string) string {
 	pid := 0
 	if runtimePID != nil {
@@ -205,9 +225,9 @@ func (r *Reclaimer) network(path, name string) (Network, error) {
 //     capability args (else RefusedError);
 //   - no address of its cached result is reserved by another container on
 //     the network's host-local dir (else RefusedError; see ipsStillItsOwn);
-//   - a namespace that is not mounted here is taken for gone only where
-//     this process sees the namespaces containerd mounts (else
-//     RefusedError; see NetnsMountsUnseen);
+//   - a namespace that is not mounted here is taken for gone only where it
+//     is no namespace mount in containerd's view either (else
+//     RefusedError; see NetnsMountedForRuntime);
 //   - while its namespace is still mounted, no thread on the node is in it
 //     (else RefusedError, also when that cannot be told): the plan saw it
 //     unused when the pass began, but network steps run last, after the
@@ -273,10 +293,10 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 		return fmt.Errorf("CNI DEL of %s: %w", path, err)
 	}
 	if netns == "" && cur.NetNS != "" {
-		// Not mounted here is gone only where this process sees what
-		// containerd mounts: else the DEL would run with no namespace,
-		// and no thread in it read.
-		if why := r.netnsUnseen(ctx, cur.NetNS); why != "" {
+		// Not mounted here is gone only where it is not mounted in
+		// containerd's view either: else the DEL would run with no
+		// namespace, and no thread in it read.
+		if why := r.netnsGone(ctx, cur.NetNS); why != "" {
 			return refuse(path, "its namespace %s is not mounted here, which does not tell that it is gone: %s", cur.NetNS, why)
 		}
 	}
