@@ -63,35 +63,39 @@ func mountPointsBelow(root string) ([]string, error) {
 // readMountPoints returns every mount point of the mount table, in the
 // table's order.
 func readMountPoints() ([]string, error) {
-	f, err := os.Open(mountInfoPath)
+	var found []string
+	err := ReadMountInfo(mountInfoPath, func(m MountInfo) bool {
+		found = append(found, m.MountPoint)
+		return true
+	})
+	return found, err
+}
+
+// ReadMountInfo parses the mountinfo file at path line by line and hands
+// each line to each, in the table's order, until each returns false. A
+// line that does not parse ends the read with an error naming the file: a
+// mount table read in part could hide a mount below a path to be removed.
+func ReadMountInfo(path string, each func(MountInfo) bool) error {
+	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	var found []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for sc.Scan() {
-		m, err := mountPointField(sc.Text())
+		m, err := ParseMountInfoLine(sc.Text())
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", mountInfoPath, err)
+			return fmt.Errorf("%s: %w", path, err)
 		}
-		found = append(found, m)
+		if !each(m) {
+			return nil
+		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", mountInfoPath, err)
+		return fmt.Errorf("reading %s: %w", path, err)
 	}
-	return found, nil
-}
-
-// mountPointField returns the mount point (the fifth field) of one
-// mountinfo line, unescaped.
-func mountPointField(line string) (string, error) {
-	m, err := ParseMountInfoLine(line)
-	if err != nil {
-		return "", err
-	}
-	return m.MountPoint, nil
+	return nil
 }
 
 // MountInfo is one line of a mountinfo file (proc_pid_mountinfo(5)), the

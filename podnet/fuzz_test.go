@@ -10,34 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 )
-
-// FuzzParseMountLine: a mount table line never panics the reader, and
-// what it keeps of a line is what nodefs.ParseMountInfoLine (fuzzed with
-// kernel-written lines there) reads in it, or the line is an error.
-func FuzzParseMountLine(f *testing.F) {
-	for _, line := range []string{
-		"36 25 0:4 net:[4026532177] /run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a30 rw,nosuid shared:5 - nsfs nsfs rw",
-		"36 25 0:4 /a\rb /run/netns/c\u00a0d rw,nosuid shared:5 - xfs nsfs rw",
-		"36 35 98:0 /mnt1 /mnt2 rw,noatime - tmpfs  rw",
-		"1 2 3 4 5 6 - ",
-		"",
-	} {
-		f.Add(line)
-	}
-	f.Fuzz(func(t *testing.T, line string) {
-		point, m, err := parseMountLine(line)
-		mi, miErr := nodefs.ParseMountInfoLine(line)
-		if (err != nil) != (miErr != nil) {
-			t.Fatalf("%q: %v, but nodefs says %v", line, err, miErr)
-		}
-		if err == nil && (point != mi.MountPoint || m != (mountEntry{id: mi.ID, parent: mi.Parent, root: mi.Root, fstype: mi.FSType})) {
-			t.Fatalf("%q read as point %q, %+v; nodefs reads %+v", line, point, m, mi)
-		}
-	})
-}
 
 // fakeInfo is the fstat of a cache entry or reservation file.
 type fakeInfo struct{ size int64 }

@@ -1,7 +1,6 @@
 package podnet
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -63,39 +62,18 @@ func oneMount(ms []mountEntry) (mountEntry, error) {
 // path: no symlinks, as the kernel shows it), by the mount point's base name,
 // in mount table order (the last one is on top).
 func mountsIn(dir string) (map[string][]mountEntry, error) {
-	f, err := os.Open(mountInfoPath)
+	found := map[string][]mountEntry{}
+	err := nodefs.ReadMountInfo(mountInfoPath, func(mi nodefs.MountInfo) bool {
+		if point := mi.MountPoint; filepath.Dir(point) == dir && point != dir {
+			name := filepath.Base(point)
+			found[name] = append(found[name], mountEntry{id: mi.ID, parent: mi.Parent, root: mi.Root, fstype: mi.FSType})
+		}
+		return true
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	found := map[string][]mountEntry{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		point, m, err := parseMountLine(sc.Text())
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", mountInfoPath, err)
-		}
-		if filepath.Dir(point) != dir || point == dir {
-			continue
-		}
-		name := filepath.Base(point)
-		found[name] = append(found[name], m)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", mountInfoPath, err)
-	}
 	return found, nil
-}
-
-// parseMountLine reads one line of the mount table: its mount point,
-// unescaped, and the parts of the mount used here.
-func parseMountLine(line string) (point string, m mountEntry, err error) {
-	mi, err := nodefs.ParseMountInfoLine(line)
-	if err != nil {
-		return "", mountEntry{}, err
-	}
-	return mi.MountPoint, mountEntry{id: mi.ID, parent: mi.Parent, root: mi.Root, fstype: mi.FSType}, nil
 }
 
 // netnsInode returns the inode of the network namespace an nsfs mount

@@ -1,7 +1,6 @@
 package podnet
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -135,26 +134,20 @@ func mountOfDir(mountinfo string, open func(path string) (int, error), dir strin
 
 // mountByID is the line of the mount table at mountinfo whose mount ID is id.
 func mountByID(mountinfo, id string) (nodefs.MountInfo, error) {
-	f, err := os.Open(mountinfo)
-	if err != nil {
-		return nodefs.MountInfo{}, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		m, err := nodefs.ParseMountInfoLine(sc.Text())
-		if err != nil {
-			return nodefs.MountInfo{}, fmt.Errorf("%s: %w", mountinfo, err)
-		}
+	var found *nodefs.MountInfo
+	err := nodefs.ReadMountInfo(mountinfo, func(m nodefs.MountInfo) bool {
 		if m.ID == id {
-			return m, nil
+			found = &m
 		}
+		return found == nil
+	})
+	switch {
+	case err != nil:
+		return nodefs.MountInfo{}, err
+	case found == nil:
+		return nodefs.MountInfo{}, fmt.Errorf("%s lists no mount %s", mountinfo, id)
 	}
-	if err := sc.Err(); err != nil {
-		return nodefs.MountInfo{}, fmt.Errorf("reading %s: %w", mountinfo, err)
-	}
-	return nodefs.MountInfo{}, fmt.Errorf("%s lists no mount %s", mountinfo, id)
+	return *found, nil
 }
 
 // receives reports whether the mount here gets the mounts made on the
