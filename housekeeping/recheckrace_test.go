@@ -503,6 +503,67 @@ func TestAnOrphanedPodsCgroupThatCannotBeLookedUpAgainIsKept(t *testing.T) {
 	}
 }
 
+// The destroy of an orphaned pod's cgroup rests on its pod cgroup not made
+// again in any hierarchy: when one hierarchy's tree of it cannot be read
+// right before, the look-up cannot tell, and the step is not done. (It
+// was: the unreadable tree ended the look, the later hierarchies' dirs
+// were not in its answer, and a pod cgroup kubelet made again there went
+// unseen.)
+func TestAPodCgroupThatCannotBeReadInOneHierarchyRightBeforeItsStepIsKept(t *testing.T) {
+	uid := testUID(644)
+	root := podDirs(t, uid)
+	cg := fakeCgroups(t, uid)
+	cpu := filepath.Join(cg.Mountpoint, "cpu,cpuacct", "kubepods", "besteffort", "pod"+uid)
+	for _, f := range []string{filepath.Join(cg.Mountpoint, "cpu,cpuacct", "cgroup.procs"), filepath.Join(cpu, "cgroup.procs")} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := newOrphanedPod(t, uid, root, cg, false)
+	o.pass(0)
+	o.pass(3 * time.Minute)
+	o.race = func() {
+		// cpu,cpuacct's tree of the pod cannot be read (a container's
+		// process list is not one), and kubelet makes the memory pod
+		// cgroup again (another inode).
+		if err := os.MkdirAll(filepath.Join(cpu, "c1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(cpu, "c1", "cgroup.procs"), []byte("x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mem := filepath.Join(cg.Mountpoint, "memory", "kubepods", "besteffort", "pod"+uid)
+		if err := os.RemoveAll(mem); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(cg.Mountpoint, "memory", "spacer"), 0o755); err != nil { // takes the old inode
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(mem, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(mem, "cgroup.procs"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := o.pass(6 * time.Minute)
+	planned := plannedKinds(r)
+	if !slices.Equal(planned, []gc.Kind{gc.RemovePodCgroup}) || r.Blocked != "" {
+		t.Fatalf("planned %v (blocked %q): the test proves nothing (kept %+v)", planned, r.Blocked, r.Plan.Kept)
+	}
+	if len(o.files.done) > 0 {
+		t.Fatalf("node steps %v, though the pod cgroup could not be read in one hierarchy and was made again in another (outcomes %+v)", o.files.done, r.Outcomes)
+	}
+	for _, out := range r.Outcomes {
+		if out.Action.Kind == gc.RemovePodCgroup && (out.Result != executor.Aborted || !strings.Contains(out.Err.Error(), "cannot be read")) {
+			t.Errorf("the destroy's outcome is %s (%v), want aborted, saying the pod cgroup cannot be read", out.Result, out.Err)
+		}
+	}
+}
+
 // A CPU reduction goes ahead when the pod dir cannot be inspected again
 // ("cannot tell" is what a reduction is for), but not when the pod cgroup
 // was made again meanwhile: that cgroup is a new pod's, kubelet adding a

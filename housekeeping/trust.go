@@ -485,9 +485,16 @@ func (l *Loop) recheckCgroupsNotMade(ctx context.Context, mark *tornDownMark, ui
 		return errors.New("the pod cgroups have not been listed since the pod was torn down (the listing fails): " +
 			"a pod cgroup kubelet made again could not be told from the one left; held until a listing is ready")
 	}
-	pod, _, err := podcgroups.Find(ctx, *l.opts.Cgroups, uid)
+	pod, found, err := podcgroups.Find(ctx, *l.opts.Cgroups, uid)
 	if err != nil {
 		return fmt.Errorf("cannot look the pod's cgroup up again: %w", err)
+	}
+	if found && !pod.Inspected {
+		// A tree that cannot be read ends the look at that pod: the
+		// hierarchies after it are not in the answer, and a pod cgroup
+		// made again there would go unseen.
+		return fmt.Errorf("the pod cgroup cannot be read now (%s): a pod cgroup kubelet made again could not be told from the one left; held until it can be read",
+			cmp.Or(pod.Unreadable, "not inspected"))
 	}
 	if made := cgroupsMadeSince(mark.cgroups, cgroupDirsOf(pod)); len(made) > 0 {
 		return fmt.Errorf("the pod cgroup was made again since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
