@@ -458,24 +458,45 @@ func (in *inspector) enter(parentFd int, name, rel string, fi fileInfo) (dir *os
 
 // descend enters the directory name (already lstat'ed as fi) and calls
 // visit for each child, stopping at the first error. A directory that is
-// gone or refused (enter returns no dir) is not descended into.
+// gone or refused (enter returns no dir) is not descended into. The names
+// are read readBatch at a time, each batch visited in name order: a volume
+// dir of millions of files is never held in memory at once, and is read no
+// further once visit says enough (errEnoughListed).
 func (in *inspector) descend(parentFd int, name, rel string, fi fileInfo, visit func(fd int, name, rel string) error) error {
 	dir, fd, _, err := in.enter(parentFd, name, rel, fi)
 	if err != nil || dir == nil {
 		return err
 	}
 	defer dir.Close()
-	names, err := in.children(dir, rel)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		if err := visit(fd, n, rel+"/"+n); err != nil {
+	for {
+		batch, err := dir.Readdirnames(readBatch)
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return fmt.Errorf("reading %s: %w", in.abs(rel), err)
+		}
+		sort.Strings(batch)
+		for _, n := range batch {
+			if err := visit(fd, n, rel+"/"+n); err != nil {
+				if errors.Is(err, errEnoughListed) {
+					return nil // the dir's siblings are still visited
+				}
+				return err
+			}
+		}
+		if err := in.ctx.Err(); err != nil {
 			return err
 		}
 	}
-	return nil
 }
+
+// readBatch is how many names descend reads at a time.
+const readBatch = 1024
+
+// errEnoughListed ends the reading of a directory inside a volume dir once
+// maxLeftovers are listed (scanVolumes).
+var errEnoughListed = errors.New("enough leftovers listed")
 
 // children reads the names in dir, sorted.
 func (in *inspector) children(dir *os.File, rel string) ([]string, error) {
@@ -499,6 +520,13 @@ func (in *inspector) scanVolumes(parentFd int, name, rel string, depth int) erro
 			in.addVolumeDir(rel) // a mounted volume is a volume dir too
 		}
 		return nil
+	}
+	if depth > volumeDirDepth && in.truncated {
+		// Enough leftovers listed: nothing inside a volume dir is recorded
+		// any more (mount points are known from the mount table), so the
+		// rest of it is not read. An emptyDir never torn down may hold
+		// millions of files.
+		return errEnoughListed
 	}
 	fi, ok, err := in.lstat(parentFd, name, rel)
 	if err != nil || !ok {

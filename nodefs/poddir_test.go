@@ -344,6 +344,29 @@ func TestInspectPodDir(t *testing.T) {
 		}
 	})
 
+	t.Run("past the bound, a volume is read no further, and a mount in it is still a blocker", func(t *testing.T) {
+		n := newKubeletNode(t)
+		pod := filepath.Join(n.pods, testUUID)
+		// More than one batch of names (readBatch), every one a leftover;
+		// the mount sorts after them.
+		for i := 0; i < readBatch+maxLeftovers; i++ {
+			writeFile(t, filepath.Join(pod, emptyDirVol, fmt.Sprintf("f%05d", i)), "")
+		}
+		mnt := filepath.Join(pod, emptyDirVol, "zz", "mnt")
+		mkdirAll(t, mnt)
+		mount(t, "tmpfs", mnt, "tmpfs")
+		d, err := InspectPodDir(ctx, n.root, testUUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Leftovers) != maxLeftovers || d.Leftovers[0] != filepath.Join(pod, emptyDirVol, "f00000") {
+			t.Errorf("leftovers %q, want the first %d by name", d.Leftovers, maxLeftovers)
+		}
+		if !sameStrings(d.MountPoints, []string{mnt}) || !strings.Contains(d.Blockers[0], "is a mount point") {
+			t.Errorf("MountPoints = %q, Blockers = %q; want %q, a blocker", d.MountPoints, d.Blockers, mnt)
+		}
+	})
+
 	t.Run("a mount is found when the kubelet root is reached through a symlink", func(t *testing.T) {
 		n := newKubeletNode(t)
 		viaLink := filepath.Join(filepath.Dir(n.root), "kubelet-link")
