@@ -70,41 +70,10 @@ func (b Budget) PerPass(ready int) int {
 // orphan stops, when the pass is over its budget: every due action of it is
 // held and the trip returned. A unit taken already this hour
 // (Input.BudgetAdmitted: a step that failed and is retried) is neither
-// counted nor held: it was within the budget when first taken.
+// counted nor held: it was within the budget when first taken. The classes
+// are decided in budgetOrder, each after what the earlier ones held is
+// applied to the steps resting on it.
 func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
-	// Counted without maps, except for the classes of several actions a
-	// unit (orphan stops: a pod; network steps: a sandbox): every other
-	// unit is the action's own key, which is unique.
-	type classDue struct {
-		units   int
-		actions []*Action
-	}
-	byClass := make(map[string]*classDue)
-	seenUnits := make(map[string]bool)
-	for _, a := range sorted {
-		if _, held := notDue[a.Key]; held {
-			continue
-		}
-		class, unit := BudgetClass(*a)
-		if class == "" || p.in.BudgetAdmitted[class+"/"+unit] {
-			continue // not budgeted, or taken already this hour: a retry
-		}
-		c := byClass[class]
-		if c == nil {
-			c = &classDue{}
-			byClass[class] = c
-		}
-		if !multiActionUnits(class) || !seenUnits[class+"/"+unit] {
-			c.units++
-		}
-		if multiActionUnits(class) {
-			seenUnits[class+"/"+unit] = true
-		}
-		c.actions = append(c.actions, a)
-	}
-	if len(byClass) == 0 {
-		return nil
-	}
 	ready := 0
 	for _, s := range p.sandboxes {
 		if s.Ready {
@@ -120,27 +89,29 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 		}
 	}
 	var trips []Trip
-	for _, class := range BudgetClasses {
-		c := byClass[class]
-		if c == nil {
-			continue
-		}
+	for _, class := range budgetOrder {
+		// What an earlier class held holds what rests on it: a step
+		// waiting for a refused one must not take one of this class's
+		// places, or a step that could run waits for as long as the
+		// refusal lasts.
+		holdDependents(sorted, notDue)
+		units, actions := p.dueInClass(class, sorted, notDue)
 		spent := spentByClass[class]
 		allowed := min(perPass, max(0, b.MaxPerHour-spent))
 		if p.in.BudgetHeld != "" {
 			allowed = 0
 		}
-		if c.units <= allowed {
+		if units <= allowed {
 			continue
 		}
 		if allowed > 0 && !allOrNothing(class) {
-			p.throttle(c.actions, allowed, notDue, class)
+			p.throttle(actions, allowed, notDue, class)
 			continue
 		}
-		t := Trip{Class: class, Due: c.units, Allowed: allowed, PerPass: perPass, HourSpent: spent,
-			MaxPerHour: b.MaxPerHour, ReadySandbox: ready, Refused: len(c.actions)}
+		t := Trip{Class: class, Due: units, Allowed: allowed, PerPass: perPass, HourSpent: spent,
+			MaxPerHour: b.MaxPerHour, ReadySandbox: ready, Refused: len(actions)}
 		pods := make(map[string]PodRef)
-		for _, a := range c.actions {
+		for _, a := range actions {
 			pods[a.Pod.UID] = a.Pod
 		}
 		for _, uid := range sortedKeys(pods) {
@@ -156,12 +127,51 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 		}
 		t.Message = fmt.Sprintf("blast-radius budget: this pass would take %d %s step(s), %s; taking none of them (the %s class is paused while that lasts)",
 			t.Due, class, why, class)
-		for _, a := range c.actions {
+		for _, a := range actions {
 			notDue[a.Key] = waiting{budget: class}
 		}
 		trips = append(trips, t)
 	}
+	slices.SortStableFunc(trips, func(x, y Trip) int {
+		return slices.Index(BudgetClasses, x.Class) - slices.Index(BudgetClasses, y.Class)
+	})
 	return trips
+}
+
+// budgetOrder is the order budget decides the classes in: the order of the
+// kinds they limit (Kinds). An action depends only on actions of earlier
+// kinds, so what a class rests on is decided before it.
+var budgetOrder = []string{ClassOrphanStop, ClassUnknownStop, ClassPodLogDir, ClassPodDir, ClassCgroupKill, ClassCgroupCPU, ClassNetwork}
+
+// dueInClass returns the units and actions of class that are due (not in
+// notDue), counted against the budget: neither unbudgeted nor taken
+// already this hour (Input.BudgetAdmitted: a step that failed and is
+// retried was within the budget when first taken).
+func (p *planner) dueInClass(class string, sorted []*Action, notDue map[string]waiting) (units int, actions []*Action) {
+	// Counted without a map, except for the classes of several actions a
+	// unit (orphan stops: a pod; network steps: a sandbox): every other
+	// unit is the action's own key, which is unique.
+	var seenUnits map[string]bool
+	if multiActionUnits(class) {
+		seenUnits = make(map[string]bool)
+	}
+	for _, a := range sorted {
+		if _, held := notDue[a.Key]; held {
+			continue
+		}
+		c, unit := BudgetClass(*a)
+		if c != class || p.in.BudgetAdmitted[class+"/"+unit] {
+			continue
+		}
+		if seenUnits == nil || !seenUnits[unit] {
+			units++
+		}
+		if seenUnits != nil {
+			seenUnits[unit] = true
+		}
+		actions = append(actions, a)
+	}
+	return units, actions
 }
 
 // allOrNothing reports whether a pass over the budget of class takes none

@@ -483,3 +483,62 @@ func countKinds(r Result, k Kind) int {
 	}
 	return n
 }
+
+// A class's places go to steps that can run: a step that rests on one an
+// earlier class refused (paused or throttled) is held before its own class
+// is counted, so that it takes no place another step could use. (Before,
+// each class picked from all its steps at once, and the dependency was
+// applied after: on a node allowed 1 step a pass, a pod log dir waiting
+// for a stop the paused unknown-stop class refused took the pod-log-dir
+// class's place every pass, and the other gone pod's dir was not removed
+// for the hour.)
+func TestAStepWaitingForARefusedOneTakesNoPlaceOfItsClass(t *testing.T) {
+	long := now.Add(-time.Hour)
+	t.Run("a log dir waiting for an UNKNOWN container's stop, its class paused", func(t *testing.T) {
+		in := Input{Now: now, Policy: policy(), EligibleSince: map[string]time.Time{}, BudgetAdmitted: map[string]bool{}}
+		in.Policy.Budget = Budget{MaxPerPass: 1, MaxFraction: 0, MinPerPass: 1, MaxPerHour: 20}
+		for i := range 20 {
+			in.BudgetAdmitted[fmt.Sprintf("%s/earlier-%d", ClassUnknownStop, i)] = true
+		}
+		var live []string
+		for i := range 4 {
+			uid := fmt.Sprintf("live%d", i)
+			live = append(live, uid)
+			in.Sandboxes = append(in.Sandboxes, sb("s"+uid, uid, true, time.Hour))
+		}
+		in.Oracle = present(live...)
+		for _, uid := range []string{"x", "y"} {
+			in.Sandboxes = append(in.Sandboxes, sb("s"+uid, uid, false, time.Hour))
+			in.PodLogDirs = append(in.PodLogDirs, logDir(uid))
+		}
+		in.Containers = append(in.Containers, ctr("cx", "sx", "x", "app", cri.ContainerUnknown, time.Hour))
+		in.EligibleSince["pod-log-dir/"+logDir("x").Path] = now.Add(-10 * time.Minute) // x's waited longest
+		r := Plan(in)
+		if got := due(r); !slices.Contains(got, "remove-pod-log-dir "+logDir("y").Path) {
+			t.Fatalf("due %v, deferred %v: y's log dir is not removed, though only x's waits for the refused stop", got, deferred(r))
+		}
+		if len(r.Trips) != 1 || r.Trips[0].Class != ClassUnknownStop {
+			t.Fatalf("trips %+v, want the unknown-stop class's alone", r.Trips)
+		}
+	})
+	t.Run("a pod cgroup kill waiting for its pod dir's removal, that class throttled", func(t *testing.T) {
+		pol := policy()
+		pol.RemoveOrphanedPodDirs = true
+		pol.Budget = Budget{MaxPerPass: 1, MaxFraction: 0, MinPerPass: 1, MaxPerHour: 20}
+		in := Input{Now: now, Policy: pol, Oracle: present("u1", "u2"),
+			PodDirs: []nodefs.PodDir{podDir("u1", false), podDir("u2", false)}, PodCgroups: cgroups("u1", "u2"),
+			TornDown: map[string]bool{"u1": true, "u2": true},
+			EligibleSince: map[string]time.Time{
+				"pod-dir/u1": long.Add(-time.Minute), "pod-dir/u2": long, // u1's dir waited longest
+				"pod-cgroup/u1": long, "pod-cgroup/u2": long.Add(-10 * time.Minute), // u2's cgroup waited longest
+			}}
+		r := Plan(in)
+		var got []string
+		for _, a := range r.Actions {
+			got = append(got, a.Key)
+		}
+		if !slices.Equal(got, []string{"pod-dir/u1", "pod-cgroup/u1"}) {
+			t.Fatalf("due %v, deferred %v: want u1's pod dir and cgroup (u2's cgroup waits for u2's dir, which the pod-dir class throttles)", got, r.Deferred)
+		}
+	})
+}
