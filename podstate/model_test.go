@@ -18,8 +18,9 @@ import (
 //   - an NRI event moves a record forward only; an NRI removal is evidence of
 //     a teardown, also for a record an absence marked Removed, and from then
 //     on it is the event's claim;
-//   - Synchronize brings back a record one absence marked Removed, never
-//     removes, and advances a container to Running;
+//   - Synchronize brings back a record an absence marked Removed (a
+//     sandbox's, after a stop seen or not), never removes, and advances a
+//     container to Running;
 //   - a listing advances what it lists; it moves a record back only when the
 //     record's state is an event's claim made before the listing started and
 //     at least SettleTime ago; it brings back a record Removed without an NRI
@@ -186,7 +187,7 @@ func (m *model) synchronize(at time.Time, sbs []SyncedSandbox, cs []SyncedContai
 		}
 		sb := m.sandbox(m.pod(in.Pod, SourceSync, at), in.SandboxID, SourceSync, at)
 		sb.reportedAt, sb.synced, sb.session = at, true, m.syncs
-		if sb.state == SandboxRemoved && sb.removal == RemovedByAbsence {
+		if sb.state == SandboxRemoved && sb.removal != RemovedByEvent {
 			to := SandboxReady
 			if sb.stopSeen {
 				to = SandboxNotReady

@@ -170,8 +170,8 @@ type SyncResult struct {
 // Synchronize records what NRI Synchronize reported after a (re)connect.
 // Absence from it means nothing: it omits exited containers and Unknown
 // sandboxes, so only a CRI listing may mark records Removed. Presence in it
-// means the object exists: a record that one absence from a listing marked
-// Removed comes back.
+// means the object exists: a record that an absence from a listing marked
+// Removed (after a stop seen or not) comes back; one NRI removed does not.
 func (s *State) Synchronize(at time.Time, sandboxes []SyncedSandbox, containers []SyncedContainer) SyncResult {
 	var r SyncResult
 	s.mu.Lock()
@@ -190,7 +190,10 @@ func (s *State) Synchronize(at time.Time, sandboxes []SyncedSandbox, containers 
 		p := s.podFor(in.Pod, SourceSync, at)
 		sb := s.sandboxFor(p, in.SandboxID, SourceSync, at)
 		sb.ReportedAt, sb.Synced, sb.Session = at, true, s.syncs
-		if sb.State == SandboxRemoved && sb.Removal == RemovedByAbsence {
+		if sb.State == SandboxRemoved && sb.Removal != RemovedByEvent {
+			// Absent from a listing, stopped before or not: containerd
+			// has it now (as a listing that shows it again brings it
+			// back, listSandbox).
 			to := SandboxReady
 			if sb.StopSeen {
 				to = SandboxNotReady

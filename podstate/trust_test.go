@@ -151,3 +151,24 @@ func TestSynchronizeBringsBackWhatOneAbsenceRemoved(t *testing.T) {
 		t.Fatalf("sandbox = %s after an NRI removal, want Removed", got)
 	}
 }
+
+// A sandbox seen stopped and then absent from a listing comes back, NotReady,
+// when Synchronize reports it: containerd has it, and its pod is no longer
+// torn down. (It stayed Removed, its pod torn down and out of the view
+// listings are checked against, until a listing showed it again.)
+func TestSynchronizeBringsBackASandboxRemovedAfterAStop(t *testing.T) {
+	s := New(time.Hour)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
+	s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: false, CreatedAt: t0}}}, t0.Add(time.Minute))
+	s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(2*time.Minute))
+	if p, _ := s.Pod("u"); !p.TornDown {
+		t.Fatal("the pod is not seen torn down after its stop and absence: the test proves nothing")
+	}
+	s.Synchronize(t0.Add(3*time.Minute), []SyncedSandbox{{Pod: ident("u"), SandboxID: "s1"}}, nil)
+	if got := sandboxState(t, s, "u", "s1"); got != SandboxNotReady {
+		t.Fatalf("sandbox = %s after Synchronize reported it, want NotReady (it was seen stopped)", got)
+	}
+	if p, _ := s.Pod("u"); p.TornDown || p.Phase == PhaseRemoved {
+		t.Fatalf("pod is %s, torn down %v, though Synchronize reports its sandbox", p.Phase, p.TornDown)
+	}
+}
