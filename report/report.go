@@ -255,13 +255,29 @@ func section(tw *tabwriter.Writer, title string, items []Item, withAction bool) 
 	}
 }
 
-// shorten cuts 64-digit IDs in an object name to 13 characters for tables.
+// shorten cuts the 64-hex-digit IDs in an object name to 13 characters for
+// tables. Only IDs: a path of 64 characters (/var/log/pods/default_nginx_
+// and a UID is one) is shown whole.
 func shorten(s string) string {
-	fields := strings.Fields(s)
+	fields := strings.Split(s, " ")
 	for i, f := range fields {
-		if len(f) == 64 {
+		if isID(f) {
 			fields[i] = f[:13]
 		}
 	}
 	return strings.Join(fields, " ")
+}
+
+// isID reports whether f is a container or sandbox ID: 64 lowercase hex
+// digits.
+func isID(f string) bool {
+	if len(f) != 64 {
+		return false
+	}
+	for _, c := range []byte(f) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

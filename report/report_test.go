@@ -190,3 +190,22 @@ func TestJSONKeysAreSnakeCaseAtEveryLevel(t *testing.T) {
 		}
 	}
 }
+
+// Only IDs are shortened in the table: a path of 64 characters (a pod log
+// dir /var/log/pods/<ns>_<name>_<uid> often is) is shown whole, not as
+// "/var/log/pods".
+func TestATableShortensIDsButNotPathsOf64Characters(t *testing.T) {
+	path := "/var/log/pods/default_nginx_7b88465b-12fb-4fef-863c-3de5d3fab50d"
+	if len(path) != 64 {
+		t.Fatalf("the path has %d characters, want 64: the test proves nothing", len(path))
+	}
+	snap, r := plan()
+	r.Actions = append(r.Actions, gc.Action{Kind: gc.RemovePodLogDir, Rule: gc.RulePodLogDir, Path: path, Reason: "its pod is gone"})
+	var buf bytes.Buffer
+	if err := Text(&buf, Build(now, snap, r, "")); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, path) || strings.Contains(out, id64) || !strings.Contains(out, id64[:13]) {
+		t.Fatalf("want the path whole and the sandbox ID shortened:\n%s", out)
+	}
+}
