@@ -5,10 +5,13 @@
 package housekeeping
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,6 +172,9 @@ type Loop struct {
 	passes   uint64
 	failures int                       // consecutive failed listings
 	phases   map[string]podstate.Phase // phase per pod UID at the last pass, for transition logs
+	// phasesTaken: phases holds a pass's view. Before, every pod is new,
+	// and its transition says nothing the first pass's summary does not.
+	phasesTaken bool
 
 	// Owned by the pass (one at a time):
 	eligible map[string]time.Time // gc.Result.EligibleSince of the last plan
@@ -827,7 +833,9 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 		l.failures = 0
 	}
 	var transitions []transition
+	first := false
 	if view != nil {
+		first = !l.phasesTaken
 		transitions = l.transitions(*view)
 	}
 	l.mu.Unlock()
@@ -844,11 +852,29 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 		l.log.WithField("failed_passes", failures).Info("runtime listing works again")
 	}
 	l.logPlan(r)
+	byPhase := map[string]int{}
 	for _, t := range transitions {
-		l.log.WithFields(logrus.Fields{
+		entry := l.log.WithFields(logrus.Fields{
 			logging.FieldPodUID: t.pod.UID, logging.FieldPodNamespace: t.pod.Namespace, logging.FieldPodName: t.pod.Name,
 			"phase": t.pod.Phase.String(), "previous_phase": t.from,
-		}).Infof("pod %s/%s: %s -> %s; %s", t.pod.Namespace, t.pod.Name, t.from, t.pod.Phase, describe(t.pod))
+		})
+		if first {
+			// Every pod of the node is new to the first pass (a report of
+			// a 110-pod node would print 110 lines before its table): one
+			// summary, each pod at debug.
+			byPhase[t.pod.Phase.String()]++
+			entry.Debugf("pod %s/%s: %s -> %s; %s", t.pod.Namespace, t.pod.Name, t.from, t.pod.Phase, describe(t.pod))
+			continue
+		}
+		entry.Infof("pod %s/%s: %s -> %s; %s", t.pod.Namespace, t.pod.Name, t.from, t.pod.Phase, describe(t.pod))
+	}
+	if first {
+		var phases []string
+		for _, ph := range slices.Sorted(maps.Keys(byPhase)) {
+			phases = append(phases, fmt.Sprintf("%d %s", byPhase[ph], ph))
+		}
+		l.log.WithField("pods", len(transitions)).Infof("first pass: %d pod(s) known (%s); from now on, each pod's phase changes are logged",
+			len(transitions), cmp.Or(strings.Join(phases, ", "), "none"))
 	}
 	c := r.Counts
 	// executed counts the steps tried, as once's summary does; the others
@@ -888,6 +914,7 @@ type transition struct {
 // transitions returns the pods whose phase changed since the last pass, and
 // remembers the new phases. l.mu must be held.
 func (l *Loop) transitions(v podstate.View) []transition {
+	l.phasesTaken = true
 	var out []transition
 	seen := make(map[string]podstate.Phase, len(v.Pods))
 	for _, p := range v.Pods {

@@ -194,15 +194,24 @@ func TestPassReconcilesAndLogsPhaseTransitions(t *testing.T) {
 	if r.Err != nil || r.Reconcile.Added != 1 || r.Counts.ByPhase[podstate.PhaseTerminated] != 1 {
 		t.Fatalf("result = %+v", r)
 	}
-	if !strings.Contains(buf.String(), "pod ns/p-u1: new -> Terminated") || !strings.Contains(buf.String(), "pod_uid=u1") {
-		t.Fatalf("no transition line with pod fields:\n%s", buf.String())
+	// The first pass: every pod is new; one summary, each pod at debug.
+	if !strings.Contains(buf.String(), `level=info msg="first pass: 1 pod(s) known (1 Terminated)`) ||
+		!strings.Contains(buf.String(), `level=debug msg="pod ns/p-u1: new -> Terminated`) {
+		t.Fatalf("no first-pass summary at info and pod line at debug:\n%s", buf.String())
 	}
 	buf.Reset()
 	loop.Pass(context.Background())
-	if strings.Contains(buf.String(), "->") {
+	if strings.Contains(buf.String(), "->") || strings.Contains(buf.String(), "first pass") {
 		t.Fatalf("an unchanged pod was logged as a transition:\n%s", buf.String())
 	}
-	if n, last := loop.Passes(); n != 2 || last.Err != nil {
+	buf.Reset()
+	rt.set(cri.Snapshot{TakenAt: now.Add(time.Minute), Sandboxes: []cri.Sandbox{{ID: "s1", Ready: false, Labels: kubeletLabels("u1"), CreatedAt: now},
+		{ID: "s2", Ready: false, Labels: kubeletLabels("u2"), CreatedAt: now}}}, nil)
+	loop.Pass(context.Background())
+	if !strings.Contains(buf.String(), `level=info msg="pod ns/p-u2: new -> Terminated`) || !strings.Contains(buf.String(), "pod_uid=u2") {
+		t.Fatalf("no transition line at info with pod fields for a pod new after the first pass:\n%s", buf.String())
+	}
+	if n, last := loop.Passes(); n != 3 || last.Err != nil {
 		t.Fatalf("passes = %d, last = %+v", n, last)
 	}
 }

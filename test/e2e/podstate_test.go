@@ -286,6 +286,9 @@ file = %q
 	if !strings.Contains(readLog(), "mode=pre-registered") {
 		t.Fatalf("plugin log does not say it runs pre-registered:\n%s", readLog())
 	}
+	// A pod the first pass finds is in its summary; one made after it has
+	// its own line.
+	waitFor(t, "the first housekeeping pass", 15*time.Second, func() bool { return strings.Contains(readLog(), `msg="first pass: `) })
 	p := newPod(t, "tracked")
 	runPod(t, l, p, 1)
 	want := "pod e2e/tracked: new -> Running"
