@@ -506,8 +506,12 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 		r.Reconcile.Forgotten = l.state.Forget(snap.TakenAt)
 		r.Plan = gc.Result{Untrusted: untrusted, Leaks: map[string]int{}, EligibleSince: map[string]time.Time{}}
 		l.eligible = r.Plan.EligibleSince
-		if l.opts.Executor != nil {
-			l.opts.Executor.Forget(r.Plan.EligibleSince)
+		// What was said once while it lasts, and the steps' backoffs, are
+		// kept: this pass looked at nothing, so nothing ended. (Forgotten,
+		// a listing that flaps between trusted and not repeated every
+		// notice, and retried a failing step without its backoff.)
+		for problem := range l.warned {
+			l.warning[problem] = true
 		}
 		r.Duration = l.now().Sub(r.Started)
 		l.finish(r, nil)
@@ -643,7 +647,10 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 	for uid, mark := range l.tornDown {
 		switch {
 		case !in.Oracle.PodDirs.Ready:
-			if !mark.dirSeen && !inView[uid] {
+			// Not when the pass is being stopped (SIGTERM while the pods
+			// dir is read): that is no unreadable dir, and the state file
+			// written at the stop would lose the mark.
+			if ctx.Err() == nil && !mark.dirSeen && !inView[uid] {
 				delete(l.tornDown, uid)
 			}
 		case in.Oracle.PodDirs.Present(uid):
@@ -807,6 +814,12 @@ func (l *Loop) firstSeen(problem string) bool {
 }
 
 func (l *Loop) warnOnce(what string, err error) {
+	if errors.Is(err, context.Canceled) {
+		// The loop is stopping (SIGTERM mid-pass): what it could not read
+		// then is no problem of the source.
+		l.log.WithError(err).Debug(what)
+		return
+	}
 	if l.firstSeen(err.Error()) {
 		l.log.WithError(err).Warn(what)
 	}

@@ -536,10 +536,11 @@ func (l *Loop) spendAhead(now time.Time, actions []gc.Action) map[string]bool {
 // workload. Counted in memory only, a restart (a crash loop, on the full
 // disk that failed the write) would start their hour afresh each time. The
 // others go on within the hour counted in memory: removing pod log dirs
-// and pod dirs frees the disk that may be what failed the write.
+// and pod dirs frees the disk that may be what failed the write. A CPU
+// reduction frees no disk, and its pod cgroup may hold a live workload.
 func heldWhileUnrecorded(class string) bool {
 	switch class {
-	case gc.ClassOrphanStop, gc.ClassUnknownStop, gc.ClassCgroupKill, gc.ClassNetwork:
+	case gc.ClassOrphanStop, gc.ClassUnknownStop, gc.ClassCgroupKill, gc.ClassCgroupCPU, gc.ClassNetwork:
 		return true
 	}
 	return false
