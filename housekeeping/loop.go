@@ -970,6 +970,13 @@ func short(id string) string {
 }
 
 func summarize(bad []cri.Malformed, n int) string {
+	// In a fixed order: containerd lists from a map, so the same entries
+	// come in another order each pass, and the summary is what a warning
+	// is said once for.
+	bad = slices.Clone(bad)
+	slices.SortFunc(bad, func(x, y cri.Malformed) int {
+		return cmp.Or(cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.ID, y.ID), cmp.Compare(x.Reason, y.Reason))
+	})
 	var parts []string
 	for i, m := range bad {
 		if i == n {

@@ -101,3 +101,27 @@ func TestAnUntrustedPassForgetsNothingSaidOnce(t *testing.T) {
 		t.Fatalf("said %d times over 5 passes, 2 of them untrusted; want once:\n%s", n, buf.String())
 	}
 }
+
+// The malformed-entries warning is said once for the same entries, in
+// whatever order the runtime lists them (containerd lists from a map).
+// (It was said again each time the order changed.)
+func TestTheMalformedWarningIsSaidOnceWhateverTheOrder(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "pods"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := cri.Malformed{Kind: "container", ID: "c1", Reason: "no creation time", SandboxID: "s1", PodUID: "u1"}
+	b := cri.Malformed{Kind: "container", ID: "c2", Reason: "no creation time", SandboxID: "s1", PodUID: "u1"}
+	sb := []cri.Sandbox{{ID: "s1", UID: "u1", CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels("u1")}}
+	rt := &fakeRuntime{}
+	log, buf := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: root, Executor: &fakeExecutor{},
+		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	for i, order := range [][]cri.Malformed{{a, b}, {b, a}, {a, b}, {b, a}} {
+		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute), Sandboxes: sb, Malformed: order}, nil)
+		loop.Pass(context.Background())
+	}
+	if n := strings.Count(buf.String(), "malformed entries"); n != 1 {
+		t.Fatalf("warned %d times in 4 passes, only the order changed; want once:\n%s", n, buf.String())
+	}
+}
