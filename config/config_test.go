@@ -127,7 +127,7 @@ var badConfigs = []struct {
 	{"unknown_enum_log_target", "[log]\ntarget = \"syslog\"\n", "log.target", 2, `expected one of "auto", "journald", "stderr", "file"`},
 
 	// log.target = "file" needs log.file.
-	{"log_target_file_without_file", "[log]\ntarget = \"file\"\n", "log.file", 0, `must be set to an absolute path when log.target is "file"`},
+	{"log_target_file_without_file", "[log]\ntarget = \"file\"\n", "log.file", 2, `must be set to an absolute path when log.target is "file"`},
 	{"log_target_file_with_empty_file", "[log]\ntarget = \"file\"\nfile = \"\"\n", "log.file", 3, "must be set to an absolute path"},
 
 	// NRI plugin identity.
@@ -232,8 +232,14 @@ func TestErrorNamesSourceLineAndKey(t *testing.T) {
 }
 
 func TestErrorSaysDefaultForKeysNotInText(t *testing.T) {
-	_, err := Parse([]byte("[log]\ntarget = \"file\"\n"), "containerd plugin config")
-	want := `containerd plugin config:(default): log.file: must be set to an absolute path when log.target is "file"`
+	_, err := Parse([]byte("[housekeeping]\nperiod = \"1h\"\n"), "containerd plugin config")
+	want := `containerd plugin config:(default): housekeeping.leak_grace: must be at least housekeeping.period (1h0m0s), got "5m0s"`
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("got  %v\nwant %s...", err, want)
+	}
+	// A key the text lacks, asked for by one it has: said at that line.
+	_, err = Parse([]byte("[log]\ntarget = \"file\"\n"), "containerd plugin config")
+	want = `containerd plugin config:2: log.file: must be set to an absolute path when log.target is "file"`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got  %v\nwant %s", err, want)
 	}
@@ -552,7 +558,7 @@ target = "file"
 		{16, "bogus"},
 		{20, "orphans.action"},
 		{21, "orphans.max_fraction"},
-		{0, "log.file"},
+		{24, "log.file"},
 	}
 	ps := Problems(err)
 	var got []where

@@ -165,7 +165,13 @@ func validate(p *problems, c Config) {
 	case c.Log.File != "":
 		filePath(p, "log.file", c.Log.File, "nri-housekeeper.log")
 	case c.Log.Target == TargetFile:
-		p.add("log.file", "must be set to an absolute path when log.target is %q", TargetFile)
+		// Said at the line that asks for a file: log.file is not in the
+		// text.
+		line := p.lines[p.name("log.file")]
+		if line == 0 {
+			line = p.lines[p.name("log.target")]
+		}
+		p.addAt(line, "log.file", "must be set to an absolute path when log.target is %q", TargetFile)
 	}
 }
 

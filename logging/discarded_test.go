@@ -344,7 +344,7 @@ func TestStderrTargetWritesToTheFileWhenStderrIsDiscardedAndSaysWhy(t *testing.T
 			}
 			lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 			notice := `level=warning msg="logs go to stderr, but stderr is discarded (` + os.DevNull +
-				`), as when containerd launches the plugin: logging to ` + want + ` instead, so that what is done is not lost"`
+				`; containerd discards a launched plugin's too): logging to ` + want + ` instead, so that what is done is not lost"`
 			if len(lines) != 2 || !strings.HasSuffix(lines[0], notice) ||
 				!strings.HasSuffix(lines[1], `msg="stopped and removed sandbox" action=remove-sandbox`) {
 				t.Errorf("want the notice %q then the entry, got:\n%s", notice, b)

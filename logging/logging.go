@@ -227,7 +227,7 @@ func New(opts Options) (*logrus.Logger, func() error, error) {
 			return logger, noop, nil
 		}
 		useText(logger, f)
-		logger.Warnf("logs go to stderr, but stderr is discarded (%s), as when containerd launches the plugin: logging to %s instead, so that what is done is not lost",
+		logger.Warnf("logs go to stderr, but stderr is discarded (%s; containerd discards a launched plugin's too): logging to %s instead, so that what is done is not lost",
 			discardedAs, path)
 		return logger, f.Close, nil
 

@@ -55,7 +55,7 @@ func ListPodDirs(ctx context.Context, kubeletRoot string) PodDirs {
 	entries, err := dirlist.Read(ctx, dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			err = fmt.Errorf("kubelet pods dir %s does not exist: is kubelet_root right? (pods.source = \"none\" disables the oracle): %w", dir, err)
+			err = fmt.Errorf("kubelet pods dir %s does not exist: is pods.kubelet_root right? (pods.source = \"none\" disables the oracle): %w", dir, err)
 		} else {
 			err = fmt.Errorf("kubelet pods dir %s cannot be read: check that it is a directory and that the plugin runs as root with it mounted: %w", dir, err)
 		}

@@ -82,7 +82,7 @@ func TestListPodDirs(t *testing.T) {
 		{
 			rule:    "a missing pods dir makes the oracle not ready and says what to check",
 			setup:   func(t *testing.T, root string) {},
-			wantErr: `does not exist: is kubelet_root right? (pods.source = "none" disables the oracle)`,
+			wantErr: `does not exist: is pods.kubelet_root right? (pods.source = "none" disables the oracle)`,
 		},
 		{
 			rule:    "a file instead of the pods dir makes the oracle not ready",

@@ -199,8 +199,12 @@ func Text(w io.Writer, r Report) error {
 		states = append(states, fmt.Sprintf("%d %s", n, strings.ToLower(st)))
 	}
 	sort.Strings(states)
-	p("runtime: %d sandboxes (%d ready), %d containers (%s)\n", r.Runtime.Sandboxes, r.Runtime.ReadySandboxes,
-		r.Runtime.Containers, strings.Join(states, ", "))
+	byState := ""
+	if len(states) > 0 {
+		byState = " (" + strings.Join(states, ", ") + ")"
+	}
+	p("runtime: %d sandboxes (%d ready), %d containers%s\n", r.Runtime.Sandboxes, r.Runtime.ReadySandboxes,
+		r.Runtime.Containers, byState)
 	if r.Blocked != "" {
 		p("NOT ACTING YET: %s\n", r.Blocked)
 	}

@@ -310,3 +310,39 @@ func writeChildConfig(t *testing.T, dir, endpoint, housekeeping, sections string
 	}
 	return path
 }
+
+// A signal while the runtime is listed (a hung containerd) is said as a
+// signal, not as a failed listing: the listing's error alone read
+// "context canceled".
+func TestReportStoppedBySignalDuringTheListingSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "hung.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // accepts, and never answers
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	path := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(path, []byte("[runtime]\nendpoint = \"unix://"+sock+"\"\nrpc_timeout = \"30s\"\n[log]\ntarget = \"stderr\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(500*time.Millisecond, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGTERM) })
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := run([]string{"report", "--config", path}, &stdout, &stderr)
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("report took %v: the signal did not end the listing", took)
+	}
+	if code != 1 || !strings.Contains(stderr.String(), "stopped by a signal (") {
+		t.Fatalf("exit %d, want 1 and stderr saying a signal stopped it:\n%s", code, tail(stderr.String(), 600))
+	}
+}

@@ -71,6 +71,11 @@ Signals:
   it) and without writing the state file; the budgeted steps were written
   to it before they ran.
 
+Exit status of run: 0 stopped by a signal, or (pre-registered) containerd
+closed the connection it passed; 1 that connection failed before the plugin
+registered over it, or ended with an error; 2 the configuration, the log
+target or the metrics address cannot be used (the message names which).
+
 Configuration keys, defaults and meaning: 'nri-housekeeper config example'.
 Logs go to journald when its socket exists (journalctl -t nri-housekeeper),
 else to stderr; see log.target.
@@ -194,7 +199,11 @@ func noArguments(cmd string, args []string, stdout, stderr io.Writer) (code int,
 		fmt.Fprint(stdout, commandHelp[cmd])
 		return 0, true
 	}
-	fmt.Fprintf(stderr, "nri-housekeeper %s: unexpected argument %q; see 'nri-housekeeper %s --help'\n", cmd, args[0], cmd)
+	extra := args[0]
+	if isHelpFlag(extra) {
+		extra = args[1] // "--help" itself is fine; what follows it is not
+	}
+	fmt.Fprintf(stderr, "nri-housekeeper %s: unexpected argument %q; see 'nri-housekeeper %s --help'\n", cmd, extra, cmd)
 	return 2, true
 }
 

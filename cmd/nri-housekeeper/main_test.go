@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -374,21 +375,24 @@ func TestExecRootProblemsAreSaidAtStart(t *testing.T) {
 	for _, tc := range []struct {
 		name, root string
 		pid        int
+		noChroot   bool   // CAP_SYS_CHROOT not in the effective set
 		want       string // "" for no problem
 	}{
-		{"none set", "", 1, ""},
-		{"a readable dir", dir, 4242, ""},
+		{"none set", "", 1, false, ""},
+		{"none set, and no CAP_SYS_CHROOT", "", 4242, true, ""},
+		{"a readable dir", dir, 4242, false, ""},
 		// /proc/1/root itself cannot be opened on these machines (PID 1
 		// is a sandbox's agent): a process of the node stands in.
-		{"the node's root through /proc", fmt.Sprintf("/proc/%d/root", os.Getpid()), 4242, ""},
-		{"PID 1: its own root, not the node's", "/proc/1/root/", 1, "this process's own root, not the node's"},
-		{"missing", filepath.Join(dir, "missing"), 4242, "cannot be used"},
-		{"not a directory", file, 4242, "is not a directory"},
+		{"the node's root through /proc", fmt.Sprintf("/proc/%d/root", os.Getpid()), 4242, false, ""},
+		{"PID 1: its own root, not the node's", "/proc/1/root/", 1, false, "this process's own root, not the node's"},
+		{"missing", filepath.Join(dir, "missing"), 4242, false, "cannot be used"},
+		{"not a directory", file, 4242, false, "is not a directory"},
+		{"no CAP_SYS_CHROOT (the systemd unit)", dir, 4242, true, "lacks CAP_SYS_CHROOT"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := execRootProblem(tc.root, tc.pid)
+			got := execRootProblem(tc.root, tc.pid, !tc.noChroot)
 			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
-				t.Fatalf("execRootProblem(%q, %d) = %q, want %q", tc.root, tc.pid, got, tc.want)
+				t.Fatalf("execRootProblem(%q, %d, %v) = %q, want %q", tc.root, tc.pid, !tc.noChroot, got, tc.want)
 			}
 		})
 	}
@@ -526,4 +530,40 @@ func TestALaunchedPluginsFirstLinesGoWhereItsConfigurationSays(t *testing.T) {
 			t.Errorf("the default target lacks the held line:\n%s", got)
 		}
 	})
+}
+
+// A listing that fails says what to check: a socket nothing listens on
+// (containerd not running, or another endpoint), and a server that never
+// answers (a hung containerd, or another server's socket).
+func TestAFailedListingSaysWhatToCheck(t *testing.T) {
+	dir := t.TempDir()
+	hung := filepath.Join(dir, "hung.sock")
+	ln, err := net.Listen("unix", hung)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // accepts, and never answers
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	for _, tc := range []struct{ socket, want string }{
+		{filepath.Join(dir, "none.sock"), "is containerd running, and is runtime.endpoint"},
+		{hung, "containerd did not answer within runtime.rpc_timeout (1s)"},
+	} {
+		path := filepath.Join(dir, "c.toml")
+		text := "[runtime]\nendpoint = \"unix://" + tc.socket + "\"\nrpc_timeout = \"1s\"\n[log]\ntarget = \"stderr\"\n"
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"report", "--config", path}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%s: exit %d, want 1 and stderr saying %q:\n%s", filepath.Base(tc.socket), code, tc.want, stderr.String())
+		}
+	}
 }

@@ -105,8 +105,14 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	stopped := ctx.Err() != nil // by SIGTERM, SIGINT or SIGHUP, before the pass ended
 	if r.Err != nil {
 		hint := ""
-		if status.Code(r.Err) == codes.Unavailable {
+		switch {
+		case stopped:
+			hint = fmt.Sprintf("; stopped by a signal (%v) while the runtime was listed: nothing was done", context.Cause(ctx))
+		case status.Code(r.Err) == codes.Unavailable:
 			hint = fmt.Sprintf("; is containerd running, and is runtime.endpoint (%s) its socket?", cfg.Runtime.Endpoint)
+		case status.Code(r.Err) == codes.DeadlineExceeded:
+			hint = fmt.Sprintf("; containerd did not answer within runtime.rpc_timeout (%s): is it hung, or is runtime.endpoint (%s) another server's socket?",
+				cfg.Runtime.RPCTimeout, cfg.Runtime.Endpoint)
 		}
 		fmt.Fprintf(stderr, "nri-housekeeper %s: %v%s\n", cmd, r.Err, hint)
 		return 1

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -131,7 +132,7 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 			"(run the DaemonSet with hostPID: true, or set cgroups.enabled = false)")
 	}
 	if cfg.Network.Enabled {
-		if problem := execRootProblem(cfg.Network.ExecRoot, os.Getpid()); problem != "" {
+		if problem := execRootProblem(cfg.Network.ExecRoot, os.Getpid(), canChroot()); problem != "" {
 			log.Warn(problem)
 		}
 	}
@@ -198,9 +199,14 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 
 // execRootProblem says why network.exec_root will not give CNI plugins the
 // node's root ("" when nothing is wrong that can be seen at start).
-func execRootProblem(execRoot string, pid int) string {
+func execRootProblem(execRoot string, pid int, chroot bool) string {
 	if execRoot == "" {
 		return ""
+	}
+	if !chroot {
+		return fmt.Sprintf("network.exec_root %s cannot be used: CNI plugins are chrooted into it, and this process lacks CAP_SYS_CHROOT "+
+			"(the systemd unit drops it and filters chroot(2): it runs in the node's root already), so every CNI DEL fails; "+
+			"set network.exec_root = \"\", or grant CAP_SYS_CHROOT", execRoot)
 	}
 	if pid == 1 && filepath.Clean(execRoot) == "/proc/1/root" {
 		return "network.exec_root /proc/1/root is this process's own root, not the node's: it runs as PID 1, so not in the host PID " +
@@ -213,6 +219,24 @@ func execRootProblem(execRoot string, pid int) string {
 		return fmt.Sprintf("network.exec_root %s is not a directory: every CNI DEL fails until it is, or set network.exec_root = \"\"", execRoot)
 	}
 	return ""
+}
+
+// canChroot reports whether this process has CAP_SYS_CHROOT in its
+// effective set (/proc/self/status CapEff); true when that cannot be read,
+// so that nothing is said on a guess.
+func canChroot() bool {
+	const capSysChroot = 18
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return true
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err != nil || caps&(1<<capSysChroot) != 0
+		}
+	}
+	return true
 }
 
 // newExecutor builds the executor over the CRI client, the log roots and
