@@ -413,6 +413,12 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 					return
 				}
 			}
+			if err := ctx.Err(); err != nil {
+				// Stopped after the check (SIGTERM): the step was not
+				// tried, and is no failure to back off from.
+				out[i] = Outcome{Action: a, Result: Skipped, Err: fmt.Errorf("not started: %w", err), Took: time.Since(start)}
+				return
+			}
 			detail, err := e.do(ctx, a)
 			o := Outcome{Action: a, Err: err, Took: time.Since(start), detail: detail}
 			if err != nil && len(w.carried[i]) > 0 {

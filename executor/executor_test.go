@@ -793,6 +793,32 @@ func TestCancelledContextStartsNothingMore(t *testing.T) {
 	}
 }
 
+// A stop that lands after a step's check and before its call (SIGTERM):
+// the call is not made, and the step is skipped, not a failure to back off
+// from. (It was called with the ended context, and counted as failed.)
+func TestAStopAfterTheCheckMakesNoCall(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := newFake()
+	e := newTest(f, Options{MaxParallel: 1})
+	recheck := func(context.Context, gc.Action) error {
+		cancel() // the signal, right after the check passed
+		return nil
+	}
+	a := rmLogDir("/p/1")
+	a.Rule = gc.RulePodLogDir
+	out := e.Execute(ctx, []gc.Action{a}, t0, recheck)
+	if len(out) != 1 || out[0].Result != Skipped || !errors.Is(out[0].Err, context.Canceled) {
+		t.Fatalf("outcome %+v, want skipped with context.Canceled", out)
+	}
+	if calls := f.called(); len(calls) != 0 {
+		t.Fatalf("calls %v after the stop, want none", calls)
+	}
+	if len(e.backoffs) != 0 {
+		t.Fatalf("a step not tried backs off: %v", e.backoffs)
+	}
+}
+
 func TestEveryExecutedActionLoggedWithItsFields(t *testing.T) {
 	f := newFake("RemoveContainer c-bad")
 	log, hook := logtest.NewNullLogger()
