@@ -316,21 +316,7 @@ func writeChildConfig(t *testing.T, dir, endpoint, housekeeping, sections string
 // "context canceled".
 func TestReportStoppedBySignalDuringTheListingSaysSo(t *testing.T) {
 	dir := t.TempDir()
-	sock := filepath.Join(dir, "hung.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() { // accepts, and never answers
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
+	sock := hungSocket(t, filepath.Join(dir, "hung.sock"))
 	path := filepath.Join(dir, "c.toml")
 	if err := os.WriteFile(path, []byte("[runtime]\nendpoint = \"unix://"+sock+"\"\nrpc_timeout = \"30s\"\n[log]\ntarget = \"stderr\"\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -537,21 +537,7 @@ func TestALaunchedPluginsFirstLinesGoWhereItsConfigurationSays(t *testing.T) {
 // answers (a hung containerd, or another server's socket).
 func TestAFailedListingSaysWhatToCheck(t *testing.T) {
 	dir := t.TempDir()
-	hung := filepath.Join(dir, "hung.sock")
-	ln, err := net.Listen("unix", hung)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() { // accepts, and never answers
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
+	hung := hungSocket(t, filepath.Join(dir, "hung.sock"))
 	for _, tc := range []struct{ socket, want string }{
 		{filepath.Join(dir, "none.sock"), "is containerd running, and is runtime.endpoint"},
 		{hung, "containerd did not answer within runtime.rpc_timeout (1s)"},
@@ -566,4 +552,31 @@ func TestAFailedListingSaysWhatToCheck(t *testing.T) {
 			t.Errorf("%s: exit %d, want 1 and stderr saying %q:\n%s", filepath.Base(tc.socket), code, tc.want, stderr.String())
 		}
 	}
+}
+
+// hungSocket listens on a unix socket at path that accepts connections and
+// never answers (a hung containerd), until the test ends; it returns path.
+func hungSocket(t *testing.T, path string) string {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	return path
 }
