@@ -542,3 +542,11 @@ func TestAStepWaitingForARefusedOneTakesNoPlaceOfItsClass(t *testing.T) {
 		}
 	})
 }
+
+// The budget decides every class, and each once: a class left out of
+// budgetOrder would run unbudgeted.
+func TestTheBudgetOrderHasEveryClassOnce(t *testing.T) {
+	if got, want := slices.Sorted(slices.Values(budgetOrder)), slices.Sorted(slices.Values(BudgetClasses)); !slices.Equal(got, want) {
+		t.Fatalf("budgetOrder %v, want the classes %v, each once", budgetOrder, BudgetClasses)
+	}
+}

@@ -172,6 +172,8 @@ type Loop struct {
 	passes   uint64
 	failures int                       // consecutive failed listings
 	phases   map[string]podstate.Phase // phase per pod UID at the last pass, for transition logs
+	// passEnded is the pass's context's Err while a pass runs (stopping).
+	passEnded func() error
 	// phasesTaken: phases holds a pass's view. Before, every pod is new,
 	// and its transition says nothing the first pass's summary does not.
 	phasesTaken bool
@@ -464,6 +466,8 @@ func (l *Loop) Passes() (uint64, PassResult) {
 // step checked again right before it runs. A failed listing, or one that
 // disagrees with NRI, changes nothing.
 func (l *Loop) Pass(ctx context.Context) PassResult {
+	l.passEnded = ctx.Err
+	defer func() { l.passEnded = nil }()
 	r := PassResult{Started: l.now()}
 	startSeq := l.state.Seq()
 	// Read once, before the listing: the check of the listing against NRI
@@ -813,10 +817,13 @@ func (l *Loop) firstSeen(problem string) bool {
 	return !seen
 }
 
+// stopping reports whether the pass under way was stopped (SIGTERM: its
+// context ended): what it could not read since is no problem of a source,
+// and is said at debug level only, and not remembered as said.
+func (l *Loop) stopping() bool { return l.passEnded != nil && l.passEnded() != nil }
+
 func (l *Loop) warnOnce(what string, err error) {
-	if errors.Is(err, context.Canceled) {
-		// The loop is stopping (SIGTERM mid-pass): what it could not read
-		// then is no problem of the source.
+	if l.stopping() {
 		l.log.WithError(err).Debug(what)
 		return
 	}

@@ -362,7 +362,9 @@ func (l *Loop) networkInput(ctx context.Context, in gc.Input, listing networkLis
 		}
 		return nil
 	}
-	l.setDegraded(PartNetwork, true)
+	if !l.stopping() {
+		l.setDegraded(PartNetwork, true)
+	}
 	l.sayWhileItLasts("network", err.Error(), "network leaks are not looked for this pass", "network leaks are looked for again")
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
@@ -123,5 +125,34 @@ func TestTheMalformedWarningIsSaidOnceWhateverTheOrder(t *testing.T) {
 	}
 	if n := strings.Count(buf.String(), "malformed entries"); n != 1 {
 		t.Fatalf("warned %d times in 4 passes, only the order changed; want once:\n%s", n, buf.String())
+	}
+}
+
+// A pass stopped while it asks the runtime (SIGTERM) says nothing of the
+// sources it could not read then, whatever error the cut-short call gives
+// (gRPC's Canceled status is not context.Canceled): the runtime is not
+// distrusted, and nothing is remembered as said.
+func TestAStoppedPassSaysNothingOfItsSources(t *testing.T) {
+	uid := testUID(11)
+	root := podDirs(t, uid)
+	state := podstate.New(0)
+	state.Synchronize(now.Add(-time.Hour), []podstate.SyncedSandbox{{Pod: ident(uid), SandboxID: "s1"}}, nil)
+	// s1, live to NRI, is not listed: the pass asks the runtime for it,
+	// and the stop cuts that call short.
+	rt := &fakeRuntime{existsErr: status.FromContextError(context.Canceled).Err()}
+	rt.set(cri.Snapshot{TakenAt: now}, nil)
+	log, buf := testLogger()
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root, Synchronized: func() bool { return true },
+		Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	rt.onSnapshot = cancel
+	loop.Pass(ctx)
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(line, "level=warning") || strings.Contains(line, "level=error") {
+			t.Errorf("a stopped pass said: %s", line)
+		}
+	}
+	if len(loop.said) > 0 {
+		t.Errorf("a stopped pass remembers as said: %v", loop.said)
 	}
 }

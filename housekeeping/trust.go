@@ -561,7 +561,7 @@ func (l *Loop) holdUnrecorded(actions []gc.Action, err error) (kept []gc.Action,
 	}
 	if len(held) > 0 {
 		l.warnOnce(fmt.Sprintf("%d budgeted step(s) that act on what may be a live workload (orphan stops, UNKNOWN container stops, "+
-			"kills of pod cgroups with processes, network steps) wait: the state file could not be written before them, and a restart "+
+			"kills of pod cgroups with processes, CPU reductions, network steps) wait: the state file could not be written before them, and a restart "+
 			"would forget them and take the hour's budget afresh; pod log dirs and pod dirs are still removed", len(held)), err)
 	}
 	return kept, held
@@ -640,6 +640,10 @@ func (l *Loop) budgetSpent(now time.Time) map[string]bool {
 // ones: every pod start changes them) is the same problem: its new wording
 // is said at debug level only.
 func (l *Loop) sayWhileItLasts(key, problem, what, recovered string) {
+	if problem != "" && l.stopping() {
+		l.log.WithField(logging.FieldReason, problem).Debug(what)
+		return
+	}
 	last, lasting := l.said[key]
 	switch {
 	case problem == "" && !lasting:
