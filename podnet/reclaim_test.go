@@ -896,6 +896,11 @@ func TestNetnsOutsideTheNodesPIDNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the child failed: %v", err)
 	}
+	// The child ran the test, not nothing (a -test.run that matched no
+	// test exits 0 too).
+	if !strings.Contains(string(out), "--- PASS: TestNetnsOutsideTheNodesPIDNamespace") {
+		t.Fatal("the child did not run the test: the test proves nothing")
+	}
 	if !isMounted(t, tn.Path) {
 		t.Fatal("the namespace was unmounted")
 	}
