@@ -250,6 +250,42 @@ func (p *Plan) planPods(r *rand.Rand) {
 			p.Ops = append(p.Ops, Op{At: at, Kind: OpRestartSandbox, Pod: live[r.IntN(len(live))]})
 		}
 	}
+	p.leakEveryKind(r)
+}
+
+// minLeaksPerKind is how many pods each leak kind leaks at least: drawn by
+// weight alone, a 2-minute soak left a kind out in a quarter to a third of
+// its seeds, and "every leak is reclaimed" said nothing of that kind. Two,
+// so that one leak a fault keeps from being made still leaves one.
+const minLeaksPerKind = 2
+
+// leakEveryKind makes deletes leak the kinds drawn fewer than
+// minLeaksPerKind times: clean deletes, or those of a kind drawn more often
+// than that, picked at random.
+func (p *Plan) leakEveryKind(r *rand.Rand) {
+	count := map[LeakKind]int{}
+	for _, o := range p.Ops {
+		if o.Kind == OpDelete {
+			count[o.Leak]++
+		}
+	}
+	for _, k := range LeakKinds {
+		for count[k] < minLeaksPerKind {
+			var spare []int // indexes in p.Ops of deletes that may change kind
+			for i, o := range p.Ops {
+				if o.Kind == OpDelete && o.Leak != k && (o.Leak == LeakNone || count[o.Leak] > minLeaksPerKind) {
+					spare = append(spare, i)
+				}
+			}
+			if len(spare) == 0 {
+				break // a plan too short for it keeps what it drew
+			}
+			i := spare[r.IntN(len(spare))]
+			count[p.Ops[i].Leak]--
+			p.Ops[i].Leak = k
+			count[k]++
+		}
+	}
 }
 
 func (p *Plan) planFaults(r *rand.Rand) {

@@ -38,6 +38,19 @@ func TestAThirtyMinuteScheduleHasTheFaultsIssue11AsksFor(t *testing.T) {
 	}
 }
 
+// Every smoke schedule, whatever its seed, leaks every kind at least
+// minLeaksPerKind times: "every leak is reclaimed" then speaks of each.
+func TestEverySmokeScheduleLeaksEveryKind(t *testing.T) {
+	for seed := uint64(0); seed < 1000; seed++ {
+		_, leaks := NewPlan(seed, 2*time.Minute, 2*time.Second).Counts()
+		for _, k := range LeakKinds {
+			if leaks[k] < minLeaksPerKind {
+				t.Fatalf("seed %d: %d %s leak(s) planned, want at least %d (planned: %v)", seed, leaks[k], k, minLeaksPerKind, leaks)
+			}
+		}
+	}
+}
+
 func TestTheSmokeScheduleHasEveryFaultAndAStablePopulation(t *testing.T) {
 	p := NewPlan(7, 2*time.Minute, 2*time.Second)
 	faults, _ := p.Counts()

@@ -671,12 +671,21 @@ func evaluate(s *Summary, plan Plan, tr *Truth, c *Check, leaks []*leakObj, reco
 	// Pods and leaks.
 	s.Pods = d.counts
 	s.MaxLag = d.maxLag
+	made := map[LeakKind]int{}
 	for _, p := range tr.Pods() {
 		if p.Deleted.IsZero() {
 			s.Pods.LiveAtEnd++
 		}
 		if p.Leak != "" && p.Leak != LeakNone {
 			s.Leaks[string(p.Leak)]++
+			if !p.LeakMade.IsZero() {
+				made[p.Leak]++
+			}
+		}
+	}
+	for _, k := range LeakKinds {
+		if made[k] == 0 {
+			fail("leaks: no %s leak was made: its reclaim went untested", k)
 		}
 	}
 
