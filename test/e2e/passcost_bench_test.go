@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
@@ -251,8 +254,9 @@ func startPluginBinary(b *testing.B, k *kubelet, period time.Duration, name stri
 	}
 	logFile := filepath.Join(dir, "plugin.log")
 	conf := filepath.Join(dir, "config.toml")
+	addr := freePort(b)
 	// The defaults otherwise: startup_delay 0 aside, as a node runs it.
-	text := binaryConfig{Period: period.String(), Grace: "5m", LogFile: logFile, PluginName: name,
+	text := binaryConfig{Period: period.String(), Grace: "5m", LogFile: logFile, PluginName: name, MetricsAddr: addr,
 		Tables: fmt.Sprintf("\n[cgroups]\nenabled = true\nroot = %q\n", cgroupRoot())}.text(k)
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		b.Fatal(err)
@@ -261,9 +265,24 @@ func startPluginBinary(b *testing.B, k *kubelet, period time.Duration, name stri
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
+	// Passes finished, whatever their result, as its metrics count them
+	// (an idle pass logs nothing at the default level); 0 until the
+	// metrics are served.
 	passes = func() int {
-		logs, _ := os.ReadFile(logFile)
-		return strings.Count(string(logs), `"housekeeping pass"`)
+		code, body := get("http://" + addr + "/metrics")
+		if code != http.StatusOK {
+			return 0
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+		if err != nil {
+			b.Fatalf("/metrics does not parse: %v", err)
+		}
+		n := 0.0
+		for _, m := range families["nri_housekeeper_passes_total"].GetMetric() {
+			n += m.GetCounter().GetValue()
+		}
+		return int(n)
 	}
 	// A plugin that exited (a bad config) would read as one costing
 	// nothing: stop fails unless it ran to the end and passed.
@@ -300,10 +319,15 @@ func BenchmarkLabIdleCPU(b *testing.B) {
 				took := waitFor(b, "the plugin's first pass", 2*time.Minute, func() bool { return passes() > 0 })
 				b.Logf("first pass logged %v after the start", took.Round(time.Millisecond))
 				time.Sleep(time.Second)
-				before := procCPU(b, cmd.Process.Pid)
+				before, passesBefore := procCPU(b, cmd.Process.Pid), passes()
 				time.Sleep(tc.window)
-				used := procCPU(b, cmd.Process.Pid) - before
+				used, ran := procCPU(b, cmd.Process.Pid)-before, passes()-passesBefore
 				stop()
+				// Idle, not wedged: it kept passing over the window (a
+				// plugin stuck would post a lower figure).
+				if want := int(tc.window/tc.period) - 1; ran < want {
+					b.Fatalf("%d passes over %v at a %v period, want at least %d", ran, tc.window, tc.period, want)
+				}
 				b.ReportMetric(100*float64(used)/float64(tc.window), "%-of-a-core")
 				b.Logf("period %v: %v CPU over %v", tc.period, used, tc.window)
 			}
