@@ -172,16 +172,15 @@ type Loop struct {
 	passes   uint64
 	failures int                       // consecutive failed listings
 	phases   map[string]podstate.Phase // phase per pod UID at the last pass, for transition logs
-	// passEnded is the pass's context's Err while a pass runs (stopping).
-	passEnded func() error
 	// phasesTaken: phases holds a pass's view. Before, every pod is new,
 	// and its transition says nothing the first pass's summary does not.
 	phasesTaken bool
 
 	// Owned by the pass (one at a time):
-	eligible map[string]time.Time // gc.Result.EligibleSince of the last plan
-	blocked  string               // why the last pass could not act ("" = it could)
-	reported map[string]bool      // orphaned live pods already reported, by UID
+	passEnded func() error         // the pass's context's Err while a pass runs (stopping)
+	eligible  map[string]time.Time // gc.Result.EligibleSince of the last plan
+	blocked   string               // why the last pass could not act ("" = it could)
+	reported  map[string]bool      // orphaned live pods already reported, by UID
 	// cgroups lists the pod cgroups pass after pass, reading every
 	// hierarchy every podcgroups.FullScanEvery (nil: cgroups.enabled =
 	// false).

@@ -162,6 +162,7 @@ func NewPlan(seed uint64, d, nriTimeout time.Duration) Plan {
 	faultRNG := rand.New(rand.NewPCG(seed, 0xbf58476d1ce4e5b9))
 	p.planPods(podRNG)
 	p.planFaults(faultRNG)
+	p.leakEveryKind(podRNG)
 	return p
 }
 
@@ -250,35 +251,60 @@ func (p *Plan) planPods(r *rand.Rand) {
 			p.Ops = append(p.Ops, Op{At: at, Kind: OpRestartSandbox, Pod: live[r.IntN(len(live))]})
 		}
 	}
-	p.leakEveryKind(r)
 }
 
 // minLeaksPerKind is how many pods each leak kind leaks at least: drawn by
 // weight alone, a 2-minute soak left a kind out in a quarter to a third of
-// its seeds, and "every leak is reclaimed" said nothing of that kind. Two,
-// so that one leak a fault keeps from being made still leaves one.
+// its seeds, and "every leak is reclaimed" said nothing of that kind.
 const minLeaksPerKind = 2
+
+// faultShadow is how long before a fault and after its end a pod's create
+// or delete may fail or be judged by design because of it (a create in a
+// full disk is given up; a teardown the plugin, killed, never saw).
+const faultShadow = 10 * time.Second
 
 // leakEveryKind makes deletes leak the kinds drawn fewer than
 // minLeaksPerKind times: clean deletes, or those of a kind drawn more often
-// than that, picked at random.
+// than that, picked at random, among the pods created and deleted away from
+// every fault (faultShadow) while there are any, so that a fault is less
+// likely to keep them from being made. It runs after the faults are
+// planned, from the pods' stream. A plan too short for it keeps what it
+// drew.
 func (p *Plan) leakEveryKind(r *rand.Rand) {
+	created := map[int]time.Duration{}
 	count := map[LeakKind]int{}
 	for _, o := range p.Ops {
-		if o.Kind == OpDelete {
+		switch o.Kind {
+		case OpCreate:
+			created[o.Pod] = o.At
+		case OpDelete:
 			count[o.Leak]++
 		}
 	}
+	nearFault := func(at time.Duration) bool {
+		for _, f := range p.Faults {
+			if at > f.At-faultShadow && at < f.At+f.Param+faultShadow {
+				return true
+			}
+		}
+		return false
+	}
 	for _, k := range LeakKinds {
 		for count[k] < minLeaksPerKind {
-			var spare []int // indexes in p.Ops of deletes that may change kind
+			var spare, clear []int // indexes in p.Ops of deletes that may change kind; of those away from faults
 			for i, o := range p.Ops {
 				if o.Kind == OpDelete && o.Leak != k && (o.Leak == LeakNone || count[o.Leak] > minLeaksPerKind) {
 					spare = append(spare, i)
+					if !nearFault(created[o.Pod]) && !nearFault(o.At) {
+						clear = append(clear, i)
+					}
 				}
 			}
+			if len(clear) > 0 {
+				spare = clear
+			}
 			if len(spare) == 0 {
-				break // a plan too short for it keeps what it drew
+				break
 			}
 			i := spare[r.IntN(len(spare))]
 			count[p.Ops[i].Leak]--
