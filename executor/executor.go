@@ -54,7 +54,9 @@ type Files interface {
 	// RemoveContainerLogFiles removes a container's log file and its
 	// rotations, none named in keep, and returns what it removed.
 	RemoveContainerLogFiles(ctx context.Context, l nodefs.ContainerLog, keep []string) ([]string, error)
-	RemoveOrphanedPodDir(ctx context.Context, uid string) error
+	// RemoveOrphanedPodDir removes the pod dir seen names, taking nothing
+	// that inspection did not find (nodefs.RemoveOrphanedPodDir).
+	RemoveOrphanedPodDir(ctx context.Context, seen nodefs.PodDir) error
 	// DestroyPodCgroup kills and removes a pod cgroup, and says what
 	// systemd did with its slice unit (the systemd driver).
 	DestroyPodCgroup(ctx context.Context, pod podcgroups.PodCgroup) (podcgroups.Destroyed, error)
@@ -721,7 +723,13 @@ func (e *Executor) doStep(ctx context.Context, a gc.Action) error {
 			return fmt.Errorf("remove container log link %s: %w", a.Path, err)
 		}
 	case gc.RemovePodDir:
-		if err := e.files.RemoveOrphanedPodDir(ctx, a.Pod.UID); err != nil {
+		if a.PodDir == nil {
+			return fmt.Errorf("%s: no pod dir in the action", a.Key)
+		}
+		if a.PodDir.UID != a.Pod.UID {
+			return fmt.Errorf("%s: the action's pod dir is pod %s's, not pod %s's", a.Key, a.PodDir.UID, a.Pod.UID)
+		}
+		if err := e.files.RemoveOrphanedPodDir(ctx, *a.PodDir); err != nil {
 			return fmt.Errorf("remove orphaned pod dir %s: %w", a.Path, err)
 		}
 	case gc.ReducePodCgroupCPU:

@@ -131,8 +131,8 @@ func (f *fake) RemoveContainerLogFiles(_ context.Context, l nodefs.ContainerLog,
 	return []string{l.Path}, nil
 }
 
-func (f *fake) RemoveOrphanedPodDir(_ context.Context, uid string) error {
-	return f.do("RemoveOrphanedPodDir", uid)
+func (f *fake) RemoveOrphanedPodDir(_ context.Context, seen nodefs.PodDir) error {
+	return f.do("RemoveOrphanedPodDir", seen.UID)
 }
 
 func (f *fake) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgroup) (podcgroups.Destroyed, error) {
@@ -982,17 +982,23 @@ func TestNodeActionsReachTheirCalls(t *testing.T) {
 		{Kind: gc.RemovePodCgroup, Key: "pod-cgroup/u-fail", Pod: gc.PodRef{UID: "u-fail"}, Cgroup: cg("u-fail")},
 		{Kind: gc.ReducePodCgroupCPU, Key: "pod-cgroup-cpu/u2", Pod: gc.PodRef{UID: "u2"}, Cgroup: cg("u2")},
 		{Kind: gc.RemovePodCgroup, Key: "pod-cgroup/none", Pod: gc.PodRef{UID: "none"}},
-		{Kind: gc.RemovePodDir, Key: "pod-dir/u3", Pod: gc.PodRef{UID: "u3"}, Path: "/var/lib/kubelet/pods/u3"},
+		{Kind: gc.RemovePodDir, Key: "pod-dir/u3", Pod: gc.PodRef{UID: "u3"}, Path: "/var/lib/kubelet/pods/u3",
+			PodDir: &nodefs.PodDir{UID: "u3", Path: "/var/lib/kubelet/pods/u3"}},
+		{Kind: gc.RemovePodDir, Key: "pod-dir/u4", Pod: gc.PodRef{UID: "u4"}, Path: "/var/lib/kubelet/pods/u4"},
+		{Kind: gc.RemovePodDir, Key: "pod-dir/u5", Pod: gc.PodRef{UID: "u5"}, Path: "/var/lib/kubelet/pods/u5",
+			PodDir: &nodefs.PodDir{UID: "u6", Path: "/var/lib/kubelet/pods/u6"}},
 	}
 	out := e.Execute(context.Background(), actions, time.Now(), nil)
-	want := []Result{Success, Error, Success, Error, Success}
+	want := []Result{Success, Error, Success, Error, Success, Error, Error}
 	for i, o := range out {
 		if o.Result != want[i] {
 			t.Errorf("%s: %s (%v), want %s", o.Action.Key, o.Result, o.Err, want[i])
 		}
 	}
-	if !strings.Contains(out[3].Err.Error(), "no pod cgroup") {
-		t.Errorf("a cgroup action without its cgroup: %v", out[3].Err)
+	for i, why := range map[int]string{3: "no pod cgroup", 5: "no pod dir", 6: "pod u6's, not pod u5's"} {
+		if out[i].Err == nil || !strings.Contains(out[i].Err.Error(), why) {
+			t.Errorf("%s: %v, want an error saying %q", out[i].Action.Key, out[i].Err, why)
+		}
 	}
 	got := map[string]bool{}
 	for _, c := range f.calls {
@@ -1001,6 +1007,11 @@ func TestNodeActionsReachTheirCalls(t *testing.T) {
 	for _, c := range []string{"DestroyPodCgroup u1", "ReducePodCgroupCPU u2", "RemoveOrphanedPodDir u3"} {
 		if !got[c] {
 			t.Errorf("no call %s (calls %v)", c, f.calls)
+		}
+	}
+	for _, c := range []string{"RemoveOrphanedPodDir u4", "RemoveOrphanedPodDir u5", "RemoveOrphanedPodDir u6"} {
+		if got[c] {
+			t.Errorf("call %s, for a removal without the pod dir its decision saw", c)
 		}
 	}
 }

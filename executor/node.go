@@ -47,8 +47,8 @@ func (n Node) RemoveContainerLogFiles(ctx context.Context, l nodefs.ContainerLog
 	return n.PodLogs.RemoveContainerLogFiles(ctx, l, keep)
 }
 
-func (n Node) RemoveOrphanedPodDir(ctx context.Context, uid string) error {
-	return nodefs.RemoveOrphanedPodDir(ctx, n.KubeletRoot, uid)
+func (n Node) RemoveOrphanedPodDir(ctx context.Context, seen nodefs.PodDir) error {
+	return nodefs.RemoveOrphanedPodDir(ctx, n.KubeletRoot, seen)
 }
 
 func (n Node) DestroyPodCgroup(ctx context.Context, pod podcgroups.PodCgroup) (podcgroups.Destroyed, error) {

@@ -16,6 +16,7 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 )
@@ -25,7 +26,8 @@ import (
 
 func rmPodDir(uid string, deps ...string) gc.Action {
 	return gc.Action{Kind: gc.RemovePodDir, Rule: gc.RuleOrphanedPodDir, Reason: "why", Pod: gc.PodRef{UID: uid, Namespace: "ns", Name: "web"},
-		Key: "pod-dir/" + uid, Path: "/var/lib/kubelet/pods/" + uid, DependsOn: deps}
+		Key: "pod-dir/" + uid, Path: "/var/lib/kubelet/pods/" + uid, DependsOn: deps,
+		PodDir: &nodefs.PodDir{UID: uid, Path: "/var/lib/kubelet/pods/" + uid}}
 }
 
 func destroyCgroup(uid string, deps ...string) gc.Action {

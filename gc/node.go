@@ -83,7 +83,7 @@ func (p *planner) orphanedPodDirRules() map[string]orphanedPodDir {
 		case !p.in.Policy.RemoveOrphanedPodDirs:
 			p.keep(object, pod, "orphaned pod dir with nothing mounted: reported only (pod_dirs.remove_orphaned = false)")
 		default:
-			if p.propose(Action{Kind: RemovePodDir, Rule: RuleOrphanedPodDir, Pod: pod, Key: key, Path: d.Path,
+			if p.propose(Action{Kind: RemovePodDir, Rule: RuleOrphanedPodDir, Pod: pod, Key: key, Path: d.Path, PodDir: &d,
 				Reason: "kubelet pod dir of a pod with no sandbox or container for leak_grace, nothing mounted in it"}) {
 				o := orphans[d.UID]
 				o.removal = key

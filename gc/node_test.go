@@ -3,6 +3,7 @@ package gc
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -271,6 +272,10 @@ func TestOrphanedPodDirsAreReportedOrRemoved(t *testing.T) {
 			var got []string
 			for _, a := range r.Actions {
 				got = append(got, string(a.Kind)+" "+a.Path)
+				// The removal takes only what this inspection found.
+				if a.Kind == RemovePodDir && (a.PodDir == nil || !reflect.DeepEqual(*a.PodDir, tc.dir)) {
+					t.Errorf("%s carries pod dir %+v, want the one planned on, %+v", a.Key, a.PodDir, tc.dir)
+				}
 			}
 			same(t, "due", got, tc.want)
 			if tc.kept != "" && !keptContains(r, tc.kept) {

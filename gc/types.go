@@ -202,6 +202,9 @@ type Action struct {
 	RemoveLogFiles bool
 	// Cgroup is the pod cgroup of RemovePodCgroup and ReducePodCgroupCPU.
 	Cgroup *podcgroups.PodCgroup
+	// PodDir is the pod dir of RemovePodDir as the plan saw it: the removal
+	// takes nothing that inspection did not find.
+	PodDir *nodefs.PodDir
 	// Attachment, Reservation and Netns are the objects of the network
 	// kinds.
 	Attachment  *podnet.Attachment

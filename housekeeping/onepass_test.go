@@ -11,6 +11,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -151,24 +152,31 @@ func TestTheLinkOfAnEvictedInstanceGoesWithItWhateverItsState(t *testing.T) {
 	}
 }
 
-// podDirRemover records node steps and really removes orphaned pod dirs,
-// so that the checks right before later steps see them gone.
+// podDirRemover records node steps and removes orphaned pod dirs with
+// nodefs' removal, so that the checks right before later steps see them
+// gone.
 type podDirRemover struct {
 	nodeRecorder
 	root string
+	// afterCheck, when set, runs right before the removal, after the
+	// check right before it: what kubelet does in that window.
+	afterCheck func()
 	// afterRemoval, when set, runs once a pod dir is removed: what happens
 	// on the node between that step and the next.
 	afterRemoval func()
 }
 
-func (r *podDirRemover) RemoveOrphanedPodDir(ctx context.Context, uid string) error {
-	if err := os.RemoveAll(filepath.Join(r.root, "pods", uid)); err != nil {
+func (r *podDirRemover) RemoveOrphanedPodDir(ctx context.Context, seen nodefs.PodDir) error {
+	if r.afterCheck != nil {
+		r.afterCheck()
+	}
+	if err := nodefs.RemoveOrphanedPodDir(ctx, r.root, seen); err != nil {
 		return err
 	}
 	if r.afterRemoval != nil {
 		r.afterRemoval()
 	}
-	return r.nodeRecorder.RemoveOrphanedPodDir(ctx, uid)
+	return r.nodeRecorder.RemoveOrphanedPodDir(ctx, seen)
 }
 
 // An orphaned pod (seen torn down, its pod dir left with an empty volume

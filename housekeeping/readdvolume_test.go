@@ -95,32 +95,6 @@ func TestAVolumeDirMadeAgainIsEvidenceOfAReAdd(t *testing.T) {
 	}
 }
 
-// TestOnlyAnIdentityOfTheSameKindChangedIsMadeAgain: a path whose birth
-// time or inode number changed between two looks was made again; one that
-// had a birth time on one look and only an inode number on the other (a
-// file system that reports btime on some looks only, as NFS may) tells
-// nothing, and must not dismiss a mark for good.
-func TestOnlyAnIdentityOfTheSameKindChangedIsMadeAgain(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		before, now string
-		made        bool
-	}{
-		{"the same birth time", "born 1.000000001", "born 1.000000001", false},
-		{"another birth time", "born 1.000000001", "born 2.000000002", true},
-		{"another inode number, no birth time", "inode 7", "inode 9", true},
-		{"a birth time, then none", "born 1.000000001", "inode 7", false},
-		{"no birth time, then one", "inode 7", "born 1.000000001", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := remade(map[string]string{"/x": tc.before}, map[string]string{"/x": tc.now, "/new": "born 3.0"})
-			if (len(got) == 1) != tc.made || len(got) > 1 {
-				t.Fatalf("remade = %q, want made again: %v (a path new to this look is growth, not made again)", got, tc.made)
-			}
-		})
-	}
-}
-
 // TestAWorkloadRewritingItsFileIsNoReAdd: the teardown left a disk emptyDir
 // with the workload's files in it (kubelet's volume teardown is stuck), and
 // a process that escaped the kill still runs in the pod cgroup, rewriting

@@ -362,7 +362,9 @@ func TestEveryNRISessionMustShareASandboxWithTheListingWhenTheNodeStartsEmpty(t 
 // its pod dir not growing since the teardown, and a pod cgroup's destroy on
 // the dir holding no volume: kubelet adds a volume dir when it sets up a
 // pod of that UID again. A volume dir made between the plan and the steps
-// stops the pod dir's removal and the cgroup's destroy; while volumes
+// stops the pod dir's removal and the cgroup's destroy, and so does one
+// made after the pod dir's check, before its removal (the removal takes
+// nothing the plan's inspection did not find); while volumes
 // remain, a CPU reduction is all the rule allows, and a new volume stops it
 // too.
 func TestAVolumeMadeBetweenPlanAndStepKeepsAnOrphanedPodsDirAndCgroup(t *testing.T) {
@@ -387,6 +389,7 @@ func TestAVolumeMadeBetweenPlanAndStepKeepsAnOrphanedPodsDirAndCgroup(t *testing
 		first          func(t *testing.T, root string) // before the first look after the teardown
 		before         func(t *testing.T, root string) // before the last pass
 		race           func(t *testing.T, root string) // between its plan and its steps
+		afterCheck     func(t *testing.T, root string) // between the pod dir's check and its removal
 		planned        []gc.Kind
 		want           []string
 	}{
@@ -394,6 +397,8 @@ func TestAVolumeMadeBetweenPlanAndStepKeepsAnOrphanedPodsDirAndCgroup(t *testing
 			planned: []gc.Kind{gc.RemovePodDir, gc.RemovePodCgroup}, want: []string{"RemoveOrphanedPodDir " + uid, "DestroyPodCgroup " + uid}},
 		{name: "dirs removed, a volume dir is made between the plan and the steps", removeOrphaned: true, race: volume("x"),
 			planned: []gc.Kind{gc.RemovePodDir, gc.RemovePodCgroup}},
+		{name: "dirs removed, a volume dir is made between the pod dir's check and its removal: neither goes", removeOrphaned: true,
+			afterCheck: volume("x"), planned: []gc.Kind{gc.RemovePodDir, gc.RemovePodCgroup}},
 		{name: "dirs reported only, nothing changes: the cgroup goes",
 			planned: []gc.Kind{gc.RemovePodCgroup}, want: []string{"DestroyPodCgroup " + uid}},
 		{name: "dirs reported only, a volume dir is made between the plan and the step", race: volume("x"),
@@ -438,6 +443,9 @@ func TestAVolumeMadeBetweenPlanAndStepKeepsAnOrphanedPodsDirAndCgroup(t *testing
 			if tc.race != nil {
 				o.race = func() { tc.race(t, root) }
 			}
+			if tc.afterCheck != nil {
+				o.files.afterCheck = func() { tc.afterCheck(t, root) }
+			}
 			r := o.pass(6 * time.Minute)
 			planned := plannedKinds(r)
 			if !slices.Equal(planned, tc.planned) || r.Blocked != "" {
@@ -445,6 +453,15 @@ func TestAVolumeMadeBetweenPlanAndStepKeepsAnOrphanedPodsDirAndCgroup(t *testing
 			}
 			if !slices.Equal(o.files.done, tc.want) {
 				t.Fatalf("node steps %v, want %v (outcomes %+v)", o.files.done, tc.want, r.Outcomes)
+			}
+			if tc.afterCheck != nil {
+				// The volume dir kubelet made is kept, and the refusal names it.
+				if _, err := os.Stat(filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~empty-dir", "x")); err != nil {
+					t.Fatalf("the volume dir made after the check: %v", err)
+				}
+				if o := outcomeOf(r, "pod-dir/"+uid); o.Err == nil || !strings.Contains(o.Err.Error(), "kubernetes.io~empty-dir/x (new volume dir)") {
+					t.Fatalf("pod dir removal: %+v, want it refused for the new volume dir", o)
+				}
 			}
 		})
 	}
@@ -631,4 +648,14 @@ func (o *orphanedPod) destroyNotDone(t *testing.T, why string) PassResult {
 		t.Fatalf("node steps %v, though %s (outcomes %+v)", o.files.done, why, r.Outcomes)
 	}
 	return r
+}
+
+// outcomeOf is the outcome of the action key in r (zero if none).
+func outcomeOf(r PassResult, key string) executor.Outcome {
+	for _, o := range r.Outcomes {
+		if o.Action.Key == key {
+			return o
+		}
+	}
+	return executor.Outcome{}
 }

@@ -192,7 +192,7 @@ func (l *Loop) compareWithTeardown(d nodefs.PodDir) {
 		return
 	}
 	if mark.seen != nil {
-		grown = append(grown, append(newEntries(mark.seen, now), remade(mark.made, d.Identities)...)...)
+		grown = append(grown, append(newEntries(mark.seen, now), nodefs.RemadeSince(mark.made, d.Identities)...)...)
 	}
 	if len(grown) > 0 {
 		l.dismissTeardown(d.UID)
@@ -274,22 +274,6 @@ func podDirContents(d nodefs.PodDir) map[string]bool {
 	return seen
 }
 
-// remade are the paths of now whose identity is not the one before had
-// for them: removed and made again since. A path either does not know is
-// not compared.
-func remade(before, now map[string]string) []string {
-	var made []string
-	for p, id := range now {
-		// Only like with like: a file system that gave a birth time on one
-		// look and none on another (NFS) has not made the path again.
-		if old, ok := before[p]; ok && old != id && identityKind(old) == identityKind(id) {
-			made = append(made, p+" (made again)")
-		}
-	}
-	sort.Strings(made)
-	return made
-}
-
 // bornSinceRemoval are the paths of d (the pod dir, its volume dirs and
 // the leftovers above them: nodefs.PodDir.Identities) born after mark's pod
 // was removed: made for a pod of that UID again. Unlike a changed identity,
@@ -335,13 +319,6 @@ func birthTime(id string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return time.Unix(s, ns), true
-}
-
-// identityKind is what a nodefs.PodDir identity is made of: "born" (a
-// birth time) or "inode" (an inode number).
-func identityKind(id string) string {
-	kind, _, _ := strings.Cut(id, " ")
-	return kind
 }
 
 func newEntries(before, now map[string]bool) []string {
@@ -456,7 +433,7 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 	}
 	grown := l.bornSinceRemoval(mark, d, l.now())
 	if mark.seen != nil {
-		grown = append(grown, append(newEntries(mark.seen, podDirContents(d)), remade(mark.made, d.Identities)...)...)
+		grown = append(grown, append(newEntries(mark.seen, podDirContents(d)), nodefs.RemadeSince(mark.made, d.Identities)...)...)
 	}
 	if len(grown) > 0 {
 		return fmt.Errorf("the pod dir has grown since the pod was torn down (%s): kubelet may be adding a pod of that UID again",

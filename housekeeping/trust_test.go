@@ -205,8 +205,8 @@ func (n *nodeRecorder) RemoveContainerLogFiles(_ context.Context, l nodefs.Conta
 	n.done = append(n.done, "RemoveContainerLogFiles "+l.Path)
 	return []string{l.Path}, nil
 }
-func (n *nodeRecorder) RemoveOrphanedPodDir(_ context.Context, uid string) error {
-	n.done = append(n.done, "RemoveOrphanedPodDir "+uid)
+func (n *nodeRecorder) RemoveOrphanedPodDir(_ context.Context, seen nodefs.PodDir) error {
+	n.done = append(n.done, "RemoveOrphanedPodDir "+seen.UID)
 	return nil
 }
 func (n *nodeRecorder) DestroyPodCgroup(_ context.Context, pod podcgroups.PodCgroup) (podcgroups.Destroyed, error) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -160,11 +161,19 @@ func InspectPodDir(ctx context.Context, kubeletRoot, uid string) (PodDir, error)
 //     is refused, never removed recursively;
 //  4. rmdirs the pod dir.
 //
+// seen is the pod dir as the caller inspected it when it decided (its
+// UID names the pod dir): the removal takes nothing that inspection did
+// not find. Its own inspection must show no volume dir, mount point or
+// leftover seen lacks, and the pod dir, volume dirs and leftovers seen
+// identified not made again since (ChangedSince); otherwise it refuses:
+// kubelet may be setting up a pod of that UID again.
+//
 // An error in step 1 or 2 stops before step 3, as in kubelet. Each step
 // checks again (mount IDs, rmdir, EBUSY), so a mount or file that appears
 // after the inspection is refused, not removed. A missing pod dir (or pods
 // dir) is success. Deciding that the pod is orphaned is the caller's job.
-func RemoveOrphanedPodDir(ctx context.Context, kubeletRoot, uid string) error {
+func RemoveOrphanedPodDir(ctx context.Context, kubeletRoot string, seen PodDir) error {
+	uid := seen.UID
 	p, path, err := openPods(kubeletRoot, uid)
 	if errors.Is(err, unix.ENOENT) {
 		return nil
@@ -183,7 +192,63 @@ func RemoveOrphanedPodDir(ctx context.Context, kubeletRoot, uid string) error {
 	if len(d.Blockers) > 0 {
 		return refuse(path, "kubelet's cleanup rules forbid it: %s", strings.Join(d.Blockers, "; "))
 	}
+	if seen.Path != path {
+		return refuse(path, "the pod dir the decision was made on is %q, not this one", seen.Path)
+	}
+	if changed := d.ChangedSince(seen); len(changed) > 0 {
+		return refuse(path, "it changed since it was inspected for the decision (%s): kubelet may be setting up a pod of that UID again",
+			strings.Join(changed, ", "))
+	}
 	return wrapRemoving(path, p.removePodDir(ctx, uid, path))
+}
+
+// ChangedSince lists, sorted, what d holds that seen, an earlier
+// inspection of the same pod dir, did not: volume dirs, mount points and
+// leftovers it did not list as such, and paths whose identity is not the
+// one seen had for them (RemadeSince). Something removed since is no
+// change: a pod dir only grows when kubelet sets a pod up in it.
+func (d PodDir) ChangedSince(seen PodDir) []string {
+	var changed []string
+	for _, l := range []struct {
+		what      string
+		now, seen []string
+	}{
+		{"volume dir", d.VolumeDirs, seen.VolumeDirs},
+		{"mount point", d.MountPoints, seen.MountPoints},
+		{"leftover", d.Leftovers, seen.Leftovers},
+	} {
+		for _, p := range l.now {
+			if !slices.Contains(l.seen, p) {
+				changed = append(changed, p+" (new "+l.what+")")
+			}
+		}
+	}
+	changed = append(changed, RemadeSince(seen.Identities, d.Identities)...)
+	sort.Strings(changed)
+	return changed
+}
+
+// RemadeSince lists, sorted, the paths of now (PodDir.Identities) whose
+// identity is not the one before had for them: removed and made again
+// since. A path either does not know is not compared, and neither is one
+// identified in two different ways: a file system that gave a birth time on
+// one look and none on another (NFS) has not made the path again.
+func RemadeSince(before, now map[string]string) []string {
+	var made []string
+	for p, id := range now {
+		if old, ok := before[p]; ok && old != id && identityKind(old) == identityKind(id) {
+			made = append(made, p+" (made again)")
+		}
+	}
+	sort.Strings(made)
+	return made
+}
+
+// identityKind is what a PodDir identity is made of: "born" (a birth time)
+// or "inode" (an inode number).
+func identityKind(id string) string {
+	kind, _, _ := strings.Cut(id, " ")
+	return kind
 }
 
 // podsRoot is <kubelet_root>/pods, open for one inspection or removal.

@@ -446,6 +446,13 @@ func TestInspectPodDir(t *testing.T) {
 	}
 }
 
+// removeAsInspected inspects the pod dir uid and removes it on that
+// inspection, as the planner and the executor do.
+func removeAsInspected(ctx context.Context, kubeletRoot, uid string) error {
+	seen, _ := InspectPodDir(ctx, kubeletRoot, uid)
+	return RemoveOrphanedPodDir(ctx, kubeletRoot, seen)
+}
+
 func TestRemoveOrphanedPodDir(t *testing.T) {
 	ctx := context.Background()
 
@@ -456,7 +463,7 @@ func TestRemoveOrphanedPodDir(t *testing.T) {
 		writeFile(t, filepath.Join(pod, "unknown-entry", "f"), "") // kubelet removes anything
 		other := filepath.Join(n.pods, testMD5UID, termMsg)
 		writeFile(t, other, "")
-		if err := RemoveOrphanedPodDir(ctx, n.root, testUUID); err != nil {
+		if err := removeAsInspected(ctx, n.root, testUUID); err != nil {
 			t.Fatal(err)
 		}
 		mustBeGone(t, pod)
@@ -467,7 +474,7 @@ func TestRemoveOrphanedPodDir(t *testing.T) {
 		n := newKubeletNode(t)
 		pod := filepath.Join(n.pods, testMD5UID)
 		cleanOrphan(t, pod)
-		if err := RemoveOrphanedPodDir(ctx, n.root, testMD5UID); err != nil {
+		if err := removeAsInspected(ctx, n.root, testMD5UID); err != nil {
 			t.Fatal(err)
 		}
 		mustBeGone(t, pod)
@@ -487,7 +494,7 @@ func TestRemoveOrphanedPodDir(t *testing.T) {
 		symlink(t, precious, filepath.Join(pod, "volume-subpaths", "config", "app", "2"))
 		symlink(t, filepath.Join(precious, "empty"), filepath.Join(pod, "volume-subpaths", "config", "app", "3"))
 		symlink(t, precious, filepath.Join(pod, "volumeDevices"))
-		if err := RemoveOrphanedPodDir(ctx, n.root, testUUID); err != nil {
+		if err := removeAsInspected(ctx, n.root, testUUID); err != nil {
 			t.Fatal(err)
 		}
 		mustBeGone(t, pod)
@@ -496,13 +503,13 @@ func TestRemoveOrphanedPodDir(t *testing.T) {
 
 	t.Run("a missing pod dir is success", func(t *testing.T) {
 		n := newKubeletNode(t)
-		if err := RemoveOrphanedPodDir(ctx, n.root, testUUID); err != nil {
+		if err := removeAsInspected(ctx, n.root, testUUID); err != nil {
 			t.Fatal(err)
 		}
 	})
 
 	t.Run("a missing pods dir is success", func(t *testing.T) {
-		if err := RemoveOrphanedPodDir(ctx, filepath.Join(t.TempDir(), "nope"), testUUID); err != nil {
+		if err := removeAsInspected(ctx, filepath.Join(t.TempDir(), "nope"), testUUID); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -599,7 +606,7 @@ func TestRemoveOrphanedPodDir(t *testing.T) {
 			n := newKubeletNode(t)
 			pod := filepath.Join(n.pods, testUUID)
 			name, keep := tt.setup(t, n, pod)
-			err := RemoveOrphanedPodDir(ctx, n.root, testUUID)
+			err := removeAsInspected(ctx, n.root, testUUID)
 			wantRefused(t, err, pod)
 			if !strings.Contains(err.Error(), name) {
 				t.Fatalf("err = %v, want it to name %q", err, name)
@@ -626,7 +633,7 @@ func TestRemoveOrphanedPodDir(t *testing.T) {
 			writeFile(t, filepath.Join(n.root, "etc", "passwd"), "keep")
 			writeFile(t, filepath.Join(n.pods, "my-precious-dir", "f"), "keep")
 			cleanOrphan(t, filepath.Join(n.pods, testUUID))
-			err := RemoveOrphanedPodDir(ctx, n.root, tt.uid)
+			err := removeAsInspected(ctx, n.root, tt.uid)
 			wantRefused(t, err, n.pods+"/"+tt.uid)
 			mustExist(t, filepath.Join(n.root, "etc", "passwd"), filepath.Join(n.pods, "my-precious-dir", "f"),
 				filepath.Join(n.pods, testUUID, termMsg), filepath.Join(n.pods, testUUID, emptyDirVol))
@@ -634,7 +641,7 @@ func TestRemoveOrphanedPodDir(t *testing.T) {
 	}
 
 	t.Run("a relative kubelet root is an error", func(t *testing.T) {
-		if err := RemoveOrphanedPodDir(ctx, "var/lib/kubelet", testUUID); err == nil {
+		if err := removeAsInspected(ctx, "var/lib/kubelet", testUUID); err == nil {
 			t.Fatal("want an error")
 		}
 	})
@@ -647,7 +654,7 @@ func TestRemoveOrphanedPodDir(t *testing.T) {
 		cleanOrphan(t, pod)
 		mount(t, "tmpfs", filepath.Join(pod, emptyDirVol), "tmpfs")
 		writeFile(t, filepath.Join(pod, emptyDirVol, "data"), "keep")
-		err := RemoveOrphanedPodDir(ctx, viaLink, testUUID)
+		err := removeAsInspected(ctx, viaLink, testUUID)
 		wantRefused(t, err, filepath.Join(viaLink, "pods", testUUID))
 		mustExist(t, filepath.Join(pod, emptyDirVol, "data"), filepath.Join(pod, termMsg))
 	})
@@ -658,7 +665,7 @@ func TestRemoveOrphanedPodDir(t *testing.T) {
 		cleanOrphan(t, pod)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if err := RemoveOrphanedPodDir(cctx, n.root, testUUID); !errors.Is(err, context.Canceled) {
+		if err := removeAsInspected(cctx, n.root, testUUID); !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
 		mustExist(t, filepath.Join(pod, termMsg), filepath.Join(pod, emptyDirVol))
@@ -801,7 +808,7 @@ func TestRemoveOrphanedPodDirRacingSymlinkSwap(t *testing.T) {
 				}
 			}
 		}()
-		_ = RemoveOrphanedPodDir(ctx, n.root, testUUID)
+		_ = removeAsInspected(ctx, n.root, testUUID)
 		close(stop)
 		<-done
 		for i := 0; i < 10; i++ {
@@ -873,7 +880,7 @@ func TestADeepTreeInVolumesIsABlockerNotAWalk(t *testing.T) {
 	if !PodVolumesExist(d) || !strings.Contains(strings.Join(d.Blockers, "; "), "levels below volumes/") {
 		t.Fatalf("Blockers = %q, volumes exist = %v; want a blocker for the tree too deep to inspect", d.Blockers, PodVolumesExist(d))
 	}
-	wantRefused(t, RemoveOrphanedPodDir(ctx, n.root, testUUID), pod)
+	wantRefused(t, removeAsInspected(ctx, n.root, testUUID), pod)
 	mustExist(t, deep, filepath.Join(pod, termMsg))
 }
 
@@ -997,4 +1004,150 @@ func TestASubpathStepErrorStopsBeforeTheOneFilesystemRemoval(t *testing.T) {
 	err := p.removePodDir(context.Background(), testUUID, pod)
 	wantRefused(t, err, filepath.Join(pod, "volume-subpaths/config/app/2"))
 	mustExist(t, filepath.Join(pod, "volume-subpaths/config/app/2/data"), filepath.Join(pod, etcHosts))
+}
+
+// TestOnlyAnIdentityOfTheSameKindChangedIsMadeAgain: a path whose birth
+// time or inode number changed between two looks was made again; one that
+// had a birth time on one look and only an inode number on the other (a
+// file system that reports btime on some looks only, as NFS may) tells
+// nothing, and must not dismiss a mark for good.
+func TestOnlyAnIdentityOfTheSameKindChangedIsMadeAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		before, now string
+		made        bool
+	}{
+		{"the same birth time", "born 1.000000001", "born 1.000000001", false},
+		{"another birth time", "born 1.000000001", "born 2.000000002", true},
+		{"another inode number, no birth time", "inode 7", "inode 9", true},
+		{"a birth time, then none", "born 1.000000001", "inode 7", false},
+		{"no birth time, then one", "inode 7", "born 1.000000001", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := RemadeSince(map[string]string{"/x": tc.before}, map[string]string{"/x": tc.now, "/new": "born 3.0"})
+			if (len(got) == 1) != tc.made || len(got) > 1 {
+				t.Fatalf("RemadeSince = %q, want made again: %v (a path new to this look is growth, not made again)", got, tc.made)
+			}
+		})
+	}
+}
+
+// TestTheRemovalTakesNothingItsDecisionDidNotSee: between the inspection a
+// removal was decided on (the planner's, checked again right before) and
+// the removal's own, kubelet may start setting a pod of that UID up again.
+// What it made in that window refuses the whole removal, and nothing is
+// removed: the removal only takes the pod dir the decision saw.
+func TestTheRemovalTakesNothingItsDecisionDidNotSee(t *testing.T) {
+	ctx := context.Background()
+	const newVol = "volumes/kubernetes.io~configmap/config"
+	for _, tt := range []struct {
+		rule string
+		// after changes the pod dir once it was inspected; it returns what
+		// the refusal must name and the paths (relative to the pod dir)
+		// that must survive.
+		after func(t *testing.T, pod string) (name string, keep []string)
+	}{
+		{"an empty volume dir kubelet made since is refused, and kept", func(t *testing.T, pod string) (string, []string) {
+			mkdirAll(t, filepath.Join(pod, newVol))
+			return newVol + " (new volume dir)", []string{newVol, emptyDirVol, termMsg, etcHosts}
+		}},
+		{"a volume dir removed and made again since is refused, and kept", func(t *testing.T, pod string) (string, []string) {
+			time.Sleep(10 * time.Millisecond) // a birth time apart
+			if err := os.Remove(filepath.Join(pod, emptyDirVol)); err != nil {
+				t.Fatal(err)
+			}
+			mkdirAll(t, filepath.Join(pod, emptyDirVol))
+			return emptyDirVol + " (made again)", []string{emptyDirVol, projectedVol, termMsg}
+		}},
+		{"the pod dir removed and made again since is refused, and kept", func(t *testing.T, pod string) (string, []string) {
+			time.Sleep(10 * time.Millisecond)
+			if err := os.RemoveAll(pod); err != nil {
+				t.Fatal(err)
+			}
+			cleanOrphan(t, pod)
+			return pod + " (made again)", []string{emptyDirVol, projectedVol, termMsg, etcHosts}
+		}},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			n := newKubeletNode(t)
+			pod := filepath.Join(n.pods, testUUID)
+			cleanOrphan(t, pod)
+			seen, err := InspectPodDir(ctx, n.root, testUUID)
+			if err != nil || len(seen.Blockers) > 0 {
+				t.Fatalf("InspectPodDir = %+v, %v; want a clean orphan", seen, err)
+			}
+			name, keep := tt.after(t, pod)
+			err = RemoveOrphanedPodDir(ctx, n.root, seen)
+			wantRefused(t, err, pod)
+			if !strings.Contains(err.Error(), name) {
+				t.Fatalf("err = %v, want it to name %q", err, name)
+			}
+			mustExist(t, joinAll(pod, keep)...)
+		})
+	}
+
+	t.Run("what kubelet removed since is no change: the rest is removed", func(t *testing.T) {
+		n := newKubeletNode(t)
+		pod := filepath.Join(n.pods, testUUID)
+		cleanOrphan(t, pod)
+		seen, err := InspectPodDir(ctx, n.root, testUUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(pod, emptyDirVol)); err != nil {
+			t.Fatal(err)
+		}
+		if err := RemoveOrphanedPodDir(ctx, n.root, seen); err != nil {
+			t.Fatal(err)
+		}
+		mustBeGone(t, pod)
+	})
+
+	t.Run("a decision made on another pod dir's inspection is refused", func(t *testing.T) {
+		n, other := newKubeletNode(t), newKubeletNode(t)
+		pod := filepath.Join(n.pods, testUUID)
+		cleanOrphan(t, pod)
+		cleanOrphan(t, filepath.Join(other.pods, testUUID))
+		seen, err := InspectPodDir(ctx, other.root, testUUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, RemoveOrphanedPodDir(ctx, n.root, seen), pod)
+		mustExist(t, filepath.Join(pod, emptyDirVol), filepath.Join(pod, termMsg))
+	})
+}
+
+// TestChangedSinceListsOnlyWhatWasNotSeen: growth is a path in a list the
+// earlier look did not have it in, or an identity of the same kind
+// that changed; what is gone since, or identified another way, is none.
+func TestChangedSinceListsOnlyWhatWasNotSeen(t *testing.T) {
+	seen := PodDir{
+		VolumeDirs:  []string{"/p/volumes/a/x", "/p/volumes/a/m"},
+		MountPoints: []string{"/p/volumes/a/m"},
+		Identities:  map[string]string{"/p": "born 1.0", "/p/volumes/a/x": "inode 7", "/p/volumes/a/m": "born 2.0"},
+	}
+	for _, tt := range []struct {
+		rule string
+		now  PodDir
+		want []string
+	}{
+		{"the same look is no change", seen, nil},
+		{"what is gone since is no change", PodDir{Identities: map[string]string{"/p": "born 1.0"}}, nil},
+		{"a new volume dir, also a mount point, is named as both",
+			PodDir{VolumeDirs: []string{"/p/volumes/a/x", "/p/volumes/b/y"}, MountPoints: []string{"/p/volumes/b/y"}},
+			[]string{"/p/volumes/b/y (new mount point)", "/p/volumes/b/y (new volume dir)"}},
+		{"a new leftover", PodDir{Leftovers: []string{"/p/volumes/a/f"}}, []string{"/p/volumes/a/f (new leftover)"}},
+		{"a new mount point on a volume dir seen", PodDir{VolumeDirs: []string{"/p/volumes/a/x"}, MountPoints: []string{"/p/volumes/a/x"}},
+			[]string{"/p/volumes/a/x (new mount point)"}},
+		{"the pod dir made again", PodDir{Identities: map[string]string{"/p": "born 3.0"}}, []string{"/p (made again)"}},
+		{"an inode number changed", PodDir{VolumeDirs: []string{"/p/volumes/a/x"}, Identities: map[string]string{"/p/volumes/a/x": "inode 9"}},
+			[]string{"/p/volumes/a/x (made again)"}},
+		{"identified another way is no change", PodDir{Identities: map[string]string{"/p": "inode 4", "/p/volumes/a/x": "born 5.0"}}, nil},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			if got := tt.now.ChangedSince(seen); !sameStrings(got, tt.want) {
+				t.Fatalf("ChangedSince = %q, want %q", got, tt.want)
+			}
+		})
+	}
 }
