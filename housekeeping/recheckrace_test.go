@@ -659,3 +659,26 @@ func outcomeOf(r PassResult, key string) executor.Outcome {
 	}
 	return executor.Outcome{}
 }
+
+// The destroy of an orphaned pod's cgroup rests on the pod cgroup holding
+// no child cgroup the plan did not see: kubelet keeps a pod cgroup that
+// exists (its inode number unchanged), and containerd starts the pause of
+// a pod of that UID set up again in a new child before the sandbox is
+// listed or NRI reports it. Checked right before, the step is aborted.
+func TestAChildCgroupMadeBetweenPlanAndStepKeepsAnOrphanedPodsCgroup(t *testing.T) {
+	uid := testUID(645)
+	root := podDirs(t, uid)
+	cg := fakeCgroups(t, uid)
+	o := newOrphanedPod(t, uid, root, cg, false)
+	o.pass(0)
+	o.pass(3 * time.Minute)
+	o.race = func() {
+		if err := os.Mkdir(filepath.Join(cg.Mountpoint, "memory", "kubepods", "besteffort", "pod"+uid, "a-new-sandbox"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := o.destroyNotDone(t, "a child cgroup was made between the plan and the step")
+	if out := outcomeOf(r, "pod-cgroup/"+uid); out.Result != executor.Aborted || !strings.Contains(fmt.Sprint(out.Err), "child cgroups the plan did not see (a-new-sandbox)") {
+		t.Fatalf("destroy: %s (%v), want aborted for the child cgroup a-new-sandbox", out.Result, out.Err)
+	}
+}

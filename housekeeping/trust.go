@@ -421,13 +421,13 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 		// no volumes left, and is still seen torn down. Its pod cgroup is
 		// still looked up: kubelet makes it before the pod dir, so a pod
 		// of that UID set up again since shows there first.
-		return l.recheckCgroupsNotMade(ctx, mark, uid)
+		return l.recheckCgroupsNotMade(ctx, a, mark, uid)
 	case err != nil && a.Rule == gc.RuleCgroupVolumesRemain && !errors.Is(err, fs.ErrNotExist):
 		// "Cannot tell" is what a CPU reduction is for (kubelet's
 		// ReduceCPULimits): the pod is still seen torn down and nothing of
 		// it is listed or started. Its pod cgroup is still looked up: one
 		// made again is a new pod's, whose CPU must not be cut.
-		return l.recheckCgroupsNotMade(ctx, mark, uid)
+		return l.recheckCgroupsNotMade(ctx, a, mark, uid)
 	case err != nil:
 		return fmt.Errorf("cannot inspect the pod dir again: %w", err)
 	}
@@ -439,7 +439,7 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 		return fmt.Errorf("the pod dir has grown since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
 			strings.Join(grown, ", "))
 	}
-	if err := l.recheckCgroupsNotMade(ctx, mark, uid); err != nil {
+	if err := l.recheckCgroupsNotMade(ctx, a, mark, uid); err != nil {
 		return err
 	}
 	if a.Rule == gc.RuleCgroupOrphaned && (nodefs.PodVolumesExist(d) || len(d.Blockers) > 0) {
@@ -450,8 +450,11 @@ func (l *Loop) recheckOrphaned(ctx context.Context, a gc.Action, uid string) err
 
 // recheckCgroupsNotMade checks that the pod cgroup of a pod seen torn down
 // was not made again since the first look after the mark (looked up by
-// name now).
-func (l *Loop) recheckCgroupsNotMade(ctx context.Context, mark *tornDownMark, uid string) error {
+// name now), and, for a step on the pod cgroup, that it has no child cgroup
+// the plan did not see: kubelet keeps a pod cgroup that exists, and
+// containerd starts a new pause in a new child before the sandbox is
+// listed or NRI reports it.
+func (l *Loop) recheckCgroupsNotMade(ctx context.Context, a gc.Action, mark *tornDownMark, uid string) error {
 	if l.opts.Cgroups == nil {
 		return nil
 	}
@@ -476,6 +479,18 @@ func (l *Loop) recheckCgroupsNotMade(ctx context.Context, mark *tornDownMark, ui
 	if made := cgroupsMadeSince(mark.cgroups, cgroupDirsOf(pod)); len(made) > 0 {
 		return fmt.Errorf("the pod cgroup was made again since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
 			strings.Join(made, ", "))
+	}
+	if a.Cgroup != nil {
+		var made []string
+		for _, c := range pod.Containers {
+			if !slices.Contains(a.Cgroup.Containers, c) {
+				made = append(made, c)
+			}
+		}
+		if len(made) > 0 {
+			return fmt.Errorf("the pod cgroup has child cgroups the plan did not see (%s): kubelet may be starting a pod of that UID again in it",
+				strings.Join(made, ", "))
+		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,6 +63,13 @@ func (e *RefusedError) Error() string {
 // until empty, up to killPasses rounds. Removal is rmdir only, so it can never
 // delete a file, and it keeps going in the other hierarchies when one fails.
 //
+// It acts only on the pod cgroup inspected: each path must still have the
+// inode number the inspection read, and hold no child cgroup it did not
+// find (pod.Containers), checked before anything is done, before each kill
+// pass (on the read that finds the processes) and before the removal; a
+// RefusedError otherwise. kubelet reuses a pod cgroup that exists, and a
+// pod of that UID set up again shows first as a new child cgroup.
+//
 // A nil error means every directory in pod.Paths is gone. Otherwise the error
 // names the processes or directories left. Destroyed says what systemd did,
 // also when the cgroups went without it. Destroy does not back off across
@@ -86,7 +94,9 @@ type Destroyed struct {
 // cpu.shares = 2 on v1 (in the hierarchy that has the cpu controller) and
 // cpu.weight = 1 on v2 (where the cpu controller is enabled for the pod).
 // Containers are left as they are, as kubelet leaves them. A pod whose
-// cgroups are all gone needs nothing and gives nil.
+// cgroups are all gone needs nothing and gives nil. It is refused, as
+// Destroy is, for a path not the one inspected or with a child cgroup the
+// inspection did not find.
 func ReduceCPU(ctx context.Context, pod PodCgroup) error {
 	return realHost().reduceCPU(ctx, pod)
 }
@@ -114,8 +124,9 @@ type target struct {
 // targets checks every path of pod before anything is done, and returns the
 // ones that still exist. Each must be exactly <hierarchy>/<where kubelet puts
 // this pod's cgroup>, a real directory, on a cgroup file system mounted at
-// <hierarchy>.
-func (h host) targets(pod PodCgroup) ([]target, error) {
+// <hierarchy>, still the one inspected (its inode number), with no child
+// cgroup the inspection did not find (unseenChild).
+func (h host) targets(ctx context.Context, pod PodCgroup) ([]target, error) {
 	rel, err := podRel(pod.Driver, pod.Root, pod.QOS, pod.UID)
 	if err != nil {
 		return nil, &RefusedError{Path: strings.Join(pod.Paths, ", "), Reason: err.Error()}
@@ -159,6 +170,18 @@ func (h host) targets(pod PodCgroup) ([]target, error) {
 		if err != nil {
 			return nil, &RefusedError{Path: p, Reason: err.Error()}
 		}
+		children, _, err := subdirs(ctx, p, make([]byte, direntBufSize))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // removed since the lstat
+		case err != nil:
+			return nil, fmt.Errorf("pod cgroup %s cannot be read: %w", p, err)
+		}
+		for _, c := range children {
+			if err := unseenChild(pod, p, p+"/"+c); err != nil {
+				return nil, err
+			}
+		}
 		out = append(out, target{path: p, hierarchy: hierarchy, rel: "/" + rel, version: v})
 	}
 	return out, nil
@@ -166,13 +189,13 @@ func (h host) targets(pod PodCgroup) ([]target, error) {
 
 func (h host) destroy(ctx context.Context, pod PodCgroup) (Destroyed, error) {
 	var d Destroyed
-	targets, err := h.targets(pod)
+	targets, err := h.targets(ctx, pod)
 	if err != nil || len(targets) == 0 {
 		return d, err
 	}
 	// Before systemd or cgroup.kill can kill anything: a pod cgroup that
 	// holds this process is a misconfiguration, not a leak.
-	procs, err := listProcs(ctx, targets)
+	procs, err := listProcs(ctx, pod, targets)
 	if err != nil {
 		return d, err
 	}
@@ -197,7 +220,7 @@ func (h host) destroy(ctx context.Context, pod PodCgroup) (Destroyed, error) {
 	err = h.kill(ctx, pod, targets)
 	if err == nil {
 		// Removed by path: each must still be the cgroup inspected.
-		if targets, err = h.targets(pod); err == nil {
+		if targets, err = h.targets(ctx, pod); err == nil {
 			err = remove(ctx, targets)
 		}
 	}
@@ -205,6 +228,25 @@ func (h host) destroy(ctx context.Context, pod PodCgroup) (Destroyed, error) {
 		return d, errors.Join(err, fmt.Errorf("before that, systemd could not stop the unit: %w", d.UnitErr))
 	}
 	return d, err
+}
+
+// unseenChild refuses dir, below the pod cgroup top, when it is in a child
+// cgroup of top the inspection did not find (PodCgroup.Containers): kubelet
+// reuses a pod cgroup that exists, so a pod of that UID set up again (a
+// static pod put back) keeps the inode number Destroy and ReduceCPU check,
+// and containerd starts its pause in a new child cgroup before the sandbox
+// is listed or NRI reports it. A child gone since is no change.
+func unseenChild(pod PodCgroup, top, dir string) error {
+	rel, ok := strings.CutPrefix(dir, top+"/")
+	if !ok {
+		return nil // top itself
+	}
+	child, _, _ := strings.Cut(rel, "/")
+	if slices.Contains(pod.Containers, child) {
+		return nil
+	}
+	return &RefusedError{Path: top + "/" + child, Reason: "a child cgroup made since the pod cgroup was inspected: " +
+		"kubelet may be starting a pod of that UID again in the pod cgroup it keeps"}
 }
 
 // errNoSystemd and errNoSuchUnit: systemd has no unit to stop, so there is
@@ -230,11 +272,11 @@ func (h host) kill(ctx context.Context, pod PodCgroup, targets []target) error {
 	for pass := 0; ; pass++ {
 		if pass > 0 || pod.Driver == DriverSystemd {
 			var err error
-			if targets, err = h.targets(pod); err != nil {
+			if targets, err = h.targets(ctx, pod); err != nil {
 				return err
 			}
 		}
-		left, err := listProcs(ctx, targets)
+		left, err := listProcs(ctx, pod, targets)
 		if err != nil {
 			return err
 		}
@@ -273,8 +315,11 @@ func (h host) notSelf(procs []cgroupProcs) error {
 	return nil
 }
 
-// listProcs returns every cgroup directory under targets that has processes.
-func listProcs(ctx context.Context, targets []target) ([]cgroupProcs, error) {
+// listProcs returns every cgroup directory under targets that has
+// processes. The read that finds the processes to kill is checked too: a
+// directory in a child cgroup of pod the inspection did not find refuses
+// the whole list (unseenChild).
+func listProcs(ctx context.Context, pod PodCgroup, targets []target) ([]cgroupProcs, error) {
 	var out []cgroupProcs
 	for _, t := range targets {
 		dirs, err := cgroupDirs(ctx, t.path, nil)
@@ -282,6 +327,9 @@ func listProcs(ctx context.Context, targets []target) ([]cgroupProcs, error) {
 			return nil, err
 		}
 		for _, d := range dirs {
+			if err := unseenChild(pod, t.path, d); err != nil {
+				return nil, err
+			}
 			pids, err := readPids(d)
 			if err != nil {
 				return nil, err
@@ -460,7 +508,7 @@ func rmdir(ctx context.Context, dir string) error {
 }
 
 func (h host) reduceCPU(ctx context.Context, pod PodCgroup) error {
-	targets, err := h.targets(pod)
+	targets, err := h.targets(ctx, pod)
 	if err != nil || len(targets) == 0 {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,10 +50,12 @@ func dirs(t *testing.T, paths ...string) {
 }
 
 // inspected is pod as an inspection leaves it: with the inode number of
-// each of its paths (0 for one that does not exist, which Destroy skips).
+// each of its paths (0 for one that does not exist, which Destroy skips),
+// and the names of their child cgroups as Containers, unless given.
 func inspected(t *testing.T, pod PodCgroup) PodCgroup {
 	t.Helper()
 	pod.Inodes = nil
+	var children []string
 	for _, p := range pod.Paths {
 		var ino uint64
 		if fi, err := os.Lstat(p); err == nil {
@@ -61,6 +64,18 @@ func inspected(t *testing.T, pod PodCgroup) PodCgroup {
 			}
 		}
 		pod.Inodes = append(pod.Inodes, ino)
+		// The children, as Discover names them, unless the test gave them.
+		if entries, err := os.ReadDir(p); err == nil && pod.Containers == nil {
+			for _, e := range entries {
+				if e.IsDir() && !slices.Contains(children, e.Name()) {
+					children = append(children, e.Name())
+				}
+			}
+		}
+	}
+	if pod.Containers == nil {
+		slices.Sort(children)
+		pod.Containers = children
 	}
 	return pod
 }
@@ -789,5 +804,96 @@ func TestDestroyRemovesNothingMadeAgainAfterTheKill(t *testing.T) {
 	}
 	if !exists(p2) {
 		t.Fatalf("the pod cgroup made again at %s after the kill was removed", p2)
+	}
+}
+
+// kubelet reuses a pod cgroup that exists (EnsureExists), so a pod of that
+// UID set up again (a static pod put back) keeps the inode number Destroy
+// and ReduceCPU check, and containerd starts its pause in a new child
+// cgroup before the sandbox is listed or NRI reports it. A child cgroup the
+// inspection did not find refuses the step, and nothing in it is touched.
+
+// TestDestroyKillsNothingInAChildMadeSinceTheInspection: the child is made,
+// with a process in it, while the leaked processes die between kill passes.
+func TestDestroyKillsNothingInAChildMadeSinceTheInspection(t *testing.T) {
+	mp := t.TempDir()
+	p := filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidA)
+	leaked, live := startSleeper(t), startSleeper(t)
+	cgroup(t, filepath.Join(p, ctrID), leaked.cmd.Process.Pid)
+	pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{p}})
+	if !slices.Equal(pod.Containers, []string{ctrID}) {
+		t.Fatalf("inspected Containers %q, want [%s]", pod.Containers, ctrID)
+	}
+	sandbox := filepath.Join(p, "a-new-sandbox")
+	made := make(chan error, 1)
+	go func() {
+		<-leaked.exited // killed by the first pass; the next comes killPassDelay later
+		if err := os.MkdirAll(sandbox, 0o755); err != nil {
+			made <- err
+			return
+		}
+		made <- os.WriteFile(filepath.Join(sandbox, "cgroup.procs"), []byte(strconv.Itoa(live.cmd.Process.Pid)+"\n"), 0o644)
+	}()
+	_, err := (&fakeHost{}).host().destroy(context.Background(), pod)
+	if err := <-made; err != nil {
+		t.Fatal(err)
+	}
+	var refused *RefusedError
+	if !errors.As(err, &refused) || refused.Path != sandbox || !strings.Contains(err.Error(), "made since the pod cgroup was inspected") {
+		t.Fatalf("destroy = %v; want a refusal naming %s", err, sandbox)
+	}
+	if live.killedWithin(300*time.Millisecond) || !live.alive() {
+		t.Fatalf("PID %d, in the child cgroup made since the inspection, was killed", live.cmd.Process.Pid)
+	}
+	if !exists(sandbox) {
+		t.Fatalf("the child cgroup made since the inspection, %s, was removed", sandbox)
+	}
+}
+
+// TestAChildMadeSinceTheInspectionRefusesEveryStep: an empty child (runc's
+// mkdir before its init joins it) refuses the destroy, which removes
+// nothing, and the CPU reduction, which writes nothing; a child gone since
+// is no change.
+func TestAChildMadeSinceTheInspectionRefusesEveryStep(t *testing.T) {
+	rel := filepath.Join("kubepods", "burstable", "pod"+uidA)
+	// A fake cgroup's control file is a regular file, which rmdir cannot
+	// remove: the destroy's pod cgroup has none.
+	setup := func(t *testing.T, shares bool) (mp string, pod PodCgroup) {
+		mp = t.TempDir()
+		p := filepath.Join(mp, "cpu", rel)
+		if shares {
+			writeFile(t, filepath.Join(p, "cpu.shares"), "1024\n")
+		}
+		dirs(t, filepath.Join(p, ctrID))
+		return mp, inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{p}})
+	}
+	for name, act := range map[string]func(h host) func(context.Context, PodCgroup) error{
+		"destroy": destroyErr, "reduceCPU": func(h host) func(context.Context, PodCgroup) error { return h.reduceCPU },
+	} {
+		t.Run(name+" is refused for a new child", func(t *testing.T) {
+			mp, pod := setup(t, true)
+			sandbox := filepath.Join(mp, "cpu", rel, "a-new-sandbox")
+			dirs(t, sandbox)
+			err := act((&fakeHost{}).host())(context.Background(), pod)
+			var refused *RefusedError
+			if !errors.As(err, &refused) || refused.Path != sandbox {
+				t.Fatalf("%s = %v; want a refusal naming %s", name, err, sandbox)
+			}
+			if got, err := os.ReadFile(filepath.Join(mp, "cpu", rel, "cpu.shares")); err != nil || string(got) != "1024\n" {
+				t.Errorf("cpu.shares %q (%v), want it untouched", got, err)
+			}
+			if !exists(sandbox) || !exists(filepath.Join(mp, "cpu", rel, ctrID)) {
+				t.Errorf("removed: %s there %v, %s there %v", sandbox, exists(sandbox), ctrID, exists(filepath.Join(mp, "cpu", rel, ctrID)))
+			}
+		})
+		t.Run(name+" goes on when a child is gone since", func(t *testing.T) {
+			mp, pod := setup(t, name == "reduceCPU")
+			if err := os.Remove(filepath.Join(mp, "cpu", rel, ctrID)); err != nil {
+				t.Fatal(err)
+			}
+			if err := act((&fakeHost{}).host())(context.Background(), pod); err != nil {
+				t.Fatalf("%s = %v, want success", name, err)
+			}
+		})
 	}
 }

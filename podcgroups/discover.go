@@ -63,8 +63,9 @@ type PodCgroup struct {
 	// can tell a pod cgroup kubelet made again from the one it saw.
 	Inodes []uint64
 	// Containers are the names of the pod cgroup's subdirectories in any
-	// hierarchy (container IDs, or cri-containerd-<id>.scope), sorted; for
-	// reports only: Destroy removes every descendant, named or not.
+	// hierarchy (container IDs, or cri-containerd-<id>.scope), sorted:
+	// Destroy and ReduceCPU refuse a pod cgroup with a child not named
+	// here (made since, for a pod of that UID set up again).
 	Containers []string
 	// Procs is the number of distinct PIDs in the pod cgroup and all its
 	// descendants, in any hierarchy. (cgroup v1 does not list processes
