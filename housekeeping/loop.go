@@ -479,6 +479,14 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 	// The network's objects are read before the listing (gc.NetworkInput).
 	netListing, netErr := l.listNetwork(ctx, r.Started)
 	snap, err := l.runtime.Snapshot(ctx)
+	if err != nil && ctx.Err() != nil {
+		// Stopped (a signal, the NRI connection lost) while listing: no
+		// failure of the runtime, and the process is ending.
+		r.Err = err
+		r.Duration = l.now().Sub(r.Started)
+		l.log.WithError(err).Debug("housekeeping pass stopped during the runtime listing")
+		return r
+	}
 	if err != nil {
 		r.Err = err
 		// Nothing is reconciled, but NRI goes on recording: what podstate

@@ -273,6 +273,10 @@ func (l *Loop) lockStateFile(ctx context.Context) bool {
 			"beside a running one, once takes no budgeted step (the running one takes them)",
 			"the state file is written again")
 		return false
+	case err != nil && ctx.Err() != nil:
+		// Stopping (a signal during start-up or a pass): no failure of the
+		// file. Close takes the lock with a context of its own.
+		return false
 	case err != nil:
 		l.stateHeldBy, l.stateHeldByOther = fmt.Sprintf("cannot lock the state file %s: %v", l.opts.StateFile, err), false
 		l.setDegraded(PartStateFile, true)
@@ -399,6 +403,10 @@ func (l *Loop) persist(ctx context.Context, now time.Time) error {
 	}
 	if err == nil {
 		err = statefile.Write(ctx, l.opts.StateFile, data)
+		if err != nil && ctx.Err() != nil {
+			l.persisted = nil
+			return nil // stopped while writing, as above: Close writes it
+		}
 	}
 	problem := ""
 	if err != nil {
