@@ -108,7 +108,12 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 		if err != nil {
 			return err
 		}
-		err = p.runStub(ctx, s, c.configured.Load, within, conn.Close)
+		err = p.runStub(ctx, s, c.configured.Load, within, func() {
+			conn.Close()
+			if c.configure.CompareAndSwap(configureAwaited, configureLeftBehind) {
+				releaseStub(s)
+			}
+		})
 		c.lost()
 		if ctx.Err() != nil {
 			return nil
@@ -147,12 +152,13 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 // runtime that closes the connection in between (containerd restarting, or
 // its registration timeout firing as it answers) leaves the stub waiting
 // for ever (containerd/nri#298), and with it the plugin's reconnects and
-// its shutdown.
+// its shutdown. The watchdog leaves such a stub behind and releases it
+// (releaseStub).
 const configureWithin = 15 * time.Second
 
 // runStub runs s until it returns or ctx ends, or, when its connection was
-// not configured within within, leaves it behind (its goroutine stays
-// blocked) after abandon closes its connection, if abandon is set.
+// not configured within within, leaves it behind after abandon (if set)
+// closes its connection and releases it.
 func (p *Plugin) runStub(ctx context.Context, s stub.Stub, configured func() bool, within time.Duration, abandon func()) error {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -174,6 +180,27 @@ func (p *Plugin) runStub(ctx context.Context, s stub.Stub, configured func() boo
 			return fmt.Errorf("the runtime sent no Configure within %s of the connection: left it and its stub behind", within)
 		}
 	}
+}
+
+// releaseStub ends the wait of a stub left behind for its Configure
+// (containerd/nri#298), which otherwise keeps its Start, its close
+// callback and its ttrpc server's goroutines for the life of the process,
+// one set per connection left behind. The stub's own Configure method,
+// called as the runtime would call it, hands Start the answer it waits
+// for (the connection's handler, marked left behind, accepts nothing);
+// Start returns, the close callback gets the stub's lock and closes what
+// is left, and the stub's Run returns.
+func releaseStub(s stub.Stub) {
+	r, ok := s.(interface {
+		Configure(context.Context, *api.ConfigureRequest) (*api.ConfigureResponse, error)
+	})
+	if !ok {
+		return
+	}
+	// An NRI version set: the stub infers none (and warns of none).
+	go func() {
+		_, _ = r.Configure(context.Background(), &api.ConfigureRequest{RuntimeName: "none (left behind)", NRIVersion: "left-behind"})
+	}()
 }
 
 // dialedConn dials the NRI socket for one stub and keeps the connection, so

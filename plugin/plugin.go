@@ -95,7 +95,20 @@ type connection struct {
 	// what its watchdog waits for (another connection's, a late one of a
 	// connection left behind, says nothing of this one).
 	configured atomic.Bool
+	// configure is who answers the stub's wait for Configure: the
+	// runtime's (configureByRuntime) or, for a connection its watchdog
+	// left behind, the plugin's own release (configureLeftBehind). Exactly
+	// one does: the stub takes one answer, and a second would block its
+	// sender for ever.
+	configure atomic.Int32
 }
+
+// Values of connection.configure.
+const (
+	configureAwaited    int32 = iota
+	configureByRuntime        // the runtime's Configure reached the handler
+	configureLeftBehind       // left behind: the plugin's release answers
+)
 
 // newConnection returns the handlers for a new NRI connection.
 func (p *Plugin) newConnection() *connection {
@@ -104,6 +117,11 @@ func (p *Plugin) newConnection() *connection {
 
 // Configure is called once per connection, before Synchronize.
 func (c *connection) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
+	if !c.configure.CompareAndSwap(configureAwaited, configureByRuntime) && c.configure.Load() == configureLeftBehind {
+		// The plugin's own release of a stub left behind (releaseStub):
+		// it only ends the stub's wait; the connection is closed.
+		return 0, nil
+	}
 	mask, err := c.Plugin.configured(c.n, config, runtime, version)
 	if err == nil {
 		c.configured.Store(true)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -600,6 +601,13 @@ func TestAConnectionClosedBeforeConfigureIsLeftBehind(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
+	// The stub left behind is released, not kept waiting: its Start (and
+	// with it its close callback and ttrpc server) used to stay for the
+	// life of the process, one set per connection left behind.
+	waitFor(t, "no stub still waits for its Configure", 3*time.Second, func() bool {
+		buf := make([]byte, 1<<20)
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "stub.(*stub).Start")
+	})
 }
 
 // TestALateSynchronizeOfALostConnectionLeavesTheGateClosed: a Synchronize

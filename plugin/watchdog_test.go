@@ -74,3 +74,29 @@ func TestTheWatchdogWaitsForItsOwnConnectionsConfigure(t *testing.T) {
 		})
 	}
 }
+
+// TestOneAnswerEndsAStubsWaitForConfigure: the stub takes one answer to
+// its wait for Configure, and a second would block its sender for ever. A
+// connection left behind answers with the plugin's release, and its
+// handler then accepts nothing (the connection is closed); one whose
+// runtime Configure reached the handler first is not released.
+func TestOneAnswerEndsAStubsWaitForConfigure(t *testing.T) {
+	p, _, _ := newTestPlugin()
+	left := p.newConnection()
+	if !left.configure.CompareAndSwap(configureAwaited, configureLeftBehind) {
+		t.Fatal("a connection awaiting Configure could not be left behind")
+	}
+	if mask, err := left.Configure(context.Background(), "", "none (left behind)", "left-behind"); err != nil || mask != 0 || left.configured.Load() {
+		t.Fatalf("the release of a connection left behind: mask %v, err %v, configured %v; want it to accept nothing", mask, err, left.configured.Load())
+	}
+	if p.Synchronized() {
+		t.Fatal("a connection left behind opened the gate")
+	}
+	configured := p.newConnection()
+	if _, err := configured.Configure(context.Background(), "", "containerd", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if configured.configure.CompareAndSwap(configureAwaited, configureLeftBehind) {
+		t.Fatal("a connection the runtime configured could still be released: its stub would get two answers")
+	}
+}
