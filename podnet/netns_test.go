@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -168,4 +169,46 @@ func isMounted(t testing.TB, path string) bool {
 		t.Fatal(err)
 	}
 	return len(mounts[filepath.Base(path)]) > 0
+}
+
+// TestTheLastStepOfANetnsRemovalFollowsNothing: once its checks passed, a
+// namespace's removal unmounts without following a symlink and removes
+// only the regular file a namespace is mounted on. A symlink or a
+// directory put there since is refused and kept, with what it points to;
+// the file left by an unmount made since is removed; a path gone is done.
+func TestTheLastStepOfANetnsRemovalFollowsNothing(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "precious")
+	if err := os.WriteFile(target, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		rule    string
+		make    func(path string) error
+		refused bool
+	}{
+		{"a symlink is refused", func(p string) error { return os.Symlink(target, p) }, true},
+		{"a directory is refused", func(p string) error { return os.Mkdir(p, 0o755) }, true},
+		{"the empty file of a namespace unmounted since is removed", func(p string) error { return os.WriteFile(p, nil, 0o444) }, false},
+		{"a path gone is done", func(string) error { return nil }, false},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			path := filepath.Join(dir, "cni-"+strings.ReplaceAll(tt.rule, " ", "-"))
+			if err := tt.make(path); err != nil {
+				t.Fatal(err)
+			}
+			err := unmountAndRemove(path, path)
+			var refused *RefusedError
+			if got := errors.As(err, &refused); got != tt.refused || (!tt.refused && err != nil) {
+				t.Fatalf("unmountAndRemove = %v, want refused: %v", err, tt.refused)
+			}
+			_, statErr := os.Lstat(path)
+			if kept := statErr == nil; kept != tt.refused {
+				t.Fatalf("%s there after the removal: %v, want %v", path, kept, tt.refused)
+			}
+			if b, err := os.ReadFile(target); err != nil || string(b) != "keep" {
+				t.Fatalf("the symlink's target: %q, %v", b, err)
+			}
+		})
+	}
 }

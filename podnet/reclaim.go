@@ -782,13 +782,47 @@ func (r *Reclaimer) RemoveNetns(ctx context.Context, n Netns) error {
 	if inUse[ino] {
 		return refuse(n.Path, "a thread is in the namespace")
 	}
-	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("removing %s: %w", n.Path, &os.PathError{Op: "unmount", Path: path, Err: err})
+	return unmountAndRemove(n.Path, path)
+}
+
+// unmountAndRemove unmounts the namespace mounted at path (lazily: a
+// process that still opens it by path gets ENOENT, not another namespace)
+// and removes the file it was mounted on. Nothing is followed: a symlink
+// put there since the checks is neither unmounted through nor removed, and
+// nothing but a regular file (what containerd mounts a namespace on) is
+// removed. name is the path as listed, for errors.
+func unmountAndRemove(name, path string) error {
+	switch err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); {
+	case err == nil, errors.Is(err, unix.ENOENT):
+	case errors.Is(err, unix.EINVAL):
+		// Not a mount point (unmounted since the checks), or a symlink.
+		switch fi, err := os.Lstat(path); {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case err != nil:
+			return fmt.Errorf("removing %s: %w", name, err)
+		case !fi.Mode().IsRegular():
+			return refuse(name, "it is now a %s, not the file a namespace was mounted on", fileType(fi.Mode()))
+		}
+	default:
+		return fmt.Errorf("removing %s: %w", name, &os.PathError{Op: "unmount", Path: path, Err: err})
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("removing %s after unmounting it: %w", n.Path, err)
+		return fmt.Errorf("removing %s after unmounting it: %w", name, err)
 	}
 	return nil
+}
+
+// fileType names a file's type for a person.
+func fileType(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m.IsDir():
+		return "directory"
+	default:
+		return "special file (" + m.Type().String() + ")"
+	}
 }
 
 // attachmentIn returns a cache entry, of any network, that names the
