@@ -374,8 +374,13 @@ func (l *Loop) recheck(taken time.Time) executor.Recheck {
 				len(objs.Sandboxes), len(objs.Containers), uid, strings.Join(append(objs.Sandboxes, objs.Containers...), ", "))
 		}
 		switch a.Rule {
-		case gc.RulePodLogDir, gc.RuleCgroupPodGone:
+		case gc.RulePodLogDir:
 			return l.recheckGone(uid)
+		case gc.RuleCgroupPodGone:
+			if err := l.recheckGone(uid); err != nil {
+				return err
+			}
+			return l.recheckCgroupAsPlanned(ctx, a)
 		case gc.RuleCgroupOrphaned, gc.RuleCgroupVolumesRemain, gc.RuleOrphanedPodDir:
 			return l.recheckOrphaned(ctx, a, uid)
 		}
@@ -480,19 +485,62 @@ func (l *Loop) recheckCgroupsNotMade(ctx context.Context, a gc.Action, mark *tor
 		return fmt.Errorf("the pod cgroup was made again since the pod was torn down (%s): kubelet may be adding a pod of that UID again",
 			strings.Join(made, ", "))
 	}
-	if a.Cgroup != nil {
-		var made []string
-		for _, c := range pod.Containers {
-			if !slices.Contains(a.Cgroup.Containers, c) {
-				made = append(made, c)
-			}
-		}
-		if len(made) > 0 {
-			return fmt.Errorf("the pod cgroup has child cgroups the plan did not see (%s): kubelet may be starting a pod of that UID again in it",
-				strings.Join(made, ", "))
+	if found && a.Cgroup != nil {
+		if changed := cgroupChangedSince(*a.Cgroup, pod); len(changed) > 0 {
+			return fmt.Errorf("the pod cgroup is not the one the plan saw (%s): kubelet may be starting a pod of that UID again in it",
+				strings.Join(changed, ", "))
 		}
 	}
 	return nil
+}
+
+// recheckCgroupAsPlanned checks that the pod cgroup of a step on it (a
+// pod-gone pod's) is still the one the plan saw, looked up by name now:
+// readable, and not changed since (cgroupChangedSince). One gone since
+// needs nothing.
+func (l *Loop) recheckCgroupAsPlanned(ctx context.Context, a gc.Action) error {
+	if a.Cgroup == nil || l.opts.Cgroups == nil {
+		return nil
+	}
+	pod, found, err := podcgroups.Find(ctx, *l.opts.Cgroups, a.Pod.UID)
+	switch {
+	case err != nil:
+		return fmt.Errorf("cannot look the pod's cgroup up again: %w", err)
+	case !found:
+		return nil
+	case !pod.Inspected:
+		return fmt.Errorf("the pod cgroup cannot be read now (%s): a pod cgroup kubelet made again could not be told from the one planned on; held until it can be read",
+			cmp.Or(pod.Unreadable, "not inspected"))
+	}
+	if changed := cgroupChangedSince(*a.Cgroup, pod); len(changed) > 0 {
+		return fmt.Errorf("the pod cgroup is not the one the plan saw (%s): kubelet may be starting a pod of that UID again in it",
+			strings.Join(changed, ", "))
+	}
+	return nil
+}
+
+// cgroupChangedSince lists what now, a pod cgroup looked up again, has that
+// planned, the one the plan saw, did not: a directory in a hierarchy where
+// it had none, one made again (another inode number), a child cgroup
+// (kubelet keeps a pod cgroup that exists, and containerd starts a new
+// pause in a new child). What is gone since is no change.
+func cgroupChangedSince(planned, now podcgroups.PodCgroup) []string {
+	var changed []string
+	for i, p := range now.Paths {
+		j := slices.Index(planned.Paths, p)
+		switch {
+		case j < 0:
+			changed = append(changed, p+" (new)")
+		case j < len(planned.Inodes) && i < len(now.Inodes) && planned.Inodes[j] != now.Inodes[i]:
+			changed = append(changed, p+" (made again)")
+		}
+	}
+	for _, c := range now.Containers {
+		if !slices.Contains(planned.Containers, c) {
+			changed = append(changed, "child cgroup "+c)
+		}
+	}
+	return changed
 }
 
 // spent is one budgeted step taken.
