@@ -41,7 +41,8 @@ type Health struct {
 	// 3 periods, since the first pass waits that long by design.
 	StartupDelay time.Duration
 	// LongestStep is the longest one step may take by its own timeouts
-	// (an orphan stop: orphans.stop_timeout and runtime.rpc_timeout): a
+	// (an orphan stop: orphans.stop_timeout and runtime.rpc_timeout; a CNI
+	// DEL waiting for another in its namespace, then running): a
 	// pass waiting on it makes no progress, yet is not stuck, so it is
 	// added to the 3 periods.
 	LongestStep time.Duration

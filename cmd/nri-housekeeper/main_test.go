@@ -19,6 +19,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
+	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 )
 
 // TestConfigCheckRejectsBadFilesNamingKeyAndLine runs the command a user
@@ -579,4 +580,23 @@ func hungSocket(t *testing.T, path string) string {
 		}
 	}()
 	return path
+}
+
+// TestTheLongestStepCoversACNIDelWaitingItsTurn: /healthz allows a pass
+// the longest one step may take beside 3 periods. A CNI DEL may wait for
+// another in its namespace, then run, each up to podnet.StepTimeout; with
+// the network side enabled the allowance covers both (it covered only the
+// CRI steps, and a liveness probe at a short period could restart the
+// plugin in the middle of a DEL that was hanging as it may).
+func TestTheLongestStepCoversACNIDelWaitingItsTurn(t *testing.T) {
+	cfg := config.Default()
+	cfg.Network.Enabled = false
+	without := longestStep(cfg)
+	if want := cfg.Orphans.StopTimeout + cfg.Runtime.RPCTimeout; without < want {
+		t.Fatalf("longest step %s without the network, want at least an orphan stop's %s", without, want)
+	}
+	cfg.Network.Enabled = true
+	if got := longestStep(cfg); got < 2*podnet.StepTimeout || got < without {
+		t.Fatalf("longest step %s with the network, want at least %s and %s", got, 2*podnet.StepTimeout, without)
+	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/metrics"
 	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/plugin"
+	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -164,7 +165,7 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	if cfg.Metrics.Address != "" {
 		srv, err := m.Listen(ctx, cfg.Metrics.Address, metrics.Health{
 			LastPass: loop.LastProgress, Period: cfg.Housekeeping.Period, StartupDelay: cfg.Housekeeping.StartupDelay,
-			LongestStep: max(max(cfg.Orphans.StopTimeout, gc.UnknownStopTimeout)+cfg.Runtime.RPCTimeout, cri.RemoveSandboxTimeout(cfg.Runtime.RPCTimeout)),
+			LongestStep: longestStep(cfg),
 			Ready:       func() error { return readiness(nri, loop) },
 		})
 		if err != nil {
@@ -324,6 +325,20 @@ func (w *loopWaker) Wake() {
 	if l := w.loop.Load(); l != nil {
 		l.Wake()
 	}
+}
+
+// longestStep is the longest one step may take by its own timeouts, with
+// nothing else started meanwhile: a container stop (the orphan stop's
+// timeout or an UNKNOWN container's, and the RPC), a sandbox removal, or a
+// CNI DEL or reservation release, which may first wait its turn behind
+// another in the same namespace (or for host-local's lock), each bounded by
+// podnet.StepTimeout.
+func longestStep(cfg config.Config) time.Duration {
+	d := max(max(cfg.Orphans.StopTimeout, gc.UnknownStopTimeout)+cfg.Runtime.RPCTimeout, cri.RemoveSandboxTimeout(cfg.Runtime.RPCTimeout))
+	if cfg.Network.Enabled {
+		d = max(d, 2*podnet.StepTimeout)
+	}
+	return d
 }
 
 func logOptions(cfg config.Config, stderr io.Writer) logging.Options {
