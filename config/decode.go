@@ -264,7 +264,7 @@ func (d *decoder) keepOldMeaning(c *Config) {
 	c.Budget.MinPerPass = c.Budget.MaxPerPass
 	c.Notices = append(c.Notices, (&Error{Source: d.source, Line: d.lines[old],
 		Msg: fmt.Sprintf("%s = %d is below budget.min_per_pass's default: budget.min_per_pass is set to %d too, so a pass takes at most %d step(s) of every budgeted class "+
-			"(orphan stops, UNKNOWN container stops, cgroup kills and CPU reductions, pod dir and pod log dir removals); "+
+			"(orphan stops, UNKNOWN container stops, cgroup kills and CPU reductions, pod dir and pod log dir removals, the network's steps); "+
 			"to only never stop orphans, set orphans.action = \"report\"", old, c.Budget.MaxPerPass, c.Budget.MaxPerPass, c.Budget.MaxPerPass)}).Error())
 }
 

@@ -88,6 +88,10 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 			spentByClass[class]++
 		}
 	}
+	// A cap of 0 configured is a choice, not a surge: the budgeted steps
+	// are disabled, held with that reason, and no class trips (a trip is
+	// an alert that something looked wrong).
+	disabled := b.MaxPerPass == 0 || b.MaxPerHour == 0
 	var trips []Trip
 	for _, class := range budgetOrder {
 		// What an earlier class held holds what rests on it: a step
@@ -96,6 +100,12 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 		// refusal lasts.
 		holdDependents(sorted, notDue)
 		units, actions := p.dueInClass(class, sorted, notDue)
+		if disabled {
+			for _, a := range actions {
+				notDue[a.Key] = waiting{budget: class, disabled: true}
+			}
+			continue
+		}
 		spent := spentByClass[class]
 		allowed := min(perPass, max(0, b.MaxPerHour-spent))
 		if p.in.BudgetHeld != "" {

@@ -822,7 +822,7 @@ func (p *planner) resolve() Result {
 	r.Actions = make([]Action, 0, len(sorted)-len(notDue))
 	for _, a := range sorted {
 		if w, deferred := notDue[a.Key]; deferred {
-			r.Deferred = append(r.Deferred, Deferred{Action: *a, GraceLeft: w.graceLeft, WaitsFor: w.waitsFor, Budget: w.budget, Throttled: w.throttled})
+			r.Deferred = append(r.Deferred, Deferred{Action: *a, GraceLeft: w.graceLeft, WaitsFor: w.waitsFor, Budget: w.budget, Throttled: w.throttled, Disabled: w.disabled})
 			continue
 		}
 		r.Actions = append(r.Actions, *a)
@@ -885,6 +885,7 @@ type waiting struct {
 	waitsFor  string
 	budget    string // the budget class that holds it back
 	throttled bool   // ... until a later pass, the class not paused
+	disabled  bool   // ... for as long as the budget's configured cap is 0
 }
 
 // directlyIn reports whether path is a direct child of root (both clean

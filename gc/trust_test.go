@@ -550,3 +550,46 @@ func TestTheBudgetOrderHasEveryClassOnce(t *testing.T) {
 		t.Fatalf("budgetOrder %v, want the classes %v, each once", budgetOrder, BudgetClasses)
 	}
 }
+
+// A cap of 0 configured (budget.max_per_pass or budget.max_per_hour)
+// disables every budgeted step: each is held with that reason, and no
+// class trips, since a trip is an alarm (the breaker-open alert) and this
+// is a choice. What the budget does not limit is still due. A cap the
+// node's size brings to 0 (max_fraction of few Ready sandboxes, no floor)
+// still trips: that is the budget at work.
+func TestACapOfZeroDisablesBudgetedStepsWithoutATrip(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		budget Budget
+		trips  bool
+	}{
+		{"max_per_pass = 0", Budget{MaxPerPass: 0, MaxFraction: 1, MinPerPass: 0, MaxPerHour: 20}, false},
+		{"max_per_hour = 0", Budget{MaxPerPass: 3, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 0}, false},
+		{"max_fraction of this node is 0, no floor", Budget{MaxPerPass: 3, MaxFraction: 0, MinPerPass: 0, MaxPerHour: 20}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Input{Now: now, Policy: policy()}
+			in.Policy.Budget = tc.budget
+			in.Oracle = present("live")
+			in.Sandboxes = append(in.Sandboxes, sb("slive", "live", true, time.Hour), sb("sgone", "gone", false, time.Hour))
+			in.PodLogDirs = append(in.PodLogDirs, logDir("gone"))
+			in.EligibleSince = map[string]time.Time{"pod-log-dir/" + logDir("gone").Path: now.Add(-time.Hour)}
+			r := Plan(in)
+			if removals, logDirs := countKinds(r, RemoveSandbox), countKinds(r, RemovePodLogDir); removals != 1 || logDirs != 0 {
+				t.Fatalf("%d sandbox removals, %d log dirs; want the sandbox removed (not budgeted) and the log dir held", removals, logDirs)
+			}
+			if got := len(r.Trips) > 0; got != tc.trips {
+				t.Fatalf("trips %+v, want a trip: %v", r.Trips, tc.trips)
+			}
+			var why string
+			for _, d := range r.Deferred {
+				if d.Kind == RemovePodLogDir {
+					why = d.Why()
+				}
+			}
+			if disabled := strings.Contains(why, "disables every budgeted step"); disabled == tc.trips {
+				t.Fatalf("the log dir held for %q; want it said disabled: %v", why, !tc.trips)
+			}
+		})
+	}
+}
