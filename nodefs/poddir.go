@@ -843,6 +843,10 @@ func (w walker) rmdirTree(parentFd int, name, path string) error {
 	case fi.mode != unix.S_IFDIR:
 		return refuse(path, "it is a %s: volumes/ is only ever cleaned with rmdir, as kubelet does (kubernetes#105536)", fi.kind())
 	}
+	inside, err := w.below(path)
+	if err != nil {
+		return err
+	}
 	dir, fd, err := w.openChecked(parentFd, name, path)
 	if err != nil || dir == nil {
 		return err
@@ -859,7 +863,7 @@ func (w walker) rmdirTree(parentFd int, name, path string) error {
 		if err := w.ctx.Err(); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
-		if err := w.rmdirTree(fd, n, path+"/"+n); err != nil {
+		if err := inside.rmdirTree(fd, n, path+"/"+n); err != nil {
 			if first == nil {
 				first = err
 			}

@@ -400,6 +400,27 @@ const maxRmdirAttempts = 3
 type walker struct {
 	ctx  context.Context
 	root fileInfo
+	// depth is how many directories below where the removal started the
+	// walker is: each level keeps an open directory and its path, so a
+	// tree deeper than maxRemoveDepth is refused, not walked.
+	depth int
+}
+
+// maxRemoveDepth bounds how deep a removal walks, as maxVolumesDepth bounds
+// the inspection: what kubelet writes is a few levels deep, and a chain of
+// directories thousands deep (anything that can write there can make one)
+// cost a file descriptor and a path per level, gigabytes of paths at a few
+// thousand levels of long names.
+const maxRemoveDepth = 64
+
+// below is w one directory further down, or a refusal of path past
+// maxRemoveDepth.
+func (w walker) below(path string) (walker, error) {
+	if w.depth >= maxRemoveDepth {
+		return w, refuse(path, "it is more than %d levels below what is removed: not walked further", maxRemoveDepth)
+	}
+	w.depth++
+	return w, nil
 }
 
 // removeEntry removes name in the directory dirFd; path is its full path,
@@ -426,6 +447,10 @@ func (w walker) removeEntry(dirFd int, name, path string, dirOnly bool) error {
 
 // removeDir empties and removes the directory name in dirFd.
 func (w walker) removeDir(parentFd int, name, path string) error {
+	inside, err := w.below(path)
+	if err != nil {
+		return err
+	}
 	fd, err := openDir(parentFd, name)
 	switch {
 	case errors.Is(err, unix.ENOENT):
@@ -460,7 +485,7 @@ func (w walker) removeDir(parentFd int, name, path string) error {
 			}
 			// Keep going after an error, like rm -rf: the rest is still
 			// safe to remove, and the first error is reported.
-			if err := w.removeEntry(fd, n, path+"/"+n, false); err != nil {
+			if err := inside.removeEntry(fd, n, path+"/"+n, false); err != nil {
 				if first == nil {
 					first = err
 				}

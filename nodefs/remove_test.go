@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -901,4 +902,37 @@ func TestWithoutStatxMountIDsADirectorysMountIsAskedOfItsFileHandle(t *testing.T
 	if id := handleMountID(dirFd, "missing"); id != 0 {
 		t.Errorf("a name that is not there has mount ID %d, want 0 (unknown)", id)
 	}
+}
+
+// TestARemovalDoesNotWalkATreeDeeperThanItsBound: each level a removal
+// walks keeps an open directory and its path; a chain of directories
+// thousands deep (anything that can write into a pod log dir, or a pod dir
+// outside volumes/, can make one) took gigabytes and thousands of
+// descriptors, every pass. Past maxRemoveDepth the removal refuses, and
+// what it could not empty stays; a tree within the bound goes whole.
+func TestARemovalDoesNotWalkATreeDeeperThanItsBound(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	r := newRemover(t, root)
+	deep := filepath.Join(root, "default_deep_"+testUUID)
+	chainOfDirs(t, filepath.Join(deep, "app"), 2*maxRemoveDepth)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := r.RemovePodLogDir(ctx, deep)
+	runtime.ReadMemStats(&after)
+	wantRefused(t, err, deep)
+	if !strings.Contains(err.Error(), fmt.Sprintf("more than %d levels below", maxRemoveDepth)) {
+		t.Fatalf("err = %v, want the depth named", err)
+	}
+	mustExist(t, filepath.Join(deep, "app"))
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<20 {
+		t.Errorf("the refused removal allocated %d KiB", alloc>>10)
+	}
+
+	shallow := filepath.Join(root, "default_shallow_"+testMD5UID)
+	chainOfDirs(t, filepath.Join(shallow, "app"), maxRemoveDepth-2)
+	if err := r.RemovePodLogDir(ctx, shallow); err != nil {
+		t.Fatalf("a tree within the bound: %v", err)
+	}
+	mustBeGone(t, shallow)
 }

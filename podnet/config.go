@@ -330,7 +330,7 @@ func confListFromFile(file string) (*libcni.NetworkConfigList, error) {
 			}
 			p, err := libcni.NetworkPluginConfFromBytes(data)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("CNI plugin config file %s: %w", f, err)
 			}
 			list.Plugins = append(list.Plugins, p)
 		}

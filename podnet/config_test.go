@@ -393,3 +393,23 @@ func TestFromConfDirRefusesWhatIsNotARegularFileWithoutBlocking(t *testing.T) {
 		checkNetworks(t, cfg.Networks, []wantNetwork{{name: "a", ifName: "eth0", hostLocalDir: "", plugins: []string{"bridge"}}})
 	})
 }
+
+// TestAPluginFileOfAConflistThatDoesNotParseIsNamed: a .conflist's plugins
+// may also come from <conf dir>/<its name>/*.conf (libcni's non-inlined
+// plugins); one that does not parse is named, not the .conflist.
+func TestAPluginFileOfAConflistThatDoesNotParseIsNamed(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "10-pods.conflist"), []byte(`{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"bridge"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "pods"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "pods", "20-extra.conf")
+	if err := os.WriteFile(bad, []byte(`{"name":"x"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FromConfDir(dir, []string{"/opt/cni/bin"}, 1, false); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("err = %v; want it to name %s", err, bad)
+	}
+}
