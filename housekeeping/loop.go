@@ -776,11 +776,20 @@ func (l *Loop) inspectPodDirs(ctx context.Context, dirs nodefs.PodDirs, listed p
 		return nil
 	}
 	var out []nodefs.PodDir
+	var inspector *nodefs.PodDirInspector // made at the first candidate
+	var tableErr error
 	for uid := range dirs.UIDs {
 		if listed.has(uid) {
 			continue
 		}
-		d, err := l.inspectPodDir(ctx, l.opts.KubeletRoot, uid)
+		if inspector == nil && tableErr == nil {
+			inspector, tableErr = nodefs.NewPodDirInspector(l.opts.KubeletRoot)
+		}
+		var d nodefs.PodDir
+		err := tableErr
+		if err == nil {
+			d, err = inspector.Inspect(ctx, uid)
+		}
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			continue // removed since it was listed

@@ -132,6 +132,57 @@ func PodVolumesExist(d PodDir) bool {
 // treat the pod's volumes as possibly existing, as kubelet does when it
 // cannot read them. Errors name the path.
 func InspectPodDir(ctx context.Context, kubeletRoot, uid string) (PodDir, error) {
+	return inspectPodDir(ctx, kubeletRoot, uid, nil)
+}
+
+// PodDirInspector is InspectPodDir for many pod dirs, against one read of
+// the mount table: a pass looks into every candidate pod dir, and reading
+// the table for each cost candidates × mounts (1.45 s a pass for 500
+// candidates on a node of 5,000 mounts). What it finds is for a decision
+// only: the checks right before a step, and the removal, inspect afresh.
+type PodDirInspector struct {
+	kubeletRoot string
+	table       *mountTable
+}
+
+// mountTable is every mount point of a mount table read once, and those
+// strictly below the pods dir (its real path), found at the first look.
+type mountTable struct {
+	all       []string
+	real      string
+	belowReal []string
+}
+
+// strictlyBelow is strictlyBelow(t.all, real), computed once per real.
+func (t *mountTable) strictlyBelow(real string) []string {
+	if t.belowReal == nil || t.real != real {
+		t.real, t.belowReal = real, strictlyBelow(t.all, real)
+		if t.belowReal == nil {
+			t.belowReal = []string{}
+		}
+	}
+	return t.belowReal
+}
+
+// NewPodDirInspector reads the mount table for the inspections of
+// kubeletRoot's pod dirs to come.
+func NewPodDirInspector(kubeletRoot string) (*PodDirInspector, error) {
+	mounts, err := readMountPoints()
+	if err != nil {
+		return nil, fmt.Errorf("reading the mount table to inspect pod dirs: %w", err)
+	}
+	return &PodDirInspector{kubeletRoot: kubeletRoot, table: &mountTable{all: mounts}}, nil
+}
+
+// Inspect is InspectPodDir(ctx, kubeletRoot, uid) with the mount table
+// read when the inspector was made.
+func (in *PodDirInspector) Inspect(ctx context.Context, uid string) (PodDir, error) {
+	return inspectPodDir(ctx, in.kubeletRoot, uid, in.table)
+}
+
+// inspectPodDir is InspectPodDir with a mount table read before (nil: read
+// it now).
+func inspectPodDir(ctx context.Context, kubeletRoot, uid string, table *mountTable) (PodDir, error) {
 	p, path, err := openPods(kubeletRoot, uid)
 	if err != nil {
 		var r *RefusedError
@@ -141,6 +192,7 @@ func InspectPodDir(ctx context.Context, kubeletRoot, uid string) (PodDir, error)
 		return PodDir{UID: uid, Path: path}, err
 	}
 	defer p.close()
+	p.table = table
 	d, exists, err := p.inspect(ctx, uid)
 	if err == nil && !exists {
 		err = fmt.Errorf("inspecting pod dir %s: %w", path, &os.PathError{Op: "lstat", Path: path, Err: unix.ENOENT})
@@ -257,6 +309,9 @@ type podsRoot struct {
 	fd   int      // open on dir
 	real string   // the kernel's name for fd, as the mount table shows it
 	info fileInfo // dir's device and mount
+	// table is a mount table read before, or nil: the table is read when
+	// needed.
+	table *mountTable
 }
 
 // openPods validates kubeletRoot and uid and opens the pods dir. path is
@@ -309,9 +364,14 @@ func (p podsRoot) close() { unix.Close(p.fd) }
 // mountsBelow returns the mount points at or below the pod dir uid, as
 // configured paths, sorted.
 func (p podsRoot) mountsBelow(uid string) ([]string, error) {
-	mounts, err := mountPointsOn(p.real, p.real+"/"+uid)
-	if err != nil {
-		return nil, err
+	var mounts []string
+	if p.table != nil {
+		mounts = mountsOnTarget(p.table.strictlyBelow(p.real), p.real+"/"+uid)
+	} else {
+		var err error
+		if mounts, err = mountPointsOn(p.real, p.real+"/"+uid); err != nil {
+			return nil, err
+		}
 	}
 	for i, m := range mounts {
 		mounts[i] = p.dir + strings.TrimPrefix(m, p.real)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -1149,5 +1150,31 @@ func TestChangedSinceListsOnlyWhatWasNotSeen(t *testing.T) {
 				t.Fatalf("ChangedSince = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestAPodDirInspectorFindsWhatInspectPodDirFinds: inspecting against one
+// read of the mount table finds the same as reading it for each pod dir:
+// mount points at and below the pod dir, in a pod dir of its own each.
+func TestAPodDirInspectorFindsWhatInspectPodDirFinds(t *testing.T) {
+	ctx := context.Background()
+	n := newKubeletNode(t)
+	mounted, clean := filepath.Join(n.pods, testUUID), filepath.Join(n.pods, testMD5UID)
+	cleanOrphan(t, mounted)
+	cleanOrphan(t, clean)
+	mount(t, "tmpfs", filepath.Join(mounted, emptyDirVol), "tmpfs")
+	in, err := NewPodDirInspector(n.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []string{testUUID, testMD5UID, testUUID} { // the table's filtering is kept between looks
+		want, wantErr := InspectPodDir(ctx, n.root, uid)
+		got, err := in.Inspect(ctx, uid)
+		if !reflect.DeepEqual(got, want) || fmt.Sprint(err) != fmt.Sprint(wantErr) {
+			t.Fatalf("%s: inspector found %+v, %v; InspectPodDir %+v, %v", uid, got, err, want, wantErr)
+		}
+	}
+	if d, _ := in.Inspect(ctx, testUUID); len(d.MountPoints) != 1 || len(d.Blockers) == 0 {
+		t.Fatalf("the mounted volume: mount points %q, blockers %q; want it found and blocking", d.MountPoints, d.Blockers)
 	}
 }
