@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
@@ -251,12 +253,33 @@ func section(tw *tabwriter.Writer, title string, items []Item, withAction bool) 
 			// A pod known by UID alone (its cgroup or dir, nothing else).
 			pod = "uid " + it.Pod.UID
 		}
+		pod, object, why := cell(pod), cell(shorten(it.Object)), cell(it.Why)
 		if withAction {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.Action, it.Rule, pod, shorten(it.Object), it.Why)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(it.Action), cell(it.Rule), pod, object, why)
 		} else {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", pod, shorten(it.Object), it.Why)
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", pod, object, why)
 		}
 	}
+}
+
+// cell escapes what would break a table row out of a node-derived name (a
+// file name in a workload's volume, a pod name): a tab, a newline or
+// another control character is written as Go would quote it, so no name
+// can forge a line of the report.
+func cell(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // shorten cuts the 64-hex-digit IDs in an object name to 13 characters for

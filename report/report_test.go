@@ -209,3 +209,21 @@ func TestATableShortensIDsButNotPathsOf64Characters(t *testing.T) {
 		t.Fatalf("want the path whole and the sandbox ID shortened:\n%s", out)
 	}
 }
+
+// TestANameCannotForgeALineOfTheTable: why a pod dir is kept names the
+// leftover files in it, which a workload names; a newline or a tab in a
+// name is written escaped, so the table keeps one line per object.
+func TestANameCannotForgeALineOfTheTable(t *testing.T) {
+	snap, r := plan()
+	forged := "x\nremove-sandbox      sandboxes.pod-gone  kube-system/etcd\tsandbox 1234"
+	r.Kept = append(r.Kept, gc.Kept{Object: "pod dir /var/lib/kubelet/pods/u1", Pod: gc.PodRef{UID: "u1"},
+		Reason: "orphaned pod dir that kubelet could not remove: leftover file volumes/kubernetes.io~empty-dir/c/" + forged})
+	var buf bytes.Buffer
+	if err := Text(&buf, Build(now, snap, r, "")); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if strings.Contains(out, "\nremove-sandbox      sandboxes.pod-gone  kube-system/etcd") || !strings.Contains(out, `c/x\nremove-sandbox`) || !strings.Contains(out, `etcd\tsandbox`) {
+		t.Fatalf("the name was not escaped:\n%s", out)
+	}
+}
