@@ -396,7 +396,23 @@ func signalAll(left []cgroupProcs) []error {
 // kill. Any other pidfd_open error (EMFILE, ...) leaves the PID unsignalled
 // for this pass and is reported. PID 0 is a process outside this PID
 // namespace: it cannot be signalled from here and is reported as left.
+//
+// PIDs are pinned pinBatch at a time, each batch checked against a fresh
+// read: a cgroup of a fork bomb would otherwise hold a descriptor per
+// process at once, and take the process's file limit from everything else.
 func signal(cp cgroupProcs) []error {
+	var errs []error
+	for start := 0; start < len(cp.pids); start += pinBatch {
+		errs = append(errs, signalPinned(cp.dir, cp.pids[start:min(start+pinBatch, len(cp.pids))])...)
+	}
+	return errs
+}
+
+// pinBatch is how many pidfds signal holds at once.
+const pinBatch = 1024
+
+// signalPinned is signal for pids, listed in dir.
+func signalPinned(dir string, pids []int) []error {
 	type proc struct {
 		pid int
 		fd  int // its pidfd, or -1 to signal it by PID
@@ -410,7 +426,7 @@ func signal(cp cgroupProcs) []error {
 			}
 		}
 	}()
-	for _, pid := range cp.pids {
+	for _, pid := range pids {
 		if pid <= 0 {
 			continue
 		}
@@ -423,15 +439,19 @@ func signal(cp cgroupProcs) []error {
 		case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
 			procs = append(procs, proc{pid: pid, fd: -1})
 		default:
-			errs = append(errs, fmt.Errorf("pidfd_open PID %d in cgroup %s: %w", pid, cp.dir, err))
+			errs = append(errs, fmt.Errorf("pidfd_open PID %d in cgroup %s: %w", pid, dir, err))
 		}
 	}
-	still, err := readPids(cp.dir)
+	listed, err := readPids(dir)
 	if err != nil {
 		return append(errs, err)
 	}
+	still := make(map[int]bool, len(listed))
+	for _, pid := range listed {
+		still[pid] = true
+	}
 	for _, p := range procs {
-		if !containsInt(still, p.pid) {
+		if !still[p.pid] {
 			continue
 		}
 		var err error
@@ -441,7 +461,7 @@ func signal(cp cgroupProcs) []error {
 			err = unix.Kill(p.pid, unix.SIGKILL)
 		}
 		if err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: it exited meanwhile
-			errs = append(errs, fmt.Errorf("SIGKILL PID %d in cgroup %s: %w", p.pid, cp.dir, err))
+			errs = append(errs, fmt.Errorf("SIGKILL PID %d in cgroup %s: %w", p.pid, dir, err))
 		}
 	}
 	return errs
