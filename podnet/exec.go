@@ -83,7 +83,7 @@ func (e *rootedExec) ExecPlugin(ctx context.Context, pluginPath string, stdinDat
 				return nil, fmt.Errorf("not run: %v", err)
 			}
 		}
-		var stdout, stderr bytes.Buffer
+		stdout, stderr := cappedBuffer{max: maxPluginStdout}, cappedBuffer{max: maxPluginStderr}
 		c := exec.CommandContext(ctx, pluginPath)
 		c.Env = env
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -96,6 +96,9 @@ func (e *rootedExec) ExecPlugin(ctx context.Context, pluginPath string, stdinDat
 		c.Stdin = bytes.NewReader(stdinData)
 		c.Stdout, c.Stderr = &stdout, &stderr
 		err := c.Run()
+		if err == nil && stdout.over {
+			return nil, fmt.Errorf("%s printed more than %d bytes on stdout, which no CNI result is: the rest was not kept", pluginPath, maxPluginStdout)
+		}
 		if err == nil {
 			return stdout.Bytes(), nil
 		}
@@ -115,6 +118,36 @@ func (e *rootedExec) ExecPlugin(ctx context.Context, pluginPath string, stdinDat
 		return nil, pluginError(err, stdout.Bytes(), stderr.Bytes())
 	}
 }
+
+// What is kept of a plugin's output: a CNI result or error is a few KiB,
+// and a broken plugin that keeps writing for its minute must not fill the
+// plugin's memory.
+const (
+	maxPluginStdout = 1 << 20
+	maxPluginStderr = 64 << 10
+)
+
+// cappedBuffer keeps the first max bytes written to it, and takes (and
+// drops) the rest, so the plugin is not stopped by a full pipe. It has no
+// ReadFrom (an embedded bytes.Buffer's would be io.Copy's way around the
+// cap).
+type cappedBuffer struct {
+	buf  bytes.Buffer
+	max  int
+	over bool
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.buf.Len(); len(p) > room {
+		b.over = true
+		b.buf.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+// Bytes is what was kept.
+func (b *cappedBuffer) Bytes() []byte { return b.buf.Bytes() }
 
 // pluginError is a failed plugin's CNI error, as libcni's RawExec makes it.
 func pluginError(err error, stdout, stderr []byte) error {

@@ -3,6 +3,7 @@ package podnet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -458,5 +459,30 @@ func TestAnExecRootThatFindsAnotherPluginFirstRefusesTheDEL(t *testing.T) {
 			}
 			wantRefused(t, err, a.CacheFile, filepath.Join(first, typ))
 		})
+	}
+}
+
+// TestAPluginsOutputIsKeptOnlySoFar: a CNI result or error is a few KiB; a
+// broken plugin that writes without end (for its minute) had all of it
+// kept in memory. Past the bound it is dropped: a success that printed too
+// much is an error, and a failure's message holds the first of its output.
+func TestAPluginsOutputIsKeptOnlySoFar(t *testing.T) {
+	dir := t.TempDir()
+	script := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	e := &rootedExec{}
+	chatty := script("chatty", "head -c 5000000 /dev/zero | tr '\\0' x")
+	if out, err := e.ExecPlugin(context.Background(), chatty, nil, nil); err == nil || !strings.Contains(err.Error(), "printed more than") || out != nil {
+		t.Fatalf("%d bytes, err %v; want an error for the output past the bound", len(out), err)
+	}
+	failing := script("failing", "head -c 5000000 /dev/zero | tr '\\0' y >&2; exit 1")
+	_, err := e.ExecPlugin(context.Background(), failing, nil, nil)
+	if err == nil || len(err.Error()) > 2*maxPluginStderr || !strings.Contains(err.Error(), "yyyy") {
+		t.Fatalf("err of %d bytes (%.80v); want the plugin's failure with the first %d bytes of its stderr", len(fmt.Sprint(err)), err, maxPluginStderr)
 	}
 }
