@@ -343,6 +343,10 @@ func (t logTargets) podUID(l ContainerLogLink) string {
 	return d.UID
 }
 
+// maxLinkTargetDepth is how many levels below the pod logs dir a link's
+// target may be and still be examined; kubelet's are 3 levels deep.
+const maxLinkTargetDepth = 8
+
 // examine says whether target, as stored in a link in linkDir, dangles.
 // reason is set instead (and dangling is meaningless) when that cannot be
 // told without leaving the pod logs dir, following a symlink or entering
@@ -367,6 +371,11 @@ func (t logTargets) examine(linkDir, target string) (dangling bool, reason strin
 	// so each component is checked to be a real directory on the dir's
 	// file system before the next one is looked up through it.
 	names := strings.Split(rel, "/")
+	if len(names) > maxLinkTargetDepth {
+		// Each level costs a look from the top: a target thousands of
+		// levels deep would cost millions, for every such link, every pass.
+		return false, fmt.Sprintf("target %s is %d levels below logs.pod_logs_dir, deeper than kubelet's <pod log dir>/<container>/<n>.log: not examined", abs, len(names))
+	}
 	for i := range names {
 		sofar := strings.Join(names[:i+1], "/")
 		path := t.dir + "/" + sofar

@@ -323,6 +323,13 @@ func TestContainerLogLinkTargetsAreOnlyExaminedInsideThePodLogsDir(t *testing.T)
 			wantReason:   listed,
 		},
 		{
+			rule: "a target deeper than kubelet writes is not examined",
+			setup: func(t *testing.T, _, pods string) string {
+				return filepath.Join(pods, testPodLogDir, "nginx", strings.Repeat("d/", 20)+"0.log")
+			},
+			wantReason: "23 levels below logs.pod_logs_dir, deeper than kubelet's <pod log dir>/<container>/<n>.log: not examined",
+		},
+		{
 			rule: "a target missing at an intermediate level dangles",
 			setup: func(t *testing.T, _, pods string) string {
 				return filepath.Join(pods, testPodLogDir, "nginx", "0.log")
