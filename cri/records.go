@@ -113,6 +113,14 @@ func (c *Client) Records(ctx context.Context) (Records, error) {
 				r.Unreadable = append(r.Unreadable, fmt.Sprintf("sandbox %s in namespace %s: %v", sb.GetSandboxID(), ns, err))
 			}
 			rec.NetNSPath = netns
+			if prev, ok := r.Sandboxes[sb.GetSandboxID()]; ok {
+				// IDs are random: two namespaces with one are a forgery or
+				// a corruption, and which netns it names cannot be told.
+				r.Unreadable = append(r.Unreadable, fmt.Sprintf("sandbox %s is in namespaces %s and %s", sb.GetSandboxID(), prev.Namespace, ns))
+				if prev.NetNSPath != "" {
+					continue
+				}
+			}
 			r.Sandboxes[sb.GetSandboxID()] = rec
 		}
 		if ns == CRINamespace {

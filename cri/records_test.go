@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	containersapi "github.com/containerd/containerd/api/services/containers/v1"
 	namespacesapi "github.com/containerd/containerd/api/services/namespaces/v1"
 	sandboxapi "github.com/containerd/containerd/api/services/sandbox/v1"
+	sandboxtypes "github.com/containerd/containerd/api/types"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -82,6 +84,8 @@ type storesRuntime struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	namespacesapi.UnimplementedNamespacesServer
 	version string
+	// others are namespaces beside CRI's.
+	others []string
 }
 
 func (s *storesRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
@@ -89,17 +93,63 @@ func (s *storesRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*r
 }
 
 func (s *storesRuntime) List(context.Context, *namespacesapi.ListNamespacesRequest) (*namespacesapi.ListNamespacesResponse, error) {
-	return &namespacesapi.ListNamespacesResponse{Namespaces: []*namespacesapi.Namespace{{Name: CRINamespace}}}, nil
+	list := []*namespacesapi.Namespace{{Name: CRINamespace}}
+	for _, ns := range s.others {
+		list = append(list, &namespacesapi.Namespace{Name: ns})
+	}
+	return &namespacesapi.ListNamespacesResponse{Namespaces: list}, nil
 }
 
 // sandboxStore is storesRuntime's sandbox store (its List would clash
 // with the namespaces service's).
 type sandboxStore struct {
 	sandboxapi.UnimplementedStoreServer
+	// ids are the sandboxes every namespace's store lists (with no CRI
+	// extension).
+	ids []string
 }
 
-func (sandboxStore) List(context.Context, *sandboxapi.StoreListRequest) (*sandboxapi.StoreListResponse, error) {
-	return &sandboxapi.StoreListResponse{}, nil
+func (s sandboxStore) List(context.Context, *sandboxapi.StoreListRequest) (*sandboxapi.StoreListResponse, error) {
+	r := &sandboxapi.StoreListResponse{}
+	for _, id := range s.ids {
+		r.List = append(r.List, &sandboxtypes.Sandbox{SandboxID: id})
+	}
+	return r, nil
+}
+
+// containerStore is an empty container store.
+type containerStore struct {
+	containersapi.UnimplementedContainersServer
+}
+
+func (containerStore) List(context.Context, *containersapi.ListContainersRequest) (*containersapi.ListContainersResponse, error) {
+	return &containersapi.ListContainersResponse{}, nil
+}
+
+// An ID is random: one sandbox ID in two namespaces' stores is a forgery
+// or a corruption, and which netns it names cannot be told. The records
+// say so (the network side then holds its steps); the later namespace's
+// record no longer silently replaces the earlier one.
+func TestASandboxIDInTwoNamespacesMakesTheRecordsUnreadable(t *testing.T) {
+	rt := &storesRuntime{version: "v2.4.2", others: []string{"moby"}}
+	endpoint := serveServices(t, func(srv *grpc.Server) {
+		runtimeapi.RegisterRuntimeServiceServer(srv, rt)
+		namespacesapi.RegisterNamespacesServer(srv, rt)
+		sandboxapi.RegisterStoreServer(srv, sandboxStore{ids: []string{"twice"}})
+		containersapi.RegisterContainersServer(srv, containerStore{})
+	})
+	c, err := Dial(endpoint, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	recs, err := c.Records(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs.Unreadable) != 1 || !strings.Contains(recs.Unreadable[0], "sandbox twice is in namespaces") {
+		t.Fatalf("unreadable %q, want the sandbox in two namespaces named", recs.Unreadable)
+	}
 }
 
 // TestANetnsRestsOnRecordsOnlyFromContainerd2: containerd 1.7 keeps CRI
