@@ -27,9 +27,10 @@ func (l *Loop) observe(r PassResult, view *podstate.View) {
 		o.ObservePass(PassOK, r.Duration, finished)
 	}
 	o.SetUntrusted(SourceListing, r.Untrusted != "")
-	if r.Untrusted != "" {
-		// Nothing was planned, so nothing was checked: what the last
-		// trusted pass found (its leaks, the oracle, the budget) stands.
+	if r.Untrusted != "" || r.Plan.NotReady != "" {
+		// Nothing was planned (the listing not trusted, the pod oracle
+		// not ready), so nothing was checked: what the last planned pass
+		// found (its leaks, the oracle, the budget) stands.
 		return
 	}
 	o.SetUntrusted(SourceOracle, r.Plan.OracleUntrusted != "")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -253,4 +254,41 @@ func gaugeValue(t *testing.T, m *metrics.Metrics, name string) float64 {
 	}
 	t.Fatalf("no gauge %s in the registry", name)
 	return 0
+}
+
+// TestTheLeakGaugesStandWhileThePodOracleIsNotReady: a pass whose pod
+// oracle is not ready (kubelet's pods dir cannot be read) plans nothing,
+// and so checks nothing: what the last planned pass found stands, as it
+// does while the listing is not trusted. (The gauges went to 0: the
+// dashboard showed no leak, and the alert on a lasting leak could not
+// fire, for as long as the pods dir could not be read.)
+func TestTheLeakGaugesStandWhileThePodOracleIsNotReady(t *testing.T) {
+	root := podDirs(t, testUID(112))
+	podLogs := t.TempDir()
+	mkPodLogDir(t, podLogs, testUID(113))
+	policy := reviewPolicy(podLogs)
+	policy.LeakGrace = 2 * time.Hour
+	rt := &fakeRuntime{}
+	obs := &oldestObserver{}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Policy: policy, Observer: obs,
+		Executor: executor.New(criRecorder{}, &nodeRecorder{}, executor.Options{MaxParallel: 1}, nil)}, log)
+	loop.started = now.Add(-time.Hour)
+	for _, at := range []time.Duration{0, 10 * time.Minute} {
+		rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
+		loop.Pass(context.Background())
+	}
+	if got := obs.oldest[string(gc.RemovePodLogDir)]; got != 10*time.Minute {
+		t.Fatalf("the oldest pod log dir removal proposed for %v, want 10m: the test proves nothing", got)
+	}
+	if err := os.Rename(filepath.Join(root, "pods"), filepath.Join(root, "pods.away")); err != nil {
+		t.Fatal(err)
+	}
+	rt.set(cri.Snapshot{TakenAt: now.Add(11 * time.Minute)}, nil)
+	if r := loop.Pass(context.Background()); r.Plan.NotReady == "" {
+		t.Fatalf("the pod oracle is ready without its pods dir: the test proves nothing")
+	}
+	if got := obs.oldest[string(gc.RemovePodLogDir)]; got != 10*time.Minute {
+		t.Fatalf("while the pod oracle is not ready the oldest leak is %v, want the last planned pass's 10m to stand", got)
+	}
 }
