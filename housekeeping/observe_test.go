@@ -74,22 +74,31 @@ type oldestObserver struct {
 
 func (o *oldestObserver) SetOldestLeaks(byKind map[string]time.Duration) { o.oldest = byKind }
 
+// leakedLogDirLoop is a loop over a node with one live pod (the oracle is
+// not empty) under root and the pod log dir logDir of a gone pod, whose
+// removal waits a leak_grace of 2 hours (never due in a test: it waits,
+// and grows old); its metrics go to obs.
+func leakedLogDirLoop(t *testing.T) (loop *Loop, rt *fakeRuntime, obs *oldestObserver, root, logDir string) {
+	t.Helper()
+	root = podDirs(t, testUID(110))
+	podLogs := t.TempDir()
+	logDir = mkPodLogDir(t, podLogs, testUID(111))
+	policy := reviewPolicy(podLogs)
+	policy.LeakGrace = 2 * time.Hour
+	rt, obs = &fakeRuntime{}, &oldestObserver{}
+	log, _ := testLogger()
+	loop = New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Policy: policy, Observer: obs,
+		Executor: executor.New(criRecorder{}, &nodeRecorder{}, executor.Options{MaxParallel: 1}, nil)}, log)
+	loop.started = now.Add(-time.Hour)
+	return loop, rt, obs, root, logDir
+}
+
 // TestTheOldestLeakIsHowLongItsStepHasBeenProposedPassAfterPass: what an
 // alert on a leak that lasts needs, where leaked_objects also counts what
 // kubelet collects itself minutes later. A leak found again pass after pass
 // grows old; one whose condition stopped holding starts again from 0.
 func TestTheOldestLeakIsHowLongItsStepHasBeenProposedPassAfterPass(t *testing.T) {
-	root := podDirs(t, testUID(110)) // one live pod: the oracle is not empty
-	podLogs := t.TempDir()
-	logDir := mkPodLogDir(t, podLogs, testUID(111))
-	policy := reviewPolicy(podLogs)
-	policy.LeakGrace = 2 * time.Hour // never due here: waits, and grows old
-	rt := &fakeRuntime{}
-	obs := &oldestObserver{}
-	log, _ := testLogger()
-	loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Policy: policy, Observer: obs,
-		Executor: executor.New(criRecorder{}, &nodeRecorder{}, executor.Options{MaxParallel: 1}, nil)}, log)
-	loop.started = now.Add(-time.Hour)
+	loop, rt, obs, _, logDir := leakedLogDirLoop(t)
 	for _, tc := range []struct {
 		at   time.Duration
 		gone bool // the pod log dir is gone before the pass
@@ -263,17 +272,7 @@ func gaugeValue(t *testing.T, m *metrics.Metrics, name string) float64 {
 // dashboard showed no leak, and the alert on a lasting leak could not
 // fire, for as long as the pods dir could not be read.)
 func TestTheLeakGaugesStandWhileThePodOracleIsNotReady(t *testing.T) {
-	root := podDirs(t, testUID(112))
-	podLogs := t.TempDir()
-	mkPodLogDir(t, podLogs, testUID(113))
-	policy := reviewPolicy(podLogs)
-	policy.LeakGrace = 2 * time.Hour
-	rt := &fakeRuntime{}
-	obs := &oldestObserver{}
-	log, _ := testLogger()
-	loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Policy: policy, Observer: obs,
-		Executor: executor.New(criRecorder{}, &nodeRecorder{}, executor.Options{MaxParallel: 1}, nil)}, log)
-	loop.started = now.Add(-time.Hour)
+	loop, rt, obs, root, _ := leakedLogDirLoop(t)
 	for _, at := range []time.Duration{0, 10 * time.Minute} {
 		rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
 		loop.Pass(context.Background())

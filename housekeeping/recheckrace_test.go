@@ -660,51 +660,45 @@ func outcomeOf(r PassResult, key string) executor.Outcome {
 	return executor.Outcome{}
 }
 
-// The destroy of an orphaned pod's cgroup rests on the pod cgroup holding
-// no child cgroup the plan did not see: kubelet keeps a pod cgroup that
-// exists (its inode number unchanged), and containerd starts the pause of
-// a pod of that UID set up again in a new child before the sandbox is
-// listed or NRI reports it. Checked right before, the step is aborted.
-func TestAChildCgroupMadeBetweenPlanAndStepKeepsAnOrphanedPodsCgroup(t *testing.T) {
-	uid := testUID(645)
-	root := podDirs(t, uid)
-	cg := fakeCgroups(t, uid)
-	o := newOrphanedPod(t, uid, root, cg, false)
-	o.pass(0)
-	o.pass(3 * time.Minute)
-	o.race = func() {
-		if err := os.Mkdir(filepath.Join(cg.Mountpoint, "memory", "kubepods", "besteffort", "pod"+uid, "a-new-sandbox"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r := o.destroyNotDone(t, "a child cgroup was made between the plan and the step")
-	if out := outcomeOf(r, "pod-cgroup/"+uid); out.Result != executor.Aborted || !strings.Contains(fmt.Sprint(out.Err), "not the one the plan saw (child cgroup a-new-sandbox)") {
-		t.Fatalf("destroy: %s (%v), want aborted for the child cgroup a-new-sandbox", out.Result, out.Err)
-	}
-}
-
-// The same holds for the pod cgroup of a gone pod (no pod dir): a child
-// cgroup made between the plan and the step aborts it, checked right
-// before, rather than failing it in the destroy's own check (an error,
-// a backoff and a budget unit spent, for a pod of that UID set up again).
-func TestAChildCgroupMadeBetweenPlanAndStepKeepsAGonePodsCgroup(t *testing.T) {
-	uid := testUID(646)
-	root := podDirs(t) // no pod dir: the pod is gone
-	cg := fakeCgroups(t, uid)
-	o := newOrphanedPod(t, uid, root, cg, false)
-	o.pass(0)
-	o.pass(3 * time.Minute)
-	o.race = func() {
-		if err := os.Mkdir(filepath.Join(cg.Mountpoint, "memory", "kubepods", "besteffort", "pod"+uid, "a-new-sandbox"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r := o.destroyNotDone(t, "a child cgroup was made between the plan and the step")
-	out := outcomeOf(r, "pod-cgroup/"+uid)
-	if out.Action.Rule != gc.RuleCgroupPodGone {
-		t.Fatalf("planned under %q, want %s: the test proves nothing", out.Action.Rule, gc.RuleCgroupPodGone)
-	}
-	if out.Result != executor.Aborted || !strings.Contains(fmt.Sprint(out.Err), "not the one the plan saw (child cgroup a-new-sandbox)") {
-		t.Fatalf("destroy: %s (%v), want aborted for the child cgroup a-new-sandbox", out.Result, out.Err)
+// The destroy of a pod cgroup rests on it holding no child cgroup the plan
+// did not see: kubelet keeps a pod cgroup that exists (its inode number
+// unchanged), and containerd starts the pause of a pod of that UID set up
+// again in a new child before the sandbox is listed or NRI reports it.
+// Checked right before, the step is aborted: the orphaned pod's (its dir
+// left) and the gone pod's (no dir), which was failed by the destroy's own
+// check instead (an error, a backoff and a budget unit spent).
+func TestAChildCgroupMadeBetweenPlanAndStepKeepsThePodCgroup(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		podDir bool
+		rule   string
+	}{
+		{"an orphaned pod's", true, gc.RuleCgroupOrphaned},
+		{"a gone pod's", false, gc.RuleCgroupPodGone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			uid := testUID(645)
+			root := podDirs(t)
+			if tc.podDir {
+				root = podDirs(t, uid)
+			}
+			cg := fakeCgroups(t, uid)
+			o := newOrphanedPod(t, uid, root, cg, false)
+			o.pass(0)
+			o.pass(3 * time.Minute)
+			o.race = func() {
+				if err := os.Mkdir(filepath.Join(cg.Mountpoint, "memory", "kubepods", "besteffort", "pod"+uid, "a-new-sandbox"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := o.destroyNotDone(t, "a child cgroup was made between the plan and the step")
+			out := outcomeOf(r, "pod-cgroup/"+uid)
+			if out.Action.Rule != tc.rule {
+				t.Fatalf("planned under %q, want %s: the test proves nothing", out.Action.Rule, tc.rule)
+			}
+			if out.Result != executor.Aborted || !strings.Contains(fmt.Sprint(out.Err), "not the one the plan saw (child cgroup a-new-sandbox)") {
+				t.Fatalf("destroy: %s (%v), want aborted for the child cgroup a-new-sandbox", out.Result, out.Err)
+			}
+		})
 	}
 }
