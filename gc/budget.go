@@ -99,13 +99,19 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 		// places, or a step that could run waits for as long as the
 		// refusal lasts.
 		holdDependents(sorted, notDue)
-		units, actions := p.dueInClass(class, sorted, notDue)
 		if disabled {
-			for _, a := range actions {
-				notDue[a.Key] = waiting{budget: class, disabled: true}
+			// Every step of the class, also one taken this hour and
+			// retried: disabling is an emergency brake too.
+			for _, a := range sorted {
+				if _, held := notDue[a.Key]; !held {
+					if c, _ := BudgetClass(*a); c == class {
+						notDue[a.Key] = waiting{budget: class, disabled: true}
+					}
+				}
 			}
 			continue
 		}
+		units, actions := p.dueInClass(class, sorted, notDue)
 		spent := spentByClass[class]
 		allowed := min(perPass, max(0, b.MaxPerHour-spent))
 		if p.in.BudgetHeld != "" {

@@ -578,6 +578,15 @@ func TestACapOfZeroDisablesBudgetedStepsWithoutATrip(t *testing.T) {
 			if removals, logDirs := countKinds(r, RemoveSandbox), countKinds(r, RemovePodLogDir); removals != 1 || logDirs != 0 {
 				t.Fatalf("%d sandbox removals, %d log dirs; want the sandbox removed (not budgeted) and the log dir held", removals, logDirs)
 			}
+			if !tc.trips {
+				// A step taken this hour and retried is held too: an
+				// emergency brake must hold what is already under way.
+				retried := in
+				retried.BudgetAdmitted = map[string]bool{ClassPodLogDir + "/pod-log-dir/" + logDir("gone").Path: true}
+				if n := countKinds(Plan(retried), RemovePodLogDir); n != 0 {
+					t.Fatalf("a pod log dir removal taken this hour is due again (%d), though budgeted steps are disabled", n)
+				}
+			}
 			if got := len(r.Trips) > 0; got != tc.trips {
 				t.Fatalf("trips %+v, want a trip: %v", r.Trips, tc.trips)
 			}

@@ -155,8 +155,9 @@ type Loop struct {
 	opts    Options
 	log     logrus.FieldLogger
 	now     func() time.Time
-	// inspectPodDir is nodefs.InspectPodDir; tests make it fail as only an
-	// I/O error would.
+	// inspectPodDir is nodefs.InspectPodDir, for the checks right before a
+	// step (a pass's own look uses a nodefs.PodDirInspector); tests make it
+	// fail as only an I/O error would.
 	inspectPodDir func(ctx context.Context, kubeletRoot, uid string) (nodefs.PodDir, error)
 
 	resync chan struct{}

@@ -27,23 +27,16 @@ func (l *Loop) observe(r PassResult, view *podstate.View) {
 		o.ObservePass(PassOK, r.Duration, finished)
 	}
 	o.SetUntrusted(SourceListing, r.Untrusted != "")
-	if r.Untrusted != "" || r.Plan.NotReady != "" {
-		// Nothing was planned (the listing not trusted, the pod oracle
-		// not ready), so nothing was checked: what the last planned pass
-		// found (its leaks, the oracle, the budget) stands.
+	if r.Untrusted != "" {
+		// Nothing was planned, so nothing was checked: what the last
+		// trusted pass found (its leaks, the oracle, the budget) stands.
 		return
 	}
-	o.SetUntrusted(SourceOracle, r.Plan.OracleUntrusted != "")
-	o.SetLeaks(r.Plan.Leaks)
-	o.SetOldestLeaks(oldestProposed(r))
-	for _, out := range r.Outcomes {
-		o.ObserveAction(string(out.Action.Kind), out.Action.Rule, string(out.Result))
+	if r.Plan.NotReady == "" {
+		observePlan(o, r)
 	}
-	var tripped []string
-	for _, t := range r.Plan.Trips {
-		tripped = append(tripped, t.Class)
-	}
-	o.ObserveBudgetTrips(tripped)
+	// else nothing was planned (the pod oracle not ready): what the last
+	// planned pass found stands. What NRI and the listing tell goes on.
 	if view == nil {
 		return
 	}
@@ -57,6 +50,21 @@ func (l *Loop) observe(r PassResult, view *podstate.View) {
 	}
 	o.SetTrackedPods(tracked)
 	o.SetStuckTerminating(stuck)
+}
+
+// observePlan reports what a pass planned and did.
+func observePlan(o Observer, r PassResult) {
+	o.SetUntrusted(SourceOracle, r.Plan.OracleUntrusted != "")
+	o.SetLeaks(r.Plan.Leaks)
+	o.SetOldestLeaks(oldestProposed(r))
+	for _, out := range r.Outcomes {
+		o.ObserveAction(string(out.Action.Kind), out.Action.Rule, string(out.Result))
+	}
+	var tripped []string
+	for _, t := range r.Plan.Trips {
+		tripped = append(tripped, t.Class)
+	}
+	o.ObserveBudgetTrips(tripped)
 }
 
 // terminatingSince estimates when a pod stopped running: when its newest

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -108,11 +109,14 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 		if err != nil {
 			return err
 		}
-		err = p.runStub(ctx, s, c.configured.Load, within, func() {
-			conn.Close()
-			if c.configure.CompareAndSwap(configureAwaited, configureLeftBehind) {
-				releaseStub(s)
+		err = p.runStub(ctx, s, c.configured.Load, within, func() bool {
+			if !c.configure.CompareAndSwap(configureAwaited, configureLeftBehind) {
+				return false // the runtime's Configure is being handled
 			}
+			if made := conn.Close(); made {
+				releaseStub(s)
+			} // else the dial fails: Start ends without a wait to release
+			return true
 		})
 		c.lost()
 		if ctx.Err() != nil {
@@ -158,8 +162,9 @@ const configureWithin = 15 * time.Second
 
 // runStub runs s until it returns or ctx ends, or, when its connection was
 // not configured within within, leaves it behind after abandon (if set)
-// closes its connection and releases it.
-func (p *Plugin) runStub(ctx context.Context, s stub.Stub, configured func() bool, within time.Duration, abandon func()) error {
+// closes its connection and releases it. abandon says false when the
+// runtime's Configure is being handled: the watchdog then waits on.
+func (p *Plugin) runStub(ctx context.Context, s stub.Stub, configured func() bool, within time.Duration, abandon func() bool) error {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	watchdog := time.NewTimer(within)
@@ -174,8 +179,9 @@ func (p *Plugin) runStub(ctx context.Context, s stub.Stub, configured func() boo
 			if configured() {
 				continue // the session runs until it ends
 			}
-			if abandon != nil {
-				abandon()
+			if abandon != nil && !abandon() {
+				watchdog.Reset(within)
+				continue
 			}
 			return fmt.Errorf("the runtime sent no Configure within %s of the connection: left it and its stub behind", within)
 		}
@@ -206,27 +212,37 @@ func releaseStub(s stub.Stub) {
 // dialedConn dials the NRI socket for one stub and keeps the connection, so
 // that a stub left behind can be cut off from the runtime.
 type dialedConn struct {
-	dial func(string) (net.Conn, error)
-	mu   sync.Mutex
-	conn net.Conn
+	dial   func(string) (net.Conn, error)
+	mu     sync.Mutex
+	conn   net.Conn
+	closed bool // left behind: a dial that ends after it is refused
 }
 
 func (d *dialedConn) Dial(path string) (net.Conn, error) {
 	c, err := d.dial(path)
-	if err == nil {
-		d.mu.Lock()
-		d.conn = c
-		d.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	return c, err
-}
-
-func (d *dialedConn) Close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.closed {
+		_ = c.Close()
+		return nil, errors.New("connected after the connection attempt was left behind")
+	}
+	d.conn = c
+	return c, nil
+}
+
+// Close closes the connection, and any made later; made says whether one
+// was made before.
+func (d *dialedConn) Close() (made bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
 	if d.conn != nil {
 		_ = d.conn.Close()
 	}
+	return d.conn != nil
 }
 
 // stubLogger routes the NRI stub's own messages into our logger, without

@@ -97,9 +97,10 @@ type connection struct {
 	configured atomic.Bool
 	// configure is who answers the stub's wait for Configure: the
 	// runtime's (configureByRuntime) or, for a connection its watchdog
-	// left behind, the plugin's own release (configureLeftBehind). Exactly
-	// one does: the stub takes one answer, and a second would block its
-	// sender for ever.
+	// left behind, the plugin's own release (configureLeftBehind). One is
+	// chosen: the watchdog leaves behind no connection whose Configure is
+	// being handled, and a runtime's Configure that comes after the
+	// release is accepted for nothing.
 	configure atomic.Int32
 }
 

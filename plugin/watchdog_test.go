@@ -47,7 +47,7 @@ func TestTheWatchdogWaitsForItsOwnConnectionsConfigure(t *testing.T) {
 			var abandoned atomic.Bool
 			done := make(chan error, 1)
 			go func() {
-				done <- p.runStub(context.Background(), s, own.configured.Load, 200*time.Millisecond, func() { abandoned.Store(true) })
+				done <- p.runStub(context.Background(), s, own.configured.Load, 200*time.Millisecond, func() bool { abandoned.Store(true); return true })
 			}()
 			time.Sleep(50 * time.Millisecond) // within the watchdog's window, once it runs
 			if _, err := other.Configure(context.Background(), "", "containerd", "v2"); err == nil {
@@ -89,8 +89,11 @@ func TestOneAnswerEndsAStubsWaitForConfigure(t *testing.T) {
 	if mask, err := left.Configure(context.Background(), "", "none (left behind)", "left-behind"); err != nil || mask != 0 || left.configured.Load() {
 		t.Fatalf("the release of a connection left behind: mask %v, err %v, configured %v; want it to accept nothing", mask, err, left.configured.Load())
 	}
-	if p.Synchronized() {
-		t.Fatal("a connection left behind opened the gate")
+	p.currentMu.Lock()
+	current := p.current
+	p.currentMu.Unlock()
+	if p.connected.Load() || current == left.n {
+		t.Fatalf("a connection left behind was made the current one (connected %v, current %d)", p.connected.Load(), current)
 	}
 	configured := p.newConnection()
 	if _, err := configured.Configure(context.Background(), "", "containerd", "v2"); err != nil {
@@ -98,5 +101,32 @@ func TestOneAnswerEndsAStubsWaitForConfigure(t *testing.T) {
 	}
 	if configured.configure.CompareAndSwap(configureAwaited, configureLeftBehind) {
 		t.Fatal("a connection the runtime configured could still be released: its stub would get two answers")
+	}
+}
+
+// TestTheWatchdogWaitsOnWhileTheRuntimesConfigureIsHandled: a connection
+// whose Configure reached its handler is not left behind at the watchdog's
+// time (closing it would leave a session half made); the watchdog waits on.
+func TestTheWatchdogWaitsOnWhileTheRuntimesConfigureIsHandled(t *testing.T) {
+	p, _, _ := newTestPlugin()
+	own := p.newConnection()
+	s := &stuckStub{release: make(chan struct{})}
+	var asked atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- p.runStub(context.Background(), s, own.configured.Load, 50*time.Millisecond, func() bool {
+			asked.Add(1)
+			return false // the runtime's Configure is being handled
+		})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	close(s.release) // the session ends
+	select {
+	case err := <-done:
+		if err != nil || asked.Load() < 2 {
+			t.Fatalf("err = %v after %d watchdog asks; want the session's own end, the watchdog asking again each time", err, asked.Load())
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("runStub did not return when the session ended")
 	}
 }

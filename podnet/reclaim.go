@@ -268,8 +268,15 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 	var turn uint64 // the namespace's inode; 0: no turn taken
 	var after time.Time
 	if listed, ino, err := netnsForDel(a.NetNS); err == nil && listed != "" {
-		ended, release, err := r.delsIn.take(ctx, ino, r.threads.now)
+		// The wait is bounded as a DEL is: a step takes at most two of
+		// them (what /healthz allows a step), however many wait.
+		tctx, cancel := context.WithTimeout(ctx, r.stepTimeout)
+		ended, release, err := r.delsIn.take(tctx, ino, r.threads.now)
+		cancel()
 		if err != nil {
+			if ctx.Err() == nil && tctx.Err() != nil {
+				err = fmt.Errorf("another DEL held it for more than %s: %w", r.stepTimeout, err)
+			}
 			return fmt.Errorf("CNI DEL of %s: waiting for another DEL in its namespace %s: %w", path, listed, err)
 		}
 		defer release()

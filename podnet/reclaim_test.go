@@ -1317,3 +1317,30 @@ func (c *lockedClock) move(d time.Duration) {
 // thisProcess is a runtime in the test's own mount namespace: a namespace
 // not mounted here is gone.
 func thisProcess(context.Context) (int, error) { return os.Getpid(), nil }
+
+// TestTheWaitForANamespacesTurnIsBoundedAsADELIs: a DEL waits for another
+// in its namespace at most as long as a DEL may run, however many wait, so
+// a step takes at most two of those (what /healthz allows a step). The
+// wait was bounded by the pass only: the last of k DELs in one namespace
+// waited k-1 of them.
+func TestTheWaitForANamespacesTurnIsBoundedAsADELIs(t *testing.T) {
+	ctx := context.Background()
+	n, cfg, ns, _, storage := twoNetworksInOneNamespace(t)
+	r := NewReclaimer(cfg, n.cacheDir, "", thisProcess)
+	r.stepTimeout = 200 * time.Millisecond
+	_, release, err := r.delsIn.take(ctx, ns.Inode, time.Now) // another DEL, hanging
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	start := time.Now()
+	err = r.DeleteAttachment(ctx, storage)
+	if took := time.Since(start); err == nil || !strings.Contains(err.Error(), "another DEL held it for more than 200ms") || took > 5*time.Second {
+		t.Fatalf("after %v: %v; want the wait given up after the step timeout", took, err)
+	}
+	for _, call := range n.pluginCalls(t) {
+		if strings.HasPrefix(call, "DEL ") {
+			t.Errorf("a plugin ran without the namespace's turn: %s", call)
+		}
+	}
+}

@@ -208,15 +208,15 @@ func Text(w io.Writer, r Report) error {
 	p("runtime: %d sandboxes (%d ready), %d containers%s\n", r.Runtime.Sandboxes, r.Runtime.ReadySandboxes,
 		r.Runtime.Containers, byState)
 	if r.Blocked != "" {
-		p("NOT ACTING YET: %s\n", r.Blocked)
+		p("NOT ACTING YET: %s\n", cell(r.Blocked))
 	}
-	p("sources: runtime listing %s; kubelet pod dirs %s\n", trustWords(r.Sources.Listing), trustWords(r.Sources.Oracle))
+	p("sources: runtime listing %s; kubelet pod dirs %s\n", cell(trustWords(r.Sources.Listing)), cell(trustWords(r.Sources.Oracle)))
 	p("leaks detected: %s\n", gc.Result{Leaks: r.Leaks}.LeakSummary())
 	for _, t := range r.Budget {
-		p("BUDGET: %s PAUSED: %s\n", t.Class, t.Message)
+		p("BUDGET: %s PAUSED: %s\n", t.Class, cell(t.Message))
 	}
 	for _, pod := range r.Skipped {
-		p("SKIPPED: pod %s/%s (%s): a life event arrived after the listing\n", pod.Namespace, pod.Name, pod.UID)
+		p("SKIPPED: pod %s: a life event arrived after the listing\n", cell(fmt.Sprintf("%s/%s (%s)", pod.Namespace, pod.Name, pod.UID)))
 	}
 	section(tw, "due now", r.Actions, true)
 	section(tw, "not due yet", r.Deferred, true)

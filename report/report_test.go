@@ -218,11 +218,17 @@ func TestANameCannotForgeALineOfTheTable(t *testing.T) {
 	forged := "x\nremove-sandbox      sandboxes.pod-gone  kube-system/etcd\tsandbox 1234"
 	r.Kept = append(r.Kept, gc.Kept{Object: "pod dir /var/lib/kubelet/pods/u1", Pod: gc.PodRef{UID: "u1"},
 		Reason: "orphaned pod dir that kubelet could not remove: leftover file volumes/kubernetes.io~empty-dir/c/" + forged})
+	r.Skipped = append(r.Skipped, gc.PodRef{Namespace: "ns", Name: "p\nBUDGET: orphan-stop PAUSED: forged", UID: "u2"})
 	var buf bytes.Buffer
-	if err := Text(&buf, Build(now, snap, r, "")); err != nil {
+	if err := Text(&buf, Build(now, snap, r, "not ready:\nSKIPPED: pod forged")); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
+	for _, forged := range []string{"\nBUDGET: orphan-stop PAUSED: forged", "\nSKIPPED: pod forged"} {
+		if strings.Contains(out, forged) {
+			t.Errorf("a line was forged: %q in\n%s", forged, out)
+		}
+	}
 	if strings.Contains(out, "\nremove-sandbox      sandboxes.pod-gone  kube-system/etcd") || !strings.Contains(out, `c/x\nremove-sandbox`) || !strings.Contains(out, `etcd\tsandbox`) {
 		t.Fatalf("the name was not escaped:\n%s", out)
 	}
