@@ -328,6 +328,7 @@ func Parse(data []byte, source string) (Config, error) {
 	if err := d.err(); err != nil {
 		return Config{}, err
 	}
+	d.noteDisabledBudget(&c)
 	return c, nil
 }
 

@@ -391,7 +391,7 @@ action = "stop"
 stop_timeout = "30s"
 
 [budget]
-max_per_pass = 0
+max_per_pass = 7
 max_fraction = 1 # an integer is accepted for a float
 min_per_pass = 0
 max_per_hour = 100
@@ -441,7 +441,7 @@ var fullConfigWant = Config{
 	Pods:       Pods{Source: PodsSourceNone, KubeletRoot: "/data/kubelet"},
 	Containers: Containers{MinAge: time.Hour, MaxPerPodContainer: 0, MaxContainers: 100},
 	Orphans:    Orphans{Action: OrphansActionStop, StopTimeout: 30 * time.Second},
-	Budget:     Budget{MaxPerPass: 0, MaxFraction: 1, MinPerPass: 0, MaxPerHour: 100},
+	Budget:     Budget{MaxPerPass: 7, MaxFraction: 1, MinPerPass: 0, MaxPerHour: 100},
 	Logs:       Logs{PodLogsDir: "/data/log/pods", ContainerLogsDir: "/data/log/containers"},
 	Cgroups:    Cgroups{Enabled: false, Driver: DriverSystemd, Mountpoint: "/mnt/cgroup", Root: "custom/kubepods"},
 	PodDirs:    PodDirs{RemoveOrphaned: true},
@@ -605,6 +605,8 @@ func TestDeprecatedOrphansKeysSetTheBudgetWithANotice(t *testing.T) {
 			[]string{
 				testSource + ":2: orphans.max_fraction is deprecated: use budget.max_fraction" + why,
 				testSource + ":3: orphans.max_per_pass is deprecated: use budget.max_per_pass" + why,
+				testSource + ":3: orphans.max_per_pass = 0 disables every budgeted step: no orphan stop, UNKNOWN container stop, cgroup kill or CPU reduction, " +
+					"pod dir or pod log dir removal, and no network step is taken (each is held, and no class trips)",
 			}},
 		{"an inline table", "orphans = { max_per_pass = 4 }\n",
 			Budget{MaxPerPass: 4, MaxFraction: 0.1, MinPerPass: 1, MaxPerHour: 20},

@@ -262,10 +262,37 @@ func (d *decoder) keepOldMeaning(c *Config) {
 		return
 	}
 	c.Budget.MinPerPass = c.Budget.MaxPerPass
+	d.budgetNoted = true
 	c.Notices = append(c.Notices, (&Error{Source: d.source, Line: d.lines[old],
 		Msg: fmt.Sprintf("%s = %d is below budget.min_per_pass's default: budget.min_per_pass is set to %d too, so a pass takes at most %d step(s) of every budgeted class "+
 			"(orphan stops, UNKNOWN container stops, cgroup kills and CPU reductions, pod dir and pod log dir removals, the network's steps); "+
 			"to only never stop orphans, set orphans.action = \"report\"", old, c.Budget.MaxPerPass, c.Budget.MaxPerPass, c.Budget.MaxPerPass)}).Error())
+}
+
+// noteDisabledBudget says, where the cap is set to 0, that every budgeted
+// step is disabled: it is a choice, so no class trips, and nothing else
+// would say it above debug level.
+func (d *decoder) noteDisabledBudget(c *Config) {
+	if d.budgetNoted {
+		return // keepOldMeaning said what the old key's 0 means
+	}
+	for _, key := range []string{"budget.max_per_pass", "budget.max_per_hour"} {
+		v := c.Budget.MaxPerPass
+		if key == "budget.max_per_hour" {
+			v = c.Budget.MaxPerHour
+		}
+		if v != 0 {
+			continue
+		}
+		name, line := key, d.lines[key]
+		if old, aliased := d.aliased[key]; aliased {
+			name, line = old, d.lines[old]
+		}
+		c.Notices = append(c.Notices, (&Error{Source: d.source, Line: line,
+			Msg: fmt.Sprintf("%s = 0 disables every budgeted step: no orphan stop, UNKNOWN container stop, cgroup kill or CPU reduction, "+
+				"pod dir or pod log dir removal, and no network step is taken (each is held, and no class trips)", name)}).Error())
+		return
+	}
 }
 
 // unknown records name, found in section in, as an unknown key or section,

@@ -79,7 +79,9 @@ type problems struct {
 	source  string
 	lines   map[string]int    // dotted key -> line; nil outside Parse
 	aliased map[string]string // current key -> the deprecated key the text set it with; nil if none
-	list    []*Error
+	// budgetNoted: a notice already says what the budget set to 0 does.
+	budgetNoted bool
+	list        []*Error
 }
 
 // add records a problem of key, taking its line from the text (0 if absent).

@@ -50,3 +50,22 @@ func TestAnOldMaxPerPassOfZeroStillLoads(t *testing.T) {
 		t.Fatal("min_per_pass 1 over an aliased max_per_pass 0 accepted")
 	}
 }
+
+// A budget set to 0 is said where it is set: every budgeted step is then
+// held and no class trips, so nothing else would say it above debug level.
+func TestABudgetOfZeroIsSaidWhereItIsSet(t *testing.T) {
+	for _, tc := range []struct{ text, want string }{
+		{"[budget]\nmin_per_pass = 0\nmax_per_pass = 0\n", testSource + ":3: budget.max_per_pass = 0 disables every budgeted step"},
+		{"[budget]\nmax_per_hour = 0\n", testSource + ":2: budget.max_per_hour = 0 disables every budgeted step"},
+		{"[budget]\nmax_per_hour = 1\n", ""},
+	} {
+		c, err := Parse([]byte(tc.text), testSource)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Join(c.Notices, "\n")
+		if (tc.want == "") != (got == "") || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%q: notices %q, want one starting %q", tc.text, c.Notices, tc.want)
+		}
+	}
+}

@@ -86,7 +86,11 @@ func (l *Loop) logPlan(r PassResult) {
 		}
 	}
 	for _, d := range r.Plan.Deferred {
-		if d.Action.Rule == gc.RuleOrphanStop {
+		switch {
+		case d.Action.Rule == gc.RuleOrphanStop && d.Disabled:
+			say(d.Action.Pod, gc.RuleOrphanStop, "orphaned live pod whose pod is gone from the node: not stopped while "+
+				"budget.max_per_pass or budget.max_per_hour is 0, which disables every budgeted step")
+		case d.Action.Rule == gc.RuleOrphanStop:
 			say(d.Action.Pod, gc.RuleOrphanStop, stopping+" once due: "+d.Why())
 		}
 	}
