@@ -423,6 +423,9 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 			}
 			detail, err := e.do(ctx, a)
 			o := Outcome{Action: a, Err: err, Took: time.Since(start), detail: detail}
+			if changedSinceDecided(err) {
+				o.Result = Aborted // the step's own last look: nothing was done
+			}
 			if err != nil && len(w.carried[i]) > 0 {
 				// containerd's RemovePodSandbox removes the containers one by
 				// one before it fails late: ask which of them are gone.
@@ -476,6 +479,16 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 	if notStarted > 0 {
 		e.log.WithError(ctx.Err()).Debugf("context ended: %d action(s) not started", notStarted)
 	}
+}
+
+// changedSinceDecided reports whether err is a step's own last look, in
+// the call that acts, finding what the plan saw no longer holds (a pod dir
+// grown or a pod cgroup made again since: nodefs' and podcgroups'
+// RefusedError with Changed): nothing was done, and it is an abort, as when
+// the check right before the step finds it, not a failure to back off from.
+func changedSinceDecided(err error) bool {
+	var c interface{ ChangedSinceDecided() bool }
+	return errors.As(err, &c) && c.ChangedSinceDecided()
 }
 
 // unsatisfied returns the first dependency of a that has not succeeded in

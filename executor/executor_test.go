@@ -1301,3 +1301,32 @@ func TestADryRunSaysTheLogFilesWouldGo(t *testing.T) {
 		t.Errorf("last line %v, want \"would remove container and its log files\"", e)
 	}
 }
+
+// TestAStepsOwnLookFindingItChangedIsAnAbort: the pod dir removal and the
+// pod cgroup destroy look once more in the call that acts; a refusal there
+// of something changed since the plan (a pod of that UID set up again) did
+// nothing, and is an abort, as when the check right before finds it: no
+// backoff, no failure. Any other refusal is a failure.
+func TestAStepsOwnLookFindingItChangedIsAnAbort(t *testing.T) {
+	f := newFake()
+	f.setFail("RemoveOrphanedPodDir u1", &nodefs.RefusedError{Path: "/var/lib/kubelet/pods/u1", Reason: "it changed", Changed: true})
+	f.setFail("DestroyPodCgroup u2", fmt.Errorf("destroying: %w", &podcgroups.RefusedError{Path: "/sys/fs/cgroup/x", Reason: "a child", Changed: true}))
+	f.setFail("RemoveOrphanedPodDir u3", &nodefs.RefusedError{Path: "/var/lib/kubelet/pods/u3", Reason: "a mount point"})
+	e := New(f, f, Options{MaxParallel: 1}, nil)
+	podDir := func(uid string) gc.Action {
+		return gc.Action{Kind: gc.RemovePodDir, Key: "pod-dir/" + uid, Pod: gc.PodRef{UID: uid}, PodDir: &nodefs.PodDir{UID: uid}}
+	}
+	out := e.Execute(context.Background(), []gc.Action{
+		podDir("u1"),
+		{Kind: gc.RemovePodCgroup, Key: "pod-cgroup/u2", Pod: gc.PodRef{UID: "u2"}, Cgroup: &podcgroups.PodCgroup{UID: "u2"}},
+		podDir("u3"),
+	}, time.Now(), nil)
+	for i, want := range []Result{Aborted, Aborted, Error} {
+		if out[i].Result != want || out[i].Err == nil {
+			t.Errorf("%s: %s (%v), want %s", out[i].Action.Key, out[i].Result, out[i].Err, want)
+		}
+		if got := !out[i].RetryAt.IsZero(); got != (want == Error) {
+			t.Errorf("%s: retry at %v, want a backoff only for a failure", out[i].Action.Key, out[i].RetryAt)
+		}
+	}
+}

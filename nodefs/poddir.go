@@ -248,8 +248,8 @@ func RemoveOrphanedPodDir(ctx context.Context, kubeletRoot string, seen PodDir) 
 		return refuse(path, "the pod dir the decision was made on is %q, not this one", seen.Path)
 	}
 	if changed := d.ChangedSince(seen); len(changed) > 0 {
-		return refuse(path, "it changed since it was inspected for the decision (%s): kubelet may be setting up a pod of that UID again",
-			strings.Join(changed, ", "))
+		return &RefusedError{Path: path, Changed: true, Reason: fmt.Sprintf(
+			"it changed since it was inspected for the decision (%s): kubelet may be setting up a pod of that UID again", strings.Join(changed, ", "))}
 	}
 	return wrapRemoving(path, p.removePodDir(ctx, uid, path))
 }

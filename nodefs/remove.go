@@ -53,15 +53,22 @@ const mountTableReuse = time.Second
 
 // RefusedError is returned (wrapped) when a safety rule stops a removal.
 // Nothing at Path was removed. Retrying does not help until a person has
-// looked at Path.
+// looked at Path, unless Changed: what the decision saw changed since (a
+// pod of that UID set up again), and the next plan decides anew.
 type RefusedError struct {
-	Path   string
-	Reason string
+	Path    string
+	Reason  string
+	Changed bool
 }
 
 func (e *RefusedError) Error() string {
 	return fmt.Sprintf("refusing to remove %s: %s", e.Path, e.Reason)
 }
+
+// ChangedSinceDecided reports whether the refusal is of something changed
+// since the decision: not a failure, as when the check right before the
+// step finds it.
+func (e *RefusedError) ChangedSinceDecided() bool { return e.Changed }
 
 func refuse(path, format string, args ...any) error {
 	return &RefusedError{Path: path, Reason: fmt.Sprintf(format, args...)}

@@ -46,11 +46,20 @@ const (
 type RefusedError struct {
 	Path   string
 	Reason string
+	// Changed: the pod cgroup is not the one inspected any more (made
+	// again, or a child made in it): a pod of that UID set up again, and
+	// the next plan decides anew.
+	Changed bool
 }
 
 func (e *RefusedError) Error() string {
 	return fmt.Sprintf("refusing to act on pod cgroup %s: %s", e.Path, e.Reason)
 }
+
+// ChangedSinceDecided reports whether the refusal is of a pod cgroup
+// changed since the inspection: not a failure, as when the check right
+// before the step finds it.
+func (e *RefusedError) ChangedSinceDecided() bool { return e.Changed }
 
 // Destroy kills every process in the pod's cgroups (the pod cgroup and all
 // its descendants, in every hierarchy), then removes the cgroups bottom-up.
@@ -163,7 +172,7 @@ func (h host) targets(ctx context.Context, pod PodCgroup) ([]target, error) {
 		case err != nil:
 			return nil, fmt.Errorf("pod cgroup %s: %w", p, err)
 		case ino != pod.Inodes[i]:
-			return nil, &RefusedError{Path: p, Reason: fmt.Sprintf("made again since it was inspected (inode %d, now %d): "+
+			return nil, &RefusedError{Path: p, Changed: true, Reason: fmt.Sprintf("made again since it was inspected (inode %d, now %d): "+
 				"kubelet may be setting up a pod of that UID again", pod.Inodes[i], ino)}
 		}
 		v, err := h.cgroupVersion(hierarchy, p)
@@ -245,7 +254,7 @@ func unseenChild(pod PodCgroup, top, dir string) error {
 	if slices.Contains(pod.Containers, child) {
 		return nil
 	}
-	return &RefusedError{Path: top + "/" + child, Reason: "a child cgroup made since the pod cgroup was inspected: " +
+	return &RefusedError{Path: top + "/" + child, Changed: true, Reason: "a child cgroup made since the pod cgroup was inspected: " +
 		"kubelet may be starting a pod of that UID again in the pod cgroup it keeps"}
 }
 
