@@ -203,6 +203,33 @@ func (c *containerizedPlugin) log(t *testing.T) string {
 	return string(b)
 }
 
+// logOnceItHas is the container log once it has every one of wants (each
+// on a line of its own, or all on one line with oneLine), or as it is after
+// 10 s: the runtime writes a line to the log after the plugin wrote it, so
+// a line may trail the effect it reports (a test that read the log as soon
+// as the namespace was gone missed the line saying so, about one run in
+// twenty).
+func (c *containerizedPlugin) logOnceItHas(t *testing.T, oneLine bool, wants ...string) string {
+	t.Helper()
+	var log string
+	has := func() bool {
+		log = c.log(t)
+		if oneLine {
+			return logLine(log, wants...) != ""
+		}
+		for _, w := range wants {
+			if !strings.Contains(log, w) {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(10 * time.Second); !has() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return log
+}
+
 // TestImageRunsAsTheDaemonSetAndReclaimsALeak is acceptance point 3: the
 // image, built without a container engine, is imported into a lab containerd
 // and run as a CRI container the way the DaemonSet manifest says (hostPID,
@@ -474,11 +501,12 @@ func reclaimLeak(t *testing.T, l *lab.Lab, k *kubelet, plugin *containerizedPlug
 	if !runtimeHas(t, l, bsb) || !runtimeHas(t, l, bctrs[0]) || !sandboxReady(t, l, bsb) || !exists(l.PodLogDir(bystander)) {
 		t.Fatal("the live bystander pod was touched")
 	}
-	log := plugin.log(t)
-	for _, want := range []string{
+	wants := []string{
 		"action=remove-container", "action=remove-sandbox", "action=remove-pod-log-dir", "action=remove-log-link", "action=remove-pod-cgroup",
 		"rule=containers.pod-gone", "rule=sandboxes.pod-gone", "pod_uid=" + p.UID, "pod_name=" + name,
-	} {
+	}
+	log := plugin.logOnceItHas(t, false, wants...)
+	for _, want := range wants {
 		if !strings.Contains(log, want) {
 			t.Errorf("the plugin's container log has no %q", want)
 		}
@@ -528,7 +556,7 @@ func killOrphanCgroup(t *testing.T, l *lab.Lab, plugin *containerizedPlugin) {
 		return true
 	})
 	t.Logf("orphan pod cgroup with a live process (%d hierarchies) destroyed in %v", len(paths), took.Round(time.Millisecond))
-	if log := plugin.log(t); !strings.Contains(log, "action=remove-pod-cgroup") || !strings.Contains(log, "pod_uid="+uid) {
+	if log := plugin.logOnceItHas(t, true, "action=remove-pod-cgroup", "pod_uid="+uid); logLine(log, "action=remove-pod-cgroup", "pod_uid="+uid) == "" {
 		t.Error("the destroy is not in the plugin's container log")
 	}
 }
@@ -617,8 +645,8 @@ func reclaimHostPortAttachment(t *testing.T, l *lab.Lab, plugin *containerizedPl
 		return !exists(entry) && len(natRules(t, hostPort)) == 0 && len(reservedBy(t, l, id)) == 0 && !mounted(t, netns) && !exists(netns)
 	})
 	t.Logf("host-port attachment %s and its namespace reclaimed %v after the ADD", id[:12], took.Round(time.Millisecond))
-	log := plugin.log(t)
-	mustLog(t, log, `msg="deleted CNI attachment"`, "container_id="+id)
+	mustLog(t, plugin.logOnceItHas(t, true, `msg="deleted CNI attachment"`, "container_id="+id), `msg="deleted CNI attachment"`, "container_id="+id)
+	log := plugin.logOnceItHas(t, true, `msg="removed network namespace"`, "path="+netns)
 	mustLog(t, log, `msg="removed network namespace"`, "path="+netns)
 	if strings.Contains(log, "iptables is usable") {
 		t.Error("a CNI DEL ran without the node's iptables")
