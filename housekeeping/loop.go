@@ -891,19 +891,30 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 	l.logPlan(r)
 	byPhase := map[string]int{}
 	for _, t := range transitions {
-		entry := l.log.WithFields(logrus.Fields{
+		fields := logrus.Fields{
 			logging.FieldPodUID: t.pod.UID, logging.FieldPodNamespace: t.pod.Namespace, logging.FieldPodName: t.pod.Name,
 			"phase": t.pod.Phase.String(), "previous_phase": t.from,
-		})
+		}
+		notTornDown := ""
+		if t.pod.Phase == podstate.PhaseRemoved {
+			// Whether its pod dir may ever be reclaimed hangs on this:
+			// say it where the pod is said gone.
+			fields["torn_down"] = t.pod.TornDown
+			if !t.pod.TornDown {
+				notTornDown = "; not seen torn down (a sandbox went from the runtime without an NRI stop or removal): " +
+					"its kubelet pod dir, and the pod cgroup while that stands, are left to kubelet"
+			}
+		}
+		entry := l.log.WithFields(fields)
 		if first {
 			// Every pod of the node is new to the first pass (a report of
 			// a 110-pod node would print 110 lines before its table): one
 			// summary, each pod at debug.
 			byPhase[t.pod.Phase.String()]++
-			entry.Debugf("pod %s/%s: %s -> %s; %s", t.pod.Namespace, t.pod.Name, t.from, t.pod.Phase, describe(t.pod))
+			entry.Debugf("pod %s/%s: %s -> %s; %s%s", t.pod.Namespace, t.pod.Name, t.from, t.pod.Phase, describe(t.pod), notTornDown)
 			continue
 		}
-		entry.Infof("pod %s/%s: %s -> %s; %s", t.pod.Namespace, t.pod.Name, t.from, t.pod.Phase, describe(t.pod))
+		entry.Infof("pod %s/%s: %s -> %s; %s%s", t.pod.Namespace, t.pod.Name, t.from, t.pod.Phase, describe(t.pod), notTornDown)
 	}
 	if first {
 		var phases []string

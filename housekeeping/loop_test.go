@@ -214,6 +214,15 @@ func TestPassReconcilesAndLogsPhaseTransitions(t *testing.T) {
 	if n, last := loop.Passes(); n != 3 || last.Err != nil {
 		t.Fatalf("passes = %d, last = %+v", n, last)
 	}
+	// A pod gone after it was listed stopped was seen torn down: its line
+	// says so, and nothing of its pod dir being left.
+	buf.Reset()
+	rt.set(cri.Snapshot{TakenAt: now.Add(2 * time.Minute), Sandboxes: []cri.Sandbox{{ID: "s1", Ready: false, Labels: kubeletLabels("u1"), CreatedAt: now}}}, nil)
+	loop.Pass(context.Background())
+	if !strings.Contains(buf.String(), `msg="pod ns/p-u2: Terminated -> Removed`) || !strings.Contains(buf.String(), "torn_down=true") ||
+		strings.Contains(buf.String(), "not seen torn down") {
+		t.Fatalf("no Removed line saying the pod was seen torn down:\n%s", buf.String())
+	}
 }
 
 func TestWakeIsDebouncedAndResyncIsImmediate(t *testing.T) {

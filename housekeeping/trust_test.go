@@ -753,6 +753,9 @@ func TestALiveSandboxTheListingLacksIsAskedForByID(t *testing.T) {
 				t.Fatalf("phase %s, not ready %q: an untrusted listing changed podstate or is not named", p.Phase, loop.NotReady())
 			case !tc.untrusted && (p.Phase != podstate.PhaseRemoved || p.TornDown || !strings.Contains(buf.String(), "gone from the runtime, without an NRI stop")):
 				t.Fatalf("phase %s, torn down %v: want Removed without a teardown, and said", p.Phase, p.TornDown)
+			case !tc.untrusted && (!strings.Contains(buf.String(), "torn_down=false") || !strings.Contains(buf.String(), "not seen torn down")):
+				// Its pod dir is never reclaimed: the line that says it gone says that too.
+				t.Fatalf("the pod's Removed line does not say it was not seen torn down:\n%s", buf.String())
 			}
 			if tc.askErr == nil {
 				return

@@ -190,8 +190,8 @@ type Check struct {
 	Reclaimed map[string]time.Time
 	// RetryAt: the last failed attempt's retry_at, per object.
 	RetryAt map[string]time.Time
-	// Removed: the pods each plugin run logged as Removed (seen torn down
-	// or gone), by UID: the runs.
+	// Removed: the pods each plugin run logged as Removed and seen torn
+	// down (torn_down=true), by UID: the runs.
 	Removed map[string][]int
 	// OrphanReports: pods reported as orphaned live pods, and whether the
 	// pod was live (a wrong report) when it was.
@@ -251,7 +251,10 @@ func CheckLog(entries []Entry, other []string, tr *Truth) *Check {
 		if e.Level == "error" {
 			c.ErrorMsgs[e.Msg]++
 		}
-		if e.Fields["phase"] == "Removed" && e.Fields["pod_uid"] != "" {
+		// A pod said Removed without a teardown (its sandbox went from the
+		// runtime while NRI's stop and removal were lost, as across a
+		// plugin pause) is not marked: its pod dir is left by design.
+		if e.Fields["phase"] == "Removed" && e.Fields["torn_down"] == "true" && e.Fields["pod_uid"] != "" {
 			c.Removed[e.Fields["pod_uid"]] = append(c.Removed[e.Fields["pod_uid"]], e.Run)
 		}
 		if e.Fields["rule"] == "orphans.stop" && e.Fields["action"] == "" {

@@ -131,6 +131,32 @@ func TestAPodDirIsExpectedBackOnceAnyRunSawItTornDown(t *testing.T) {
 	}
 }
 
+// A pod the plugin logged Removed without seeing it torn down (its sandbox
+// went while NRI's stop and removal were lost: a plugin pause) has its pod
+// dir left by design: only a Removed line with torn_down=true marks it.
+func TestOnlyARemovalSeenAsATeardownExpectsThePodDirBack(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 23, 15, 0, 0, time.UTC)
+	line := func(uid, tornDown string) string {
+		return `time="` + t0.Add(40*time.Second).Format(logTimeLayout) + `" level=info msg="pod soak/p: Running -> Removed" phase=Removed pod_uid=` +
+			uid + ` previous_phase=Running torn_down=` + tornDown
+	}
+	log := strings.Join([]string{
+		`time="` + t0.Format(logTimeLayout) + `" level=info msg="nri-housekeeper starting"`,
+		line("seen", "true"), line("unseen", "false"),
+	}, "\n")
+	entries, other, err := ParseLog(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := CheckLog(entries, other, NewTruth())
+	starts := []time.Time{t0}
+	for uid, want := range map[string]bool{"seen": true, "unseen": false} {
+		if got := sawTornDown(c, &Pod{UID: uid, TeardownFrom: t0.Add(35 * time.Second)}, starts); got != want {
+			t.Errorf("pod %s: seen torn down %v, want %v (runs that logged it Removed: %v)", uid, got, want, c.Removed[uid])
+		}
+	}
+}
+
 // TestAnObjectGoneWithNoActionLoggedIsTimedByTheListings: a plugin run
 // killed right after a step, before it logged it, leaves an object gone
 // with no action logged. Its time is the first complete listing after the

@@ -807,7 +807,7 @@ func evaluate(s *Summary, plan Plan, tr *Truth, c *Check, leaks []*leakObj, reco
 		if at.IsZero() {
 			if o.podDir && !sawTornDown(c, o.pod, starts) {
 				r.ByDesign++
-				r.Details = append(r.Details, fmt.Sprintf("BY DESIGN %s (torn down %s-%s; no plugin run that started before it logged it Removed: runs that did: %v)",
+				r.Details = append(r.Details, fmt.Sprintf("BY DESIGN %s (torn down %s-%s; no plugin run that started before it logged it Removed with torn_down=true: runs that did: %v)",
 					o.what, stamp(o.pod.TeardownFrom), stamp(o.pod.TeardownUntil), c.Removed[o.pod.UID]))
 				continue
 			}
