@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"time"
@@ -124,7 +125,8 @@ func (l *Loop) restore(ctx context.Context) {
 		// gone, with podstate's record while the pods dir cannot be read
 		// (a listed pod is in podstate's view again after the restart);
 		// restored as checked, every restart would keep it for good.
-		mark := &tornDownMark{at: at, event: at, removed: at, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}, dirSeen: t.Inspected}
+		mark := &tornDownMark{at: at, event: at, removed: at, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}, dirSeen: t.Inspected,
+			cgroups: restoredCgroups(t, clock)}
 		if t.Inspected {
 			mark.seen = make(map[string]bool, len(t.Seen))
 			for _, p := range t.Seen {
@@ -175,6 +177,25 @@ func (l *Loop) restore(ctx context.Context) {
 		f = f.WithField("held_until", l.budgetHeldUntil.Format(time.RFC3339))
 	}
 	f.Info("restored the pods seen torn down and the budgeted steps of the last hour from the state file")
+}
+
+// restoredCgroups is the pod cgroup baseline of a restored mark: the one
+// the file holds when it was written in this boot, and none otherwise. The
+// first look after a restart must not take what is there then for the
+// baseline: kubelet may have made the pod cgroup again while the plugin
+// was down (a static pod put back), and nothing else would show it for a
+// pod with no volumes of its own. So a pod cgroup found at that look
+// drops the mark unless the file shows it was there before: after a reboot
+// every pod cgroup is new (and inode numbers mean nothing), and a file
+// with no baseline (an older version's, or written before the first look)
+// cannot show it. The cost: such a mark's leftovers are reported, not
+// removed.
+func restoredCgroups(t statefile.TornDown, clock restoredClock) map[string]uint64 {
+	baseline := map[string]uint64{} // never nil: nil is "not looked at yet"
+	if t.CgroupsInspected && clock.boot != nil {
+		maps.Copy(baseline, t.Cgroups)
+	}
+	return baseline
 }
 
 // bootAnchor ties the loop's clock to the boot clock: a time t of this run
@@ -352,7 +373,8 @@ func (l *Loop) keep() statefile.State {
 			// removed (nodefs refuses the name), so there is nothing to keep.
 			continue
 		}
-		t := statefile.TornDown{UID: uid, Namespace: mark.pod.Namespace, Name: mark.pod.Name, At: mark.at, AtBoot: since(mark.at), Inspected: mark.seen != nil}
+		t := statefile.TornDown{UID: uid, Namespace: mark.pod.Namespace, Name: mark.pod.Name, At: mark.at, AtBoot: since(mark.at), Inspected: mark.seen != nil,
+			CgroupsInspected: mark.cgroups != nil, Cgroups: maps.Clone(mark.cgroups)}
 		for p := range mark.seen {
 			t.Seen = append(t.Seen, p)
 		}

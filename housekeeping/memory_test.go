@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -702,5 +703,30 @@ func BenchmarkRestoreALargeStateFile(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A restored mark's pod cgroup baseline is the file's only when the file
+// has one and was written in this boot; otherwise it is "none", so that a
+// pod cgroup found at the first look after the restart drops the mark
+// (never "not looked at yet", which would take that pod cgroup for it).
+func TestARestoredMarkKeepsAPodCgroupBaselineOnlyFromThisBoot(t *testing.T) {
+	dirs := map[string]uint64{"/sys/fs/cgroup/memory/kubepods/podx": 42}
+	thisBoot := restoredClock{boot: &bootAnchor{id: "this"}}
+	for _, tc := range []struct {
+		name  string
+		mark  statefile.TornDown
+		clock restoredClock
+		want  map[string]uint64
+	}{
+		{"this boot's, with a baseline", statefile.TornDown{CgroupsInspected: true, Cgroups: dirs}, thisBoot, dirs},
+		{"this boot's, looked and none", statefile.TornDown{CgroupsInspected: true}, thisBoot, map[string]uint64{}},
+		{"this boot's, never looked (a version 2 file)", statefile.TornDown{}, thisBoot, map[string]uint64{}},
+		{"another boot's, or one the clock cannot tell", statefile.TornDown{CgroupsInspected: true, Cgroups: dirs}, restoredClock{}, map[string]uint64{}},
+	} {
+		got := restoredCgroups(tc.mark, tc.clock)
+		if got == nil || !maps.Equal(got, tc.want) {
+			t.Errorf("%s: baseline %v, want %v (never nil)", tc.name, got, tc.want)
+		}
 	}
 }

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-housekeeper/nri-housekeeper/bootclock"
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -244,5 +246,87 @@ func TestAnOrphanedPodDirWaitsForAListingOfThePodCgroups(t *testing.T) {
 	}
 	if len(files.done) == 0 {
 		t.Fatal("once the pod cgroups are listed again, the orphaned pod dir is still held")
+	}
+}
+
+// TestARestartTakesNoPodCgroupMadeWhileItWasDownForItsBaseline: a static
+// pod with hostPath volumes only is torn down, its dir lingers. While the
+// plugin is down (an upgrade; containerd restarting a pre-registered
+// plugin) its manifest is put back: kubelet makes the pod cgroup first, and
+// the sandbox does not start yet. The pod cgroup made again is the only
+// sign, and the restarted plugin's first look must not take it for the
+// baseline the mark had: that comes from the state file, in the boot that
+// wrote it, and is "none" otherwise (after a reboot every pod cgroup is
+// new). One that lingered from before the mark, the file showing it, is
+// still reclaimed.
+func TestARestartTakesNoPodCgroupMadeWhileItWasDownForItsBaseline(t *testing.T) {
+	uid := testUID(503)
+	const bootA, bootB = "0b1f2e3d-aaaa-4bbb-8ccc-00000000000a", "0b1f2e3d-aaaa-4bbb-8ccc-00000000000b"
+	for _, tc := range []struct {
+		name          string
+		lingered      bool // the pod cgroup was left by the teardown
+		madeWhileDown bool // kubelet made it (again) while the plugin was down
+		restartBoot   string
+		once          bool // the restart is `once --leak-grace 0s`
+		wantReclaimed bool
+	}{
+		{"made while down, same boot", false, true, bootA, false, false},
+		{"made again (another inode) while down, same boot", true, true, bootA, false, false},
+		{"made while down, once with no grace", false, true, bootA, true, false},
+		{"lingered, unchanged, same boot: reclaimed", true, false, bootA, false, true},
+		{"lingered, and the node booted again: no baseline holds", true, false, bootB, false, false},
+		{"none lingered or was made: reclaimed", false, false, bootA, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := podDirs(t, uid)
+			var cg *podcgroups.Options
+			if tc.lingered {
+				cg = fakeCgroups(t, uid)
+			} else {
+				cg = fakeCgroups(t)
+			}
+			policy := reviewPolicy(t.TempDir())
+			policy.LeakGrace, policy.RemoveOrphanedPodDirs = 5*time.Minute, true
+			files := &podDirRemover{root: root}
+			rt := &fakeRuntime{}
+			log, _ := testLogger()
+			boot := bootclock.Reading{BootID: bootA, Since: time.Hour}
+			opts := Options{Period: time.Minute, KubeletRoot: root, Cgroups: cg,
+				StateFile:    filepath.Join(t.TempDir(), "state.json"),
+				BootClock:    func() (bootclock.Reading, error) { return boot, nil },
+				Executor:     executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+				Synchronized: func() bool { return true }, Policy: policy}
+			first := New(recentlyTornDown(t, uid), rt, opts, log)
+			first.now = func() time.Time { return now }
+			first.started = now.Add(-time.Hour)
+			rt.set(cri.Snapshot{TakenAt: now}, nil)
+			first.Pass(context.Background()) // the mark, and its first look at the pod cgroups
+			if mark := first.tornDown[uid]; mark == nil || mark.cgroups == nil {
+				t.Fatal("no mark with a pod cgroup baseline before the restart: the test proves nothing")
+			}
+			if tc.madeWhileDown {
+				makePodCgroup(t, cg.Mountpoint, uid)
+			}
+			boot = bootclock.Reading{BootID: tc.restartBoot, Since: time.Hour + 2*time.Minute}
+			if tc.restartBoot != bootA {
+				boot.Since = time.Minute
+			}
+			last := 10 * time.Minute
+			if tc.once {
+				opts.Synchronized, opts.Policy.LeakGrace, last = nil, 0, 2*time.Minute
+			}
+			second, logs := restartedLoop(first, opts, rt, now.Add(2*time.Minute))
+			for at := 2 * time.Minute; at <= last; at += time.Minute {
+				second.now = func() time.Time { return now.Add(at) }
+				rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
+				second.Pass(context.Background())
+				if !tc.wantReclaimed && len(files.done) > 0 {
+					t.Fatalf("at +%s, after a restart: node steps %v on a pod whose cgroup the file does not show\n%s", at, files.done, logs())
+				}
+			}
+			if tc.wantReclaimed && len(files.done) == 0 {
+				t.Fatalf("the orphaned pod dir was not reclaimed after the restart\n%s", logs())
+			}
+		})
 	}
 }

@@ -64,7 +64,7 @@ func TestTheHoldAfterAnUnreadableFileSurvivesAKillBeforeTheFirstPass(t *testing.
 func TestAStartStoppedWhileItReadsTheStateFileLeavesTheFileAsItIs(t *testing.T) {
 	uid := testUID(7)
 	path := writeStateFile(t, statefile.State{
-		TornDown: []statefile.TornDown{{UID: uid, At: now.Add(-time.Minute), Inspected: true}},
+		TornDown: []statefile.TornDown{{UID: uid, At: now.Add(-time.Minute), Inspected: true, CgroupsInspected: true}},
 		Spent:    []statefile.Spent{{At: now.Add(-time.Minute), Class: "pod-dir", Unit: "x"}},
 	})
 	before, err := os.ReadFile(path)

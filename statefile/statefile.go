@@ -42,8 +42,8 @@ import (
 )
 
 // Version is the format this package writes. It reads versions 1 (no boot
-// clock) and 2.
-const Version = 2
+// clock), 2 (no pod cgroup baseline) and 3.
+const Version = 3
 
 // MaxSize bounds the file read: a node has at most a few thousand pods
 // seen torn down and budgeted steps in an hour; anything far larger is not
@@ -83,6 +83,14 @@ type TornDown struct {
 	// later means kubelet is setting up a pod of that UID again).
 	Inspected bool     `json:"inspected"`
 	Seen      []string `json:"seen,omitempty"`
+	// CgroupsInspected: its pod cgroups were looked at after the mark;
+	// Cgroups are the directories found then, path to inode number (none:
+	// it had no pod cgroup). One made since (a new path, another inode) is
+	// kubelet setting up a pod of that UID again. Inode numbers hold only
+	// in the boot the file names (boot_id): a reader in another boot does
+	// not use them. Version 3.
+	CgroupsInspected bool              `json:"cgroups_inspected,omitempty"`
+	Cgroups          map[string]uint64 `json:"cgroups,omitempty"`
 }
 
 // Spent is one budgeted step taken: a unit of a budget class.
@@ -94,7 +102,8 @@ type Spent struct {
 }
 
 // Encode returns the file's bytes for s, in a stable order (pods by UID,
-// steps by time), so that equal states encode equally.
+// steps by time), so that equal states encode equally. A state larger than
+// MaxSize is an error: Load would refuse the file.
 func Encode(s State) ([]byte, error) {
 	s.Version = Version
 	s.TornDown = slices.Clone(s.TornDown)
@@ -110,6 +119,10 @@ func Encode(s State) ([]byte, error) {
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode the state: %w", err)
+	}
+	if len(data) >= MaxSize {
+		return nil, fmt.Errorf("encode the state: %d bytes (%d pods seen torn down, %d budgeted steps), over the %d a state file may have: "+
+			"the next start could not read it, so it is not written", len(data), len(s.TornDown), len(s.Spent), MaxSize)
 	}
 	return append(data, '\n'), nil
 }
@@ -249,8 +262,8 @@ func Decode(data []byte) (State, error) {
 	if err := duplicateKey(data); err != nil {
 		return State{}, err
 	}
-	if s.Version != 1 && s.Version != Version {
-		return State{}, fmt.Errorf("version %d, this nri-housekeeper reads versions 1 and %d", s.Version, Version)
+	if s.Version < 1 || s.Version > Version {
+		return State{}, fmt.Errorf("version %d, this nri-housekeeper reads versions 1 to %d", s.Version, Version)
 	}
 	if s.Version == 1 && s.BootID != "" {
 		return State{}, errors.New("boot_id in a version 1 file")
@@ -277,6 +290,15 @@ func Decode(data []byte) (State, error) {
 			return State{}, fmt.Errorf("torn_down[%d] (pod %s): no time", i, t.UID)
 		case !t.Inspected && len(t.Seen) > 0:
 			return State{}, fmt.Errorf("torn_down[%d] (pod %s): seen entries without inspected", i, t.UID)
+		case s.Version < 3 && t.CgroupsInspected:
+			return State{}, fmt.Errorf("torn_down[%d] (pod %s): cgroups_inspected in a version %d file", i, t.UID, s.Version)
+		case !t.CgroupsInspected && len(t.Cgroups) > 0:
+			return State{}, fmt.Errorf("torn_down[%d] (pod %s): cgroups without cgroups_inspected", i, t.UID)
+		}
+		for p := range t.Cgroups {
+			if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+				return State{}, fmt.Errorf("torn_down[%d] (pod %s): cgroup path %q is not a clean absolute path", i, t.UID, p)
+			}
 		}
 	}
 	if s.BudgetHeldUntil.IsZero() != (s.BudgetHeldWhy == "") {

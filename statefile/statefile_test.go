@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"os"
@@ -112,8 +113,8 @@ func TestAVersion1FileIsRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(data), `"version": 2`) {
-		t.Fatalf("written again as:\n%s\nwant version 2", data)
+	if !strings.Contains(string(data), fmt.Sprintf(`"version": %d`, Version)) {
+		t.Fatalf("written again as:\n%s\nwant version %d", data, Version)
 	}
 }
 
@@ -193,7 +194,7 @@ func TestABadFileIsAnErrorNamingWhere(t *testing.T) {
 		{"syntax error on line 3", "{\n\"version\": 1,\n\"torn_down\": [,]\n}", "line 3"},
 		{"wrong type", "{\n\"version\": \"one\"\n}", "line 2"},
 		{"unknown key", `{"version": 1, "torn_down": [], "budget_spent": [], "extra": 1}`, `unknown field "extra"`},
-		{"newer version", `{"version": 3, "torn_down": [], "budget_spent": []}`, "version 3, this nri-housekeeper reads versions 1 and 2"},
+		{"newer version", `{"version": 4, "torn_down": [], "budget_spent": []}`, "version 4, this nri-housekeeper reads versions 1 to 3"},
 		{"boot ID in version 1", `{"version": 1, "boot_id": "` + bootID + `"}`, "boot_id in a version 1 file"},
 		{"pod without since-boot time", `{"version": 2, "boot_id": "` + bootID + `", "torn_down": [{"uid": "` + uidA + `", "at": "2026-11-23T08:00:00Z"}]}`, "torn_down[0] (pod " + uidA + "): no since-boot time"},
 		{"step without since-boot time", `{"version": 2, "boot_id": "` + bootID + `", "budget_spent": [{"at": "2026-11-23T08:00:00Z", "class": "pod-dirs", "unit": "x"}]}`, "budget_spent[0]: no since-boot time"},
@@ -204,6 +205,9 @@ func TestABadFileIsAnErrorNamingWhere(t *testing.T) {
 		{"not a pod UID", `{"version": 1, "torn_down": [{"uid": "../../etc", "at": "2026-11-23T08:00:00Z"}]}`, `torn_down[0]: uid "../../etc" is not a pod UID`},
 		{"pod without time", `{"version": 1, "torn_down": [{"uid": "` + uidA + `"}]}`, "torn_down[0] (pod " + uidA + "): no time"},
 		{"seen without inspected", `{"version": 1, "torn_down": [{"uid": "` + uidA + `", "at": "2026-11-23T08:00:00Z", "seen": ["volumes"]}]}`, "seen entries without inspected"},
+		{"cgroups_inspected in version 2", `{"version": 2, "torn_down": [{"uid": "` + uidA + `", "at": "2026-11-23T08:00:00Z", "cgroups_inspected": true}]}`, "cgroups_inspected in a version 2 file"},
+		{"cgroups without cgroups_inspected", `{"version": 3, "torn_down": [{"uid": "` + uidA + `", "at": "2026-11-23T08:00:00Z", "cgroups": {"/sys/fs/cgroup/x": 5}}]}`, "cgroups without cgroups_inspected"},
+		{"a relative cgroup path", `{"version": 3, "torn_down": [{"uid": "` + uidA + `", "at": "2026-11-23T08:00:00Z", "cgroups_inspected": true, "cgroups": {"x/../y": 5}}]}`, `cgroup path "x/../y" is not a clean absolute path`},
 		{"step without time", `{"version": 1, "budget_spent": [{"class": "pod-dirs", "unit": "x"}]}`, "budget_spent[0]: no time"},
 		{"step without class", `{"version": 1, "budget_spent": [{"at": "2026-11-23T08:00:00Z", "unit": "x"}]}`, "budget_spent[0]: class and unit"},
 		{"held without why", `{"version": 1, "budget_held_until": "2026-11-23T09:00:00Z"}`, "must be set together"},
@@ -230,6 +234,41 @@ func TestABadFileIsAnErrorNamingWhere(t *testing.T) {
 				t.Fatalf("error %q, want it to name %s and say %q", err, path, tc.want)
 			}
 		})
+	}
+}
+
+// The writer refuses what the reader would: a file over MaxSize would be
+// moved aside at the next start, its pods forgotten and the budget held.
+func TestAStateTooLargeToReadIsNotWritten(t *testing.T) {
+	var s State
+	for i := 0; len(s.TornDown)*200 < MaxSize; i++ {
+		s.TornDown = append(s.TornDown, TornDown{UID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", i), At: time.Now(), Inspected: true,
+			Seen: []string{"volumes/kubernetes.io~empty-dir/a-long-enough-volume-name-to-fill-the-file"}})
+	}
+	if _, err := Encode(s); err == nil || !strings.Contains(err.Error(), "over the") {
+		t.Fatalf("a state of %d pods encoded: %v; want an error saying it is over the size a reader takes", len(s.TornDown), err)
+	}
+}
+
+// A mark's pod cgroup baseline is kept as it was: "looked, had none" is
+// not "not looked at".
+func TestAPodCgroupBaselineRoundTrips(t *testing.T) {
+	at := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+	in := State{BootID: bootID, TornDown: []TornDown{
+		{UID: uidA, At: at, AtBoot: 7, Inspected: true, CgroupsInspected: true, Cgroups: map[string]uint64{"/sys/fs/cgroup/cpu/kubepods/pod" + uidA: 4242}},
+		{UID: uidB, At: at, AtBoot: 7, CgroupsInspected: true},
+	}}
+	data, err := Encode(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := out.TornDown[0], out.TornDown[1]; !a.CgroupsInspected || a.Cgroups["/sys/fs/cgroup/cpu/kubepods/pod"+uidA] != 4242 ||
+		!b.CgroupsInspected || len(b.Cgroups) != 0 {
+		t.Fatalf("read back %+v from:\n%s", out.TornDown, data)
 	}
 }
 
