@@ -42,7 +42,9 @@ const (
 
 // RefusedError means Destroy or ReduceCPU did nothing at all: the pod cgroup
 // is not where kubelet puts that pod's cgroup, is not on a cgroup file
-// system, or holds this process. Retrying does not help.
+// system, or holds this process. Retrying does not help. A check that
+// fails after Destroy acted (systemd stopped the slice, processes were
+// killed) is no RefusedError: see partway.
 type RefusedError struct {
 	Path   string
 	Reason string
@@ -226,17 +228,39 @@ func (h host) destroy(ctx context.Context, pod PodCgroup) (Destroyed, error) {
 			d.Unit = unit
 		}
 	}
-	err = h.kill(ctx, pod, targets)
+	stopped := d.Unit != "" && d.UnitErr == nil
+	killed, err := h.kill(ctx, pod, targets)
 	if err == nil {
 		// Removed by path: each must still be the cgroup inspected.
 		if targets, err = h.targets(ctx, pod); err == nil {
 			err = remove(ctx, targets)
 		}
 	}
+	err = partway(err, stopped, killed)
 	if err != nil && d.UnitErr != nil {
 		return d, errors.Join(err, fmt.Errorf("before that, systemd could not stop the unit: %w", d.UnitErr))
 	}
 	return d, err
+}
+
+// partway turns a refusal that came after Destroy acted into a failure: a
+// refusal says nothing was done (the step is aborted, its budget unit given
+// back, no backoff), which is not true once systemd stopped the slice or a
+// kill pass ran. What was done is said.
+func partway(err error, stopped, killed bool) error {
+	var refused *RefusedError
+	if !errors.As(err, &refused) || (!stopped && !killed) {
+		return err
+	}
+	var done []string
+	if stopped {
+		done = append(done, "systemd stopped the pod's slice")
+	}
+	if killed {
+		done = append(done, "processes were killed")
+	}
+	// Not wrapped: it is no refusal any more.
+	return fmt.Errorf("stopped partway (%s): %s", strings.Join(done, ", "), refused.Error())
 }
 
 // unseenChild refuses dir, below the pod cgroup top, when it is in a child
@@ -272,32 +296,33 @@ type cgroupProcs struct {
 }
 
 // kill kills every process in targets and their descendants, and returns
-// nil once none is left. Processes are found by path, so each pass first
+// nil once none is left; killed says whether it killed anything (a write
+// of cgroup.kill, or a signal sent). Processes are found by path, so each pass first
 // checks again that every path is the cgroup inspected, or gone: systemd's
 // stop job can take seconds, and each pass waits for the last one's
 // processes to exit; kubelet may have made a pod of that UID again since.
-func (h host) kill(ctx context.Context, pod PodCgroup, targets []target) error {
+func (h host) kill(ctx context.Context, pod PodCgroup, targets []target) (killed bool, err error) {
 	var killErrs []error
 	for pass := 0; ; pass++ {
 		if pass > 0 || pod.Driver == DriverSystemd {
-			var err error
 			if targets, err = h.targets(ctx, pod); err != nil {
-				return err
+				return killed, err
 			}
 		}
 		left, err := listProcs(ctx, pod, targets)
 		if err != nil {
-			return err
+			return killed, err
 		}
 		if len(left) == 0 {
-			return nil
+			return killed, nil
 		}
 		if err := h.notSelf(left); err != nil {
-			return err
+			return killed, err
 		}
 		if pass == killPasses {
-			return leftError(left, killErrs)
+			return killed, leftError(left, killErrs)
 		}
+		killed = true
 		killErrs = nil
 		if pass == 0 {
 			killed, errs := cgroupKill(targets)
@@ -309,7 +334,7 @@ func (h host) kill(ctx context.Context, pod PodCgroup, targets []target) error {
 			killErrs = append(killErrs, signalAll(left)...)
 		}
 		if err := sleep(ctx, killPassDelay); err != nil {
-			return fmt.Errorf("killing the processes of pod cgroup %s: %w", targets[0].path, err)
+			return killed, fmt.Errorf("killing the processes of pod cgroup %s: %w", targets[0].path, err)
 		}
 	}
 }

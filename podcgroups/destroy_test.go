@@ -506,10 +506,7 @@ func TestDestroyChecksAgainAfterSystemdsStop(t *testing.T) {
 		return os.Rename(again, p)
 	}
 	_, err = h.destroy(context.Background(), pod)
-	var refused *RefusedError
-	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "made again since it was inspected") {
-		t.Fatalf("destroy = %v; want a refusal: the cgroup at %s is not the one inspected", err, p)
-	}
+	wantStoppedPartway(t, err, "made again since it was inspected", p)
 	if !exists(p) {
 		t.Fatalf("the pod cgroup made again during systemd's stop was removed")
 	}
@@ -580,10 +577,7 @@ func TestDestroyKillsNothingInACgroupMadeAgainDuringSystemdsStop(t *testing.T) {
 	if madeAgain != nil {
 		t.Fatal(madeAgain) // or destroy's outcome would be blamed on it
 	}
-	var refused *RefusedError
-	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "made again since it was inspected") {
-		t.Fatalf("destroy = %v; want a refusal: the cgroup at %s is not the one inspected", err, p)
-	}
+	wantStoppedPartway(t, err, "made again since it was inspected", p)
 	if live.killedWithin(300*time.Millisecond) || !live.alive() {
 		t.Fatalf("PID %d, in the pod cgroup made again during systemd's stop, was killed", live.cmd.Process.Pid)
 	}
@@ -609,10 +603,7 @@ func TestDestroyKillsNothingInACgroupMadeAgainBetweenKillPasses(t *testing.T) {
 	if err := <-madeAgain; err != nil {
 		t.Fatal(err)
 	}
-	var refused *RefusedError
-	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "made again since it was inspected") {
-		t.Fatalf("destroy = %v; want a refusal: the cgroup at %s is not the one inspected", err, p)
-	}
+	wantStoppedPartway(t, err, "made again since it was inspected", p)
 	if live.killedWithin(300*time.Millisecond) || !live.alive() {
 		t.Fatalf("PID %d, in the pod cgroup made again between kill passes, was killed", live.cmd.Process.Pid)
 	}
@@ -838,10 +829,7 @@ func TestDestroyKillsNothingInAChildMadeSinceTheInspection(t *testing.T) {
 	if err := <-made; err != nil {
 		t.Fatal(err)
 	}
-	var refused *RefusedError
-	if !errors.As(err, &refused) || refused.Path != sandbox || !strings.Contains(err.Error(), "made since the pod cgroup was inspected") {
-		t.Fatalf("destroy = %v; want a refusal naming %s", err, sandbox)
-	}
+	wantStoppedPartway(t, err, "made since the pod cgroup was inspected", sandbox)
 	if live.killedWithin(300*time.Millisecond) || !live.alive() {
 		t.Fatalf("PID %d, in the child cgroup made since the inspection, was killed", live.cmd.Process.Pid)
 	}
@@ -896,4 +884,46 @@ func TestAChildMadeSinceTheInspectionRefusesEveryStep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wantStoppedPartway checks the error of a Destroy that found the pod cgroup
+// changed after it acted (systemd stopped the slice, or a kill pass ran):
+// it says why and where, and is no RefusedError, which would tell the
+// executor nothing was done (an abort: no backoff, its budget unit given
+// back).
+func wantStoppedPartway(t *testing.T, err error, why, path string) {
+	t.Helper()
+	var refused *RefusedError
+	if err == nil || errors.As(err, &refused) || !strings.Contains(err.Error(), "stopped partway") ||
+		!strings.Contains(err.Error(), why) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("destroy = %v; want a failure that says it stopped partway, %q, naming %s, and is no refusal", err, why, path)
+	}
+}
+
+// A refusal from the first look, before anything was done, stays one; after
+// systemd stopped the slice it is a failure: every process of the slice is
+// dead by then.
+func TestAChangeFoundAfterSystemdsStopIsNoRefusal(t *testing.T) {
+	mp := t.TempDir()
+	rel, err := podRel(DriverSystemd, "kubepods", QOSBestEffort, uidA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(mp, "memory", rel)
+	dirs(t, filepath.Join(p, ctrID))
+	pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBestEffort, Driver: DriverSystemd, Root: "kubepods", Paths: []string{p}, Containers: []string{ctrID}})
+	var stopped []string
+	h := host{
+		cgroupVersion: func(string, string) (Version, error) { return V1, nil },
+		stopUnit: func(_ context.Context, unit string) error {
+			stopped = append(stopped, unit)
+			return os.Mkdir(filepath.Join(p, "a-new-sandbox"), 0o755) // containerd, meanwhile
+		},
+		selfPid: os.Getpid(),
+	}
+	d, err := h.destroy(context.Background(), pod)
+	if len(stopped) != 1 || d.Unit == "" {
+		t.Fatalf("systemd asked to stop %v, Destroyed %+v: the test proves nothing", stopped, d)
+	}
+	wantStoppedPartway(t, err, "made since the pod cgroup was inspected", filepath.Join(p, "a-new-sandbox"))
 }
