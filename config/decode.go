@@ -276,12 +276,18 @@ func (d *decoder) noteDisabledBudget(c *Config) {
 	if d.budgetNoted {
 		return // keepOldMeaning said what the old key's 0 means
 	}
-	for _, key := range []string{"budget.max_per_pass", "budget.max_per_hour"} {
-		v := c.Budget.MaxPerPass
-		if key == "budget.max_per_hour" {
-			v = c.Budget.MaxPerHour
+	for _, key := range []string{"budget.max_per_pass", "budget.max_per_hour", "budget.max_fraction"} {
+		zero, with := false, ""
+		switch key {
+		case "budget.max_per_pass":
+			zero = c.Budget.MaxPerPass == 0
+		case "budget.max_per_hour":
+			zero = c.Budget.MaxPerHour == 0
+		case "budget.max_fraction":
+			// With no floor, 0 a pass on every node, whatever its size.
+			zero, with = c.Budget.MaxFraction == 0 && c.Budget.MinPerPass == 0, " with budget.min_per_pass = 0"
 		}
-		if v != 0 {
+		if !zero {
 			continue
 		}
 		name, line := key, d.lines[key]
@@ -289,8 +295,8 @@ func (d *decoder) noteDisabledBudget(c *Config) {
 			name, line = old, d.lines[old]
 		}
 		c.Notices = append(c.Notices, (&Error{Source: d.source, Line: line,
-			Msg: fmt.Sprintf("%s = 0 disables every budgeted step: no orphan stop, UNKNOWN container stop, cgroup kill or CPU reduction, "+
-				"pod dir or pod log dir removal, and no network step is taken (each is held, and no class trips)", name)}).Error())
+			Msg: fmt.Sprintf("%s = 0%s disables every budgeted step: no orphan stop, UNKNOWN container stop, cgroup kill or CPU reduction, "+
+				"pod dir or pod log dir removal, and no network step is taken (each is held, and no class trips)", name, with)}).Error())
 		return
 	}
 }

@@ -58,6 +58,8 @@ func TestABudgetOfZeroIsSaidWhereItIsSet(t *testing.T) {
 		{"[budget]\nmin_per_pass = 0\nmax_per_pass = 0\n", testSource + ":3: budget.max_per_pass = 0 disables every budgeted step"},
 		{"[budget]\nmax_per_hour = 0\n", testSource + ":2: budget.max_per_hour = 0 disables every budgeted step"},
 		{"[budget]\nmax_per_hour = 1\n", ""},
+		{"[budget]\nmin_per_pass = 0\nmax_fraction = 0.0\n", testSource + ":3: budget.max_fraction = 0 with budget.min_per_pass = 0 disables every budgeted step"},
+		{"[budget]\nmax_fraction = 0.0\n", ""}, // the floor (min_per_pass, 1) is a pass's budget
 	} {
 		c, err := Parse([]byte(tc.text), testSource)
 		if err != nil {

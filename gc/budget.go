@@ -90,8 +90,9 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 	}
 	// A cap of 0 configured is a choice, not a surge: the budgeted steps
 	// are disabled, held with that reason, and no class trips (a trip is
-	// an alert that something looked wrong).
-	disabled := b.MaxPerPass == 0 || b.MaxPerHour == 0
+	// an alert that something looked wrong). So is max_fraction = 0 with
+	// no floor: 0 a pass on every node, whatever its size.
+	disabled := b.MaxPerPass == 0 || b.MaxPerHour == 0 || (b.MaxFraction == 0 && b.MinPerPass == 0)
 	var trips []Trip
 	for _, class := range budgetOrder {
 		// What an earlier class held holds what rests on it: a step

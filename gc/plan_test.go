@@ -514,7 +514,7 @@ func TestAnUnknownContainerOfAnOrphanedLivePodIsLeftToOrphansAction(t *testing.T
 
 	// The orphan breaker trips (more live pods stopped than a pass may):
 	// nothing of the orphan is stopped, by any rule.
-	in.Policy.Budget = Budget{MaxPerPass: 1, MaxFraction: 0, MinPerPass: 0, MaxPerHour: 10} // 0 a pass here
+	in.Policy.Budget = Budget{MaxPerPass: 1, MaxFraction: 0.01, MinPerPass: 0, MaxPerHour: 10} // 0 a pass here
 	r = Plan(in)
 	if len(r.Trips) == 0 {
 		t.Fatalf("no trip: due %v", due(r))

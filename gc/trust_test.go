@@ -565,7 +565,8 @@ func TestACapOfZeroDisablesBudgetedStepsWithoutATrip(t *testing.T) {
 	}{
 		{"max_per_pass = 0", Budget{MaxPerPass: 0, MaxFraction: 1, MinPerPass: 0, MaxPerHour: 20}, false},
 		{"max_per_hour = 0", Budget{MaxPerPass: 3, MaxFraction: 1, MinPerPass: 1, MaxPerHour: 0}, false},
-		{"max_fraction of this node is 0, no floor", Budget{MaxPerPass: 3, MaxFraction: 0, MinPerPass: 0, MaxPerHour: 20}, true},
+		{"max_fraction = 0, no floor", Budget{MaxPerPass: 3, MaxFraction: 0, MinPerPass: 0, MaxPerHour: 20}, false},
+		{"max_fraction of this node's 1 Ready sandbox is 0, no floor", Budget{MaxPerPass: 3, MaxFraction: 0.5, MinPerPass: 0, MaxPerHour: 20}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := Input{Now: now, Policy: policy()}

@@ -566,7 +566,11 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now, l.recheck(snap.TakenAt))
 			l.settleSpent(in.Now, ahead, r.Outcomes)
 		}
-		l.opts.Executor.Forget(r.Plan.EligibleSince)
+		if r.Plan.NotReady == "" {
+			// A pass that planned nothing ended nothing: the backoffs
+			// stand, as after an untrusted listing.
+			l.opts.Executor.Forget(r.Plan.EligibleSince)
+		}
 	}
 	_ = l.persist(ctx, in.Now) // said while it fails
 	r.Duration = l.now().Sub(r.Started)

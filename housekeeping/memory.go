@@ -266,8 +266,14 @@ func (c restoredClock) at(wall time.Time, since statefile.SinceBoot) time.Time {
 
 // until is a time of the file, past or future, in this run.
 func (c restoredClock) until(wall time.Time, since statefile.SinceBoot) time.Time {
-	if c.boot == nil || wall.IsZero() {
+	if wall.IsZero() {
 		return wall
+	}
+	if c.boot == nil {
+		// Anchored to now, the time carries now's monotonic reading: a
+		// wall clock stepped later in this run (NTP after a reboot) does
+		// not age the restored steps out early, as it does not this run's.
+		return c.now.Add(wall.Sub(c.now))
 	}
 	return c.now.Add(time.Duration(since - c.boot.sinceBoot(c.now)))
 }

@@ -730,3 +730,20 @@ func TestARestoredMarkKeepsAPodCgroupBaselineOnlyFromThisBoot(t *testing.T) {
 		}
 	}
 }
+
+// A time restored on the wall clock alone (after a reboot) is anchored to
+// the run's own clock reading: it carries its monotonic reading, so a wall
+// clock NTP steps forward later in the run does not age the hour's
+// restored steps out early (Go measures between two such times on the
+// monotonic clock).
+func TestATimeRestoredOnTheWallClockMovesWithTheRunsClock(t *testing.T) {
+	start := time.Now() // with a monotonic reading, as the loop's clock
+	c := restoredClock{now: start}
+	restored := c.at(start.Add(-20*time.Minute).Round(0), 0) // read from a file: no monotonic reading
+	if !strings.Contains(restored.String(), "m=") {
+		t.Fatalf("restored %s carries no monotonic reading", restored)
+	}
+	if age := start.Sub(restored); age != 20*time.Minute {
+		t.Fatalf("restored %v old, want 20m", age)
+	}
+}

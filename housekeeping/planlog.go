@@ -26,7 +26,7 @@ func (l *Loop) logPlan(r PassResult) {
 		}
 		l.blocked = r.Blocked
 	}
-	if r.Untrusted != "" {
+	if r.Untrusted != "" || r.Plan.NotReady != "" {
 		// Nothing was planned, so nothing was checked: the oracle, the
 		// budget and the orphans found stand as the last plan said them,
 		// and are not said again (nor said to be over) meanwhile.
@@ -62,8 +62,10 @@ func (l *Loop) logPlan(r PassResult) {
 	// and, with orphans.action = "stop", those it stops (now, once they
 	// waited out leak_grace, or not while a sandbox's stop is held).
 	seen := make(map[string]bool)
-	say := func(pod gc.PodRef, rule, msg string) {
-		key := rule + "/" + pod.UID
+	// key is the rule, or the rule and what else sets the message apart.
+	say := func(pod gc.PodRef, key, msg string) {
+		rule, _, _ := strings.Cut(key, "/")
+		key += "/" + pod.UID
 		if !seen[key] && !l.reported[key] {
 			l.log.WithFields(podFields(pod)).WithField(logging.FieldRule, rule).Warn(msg)
 		}
@@ -81,7 +83,13 @@ func (l *Loop) logPlan(r PassResult) {
 	}
 	const stopping = "orphaned live pod whose pod is gone from the node: stopped (orphans.action = \"stop\")"
 	for _, a := range r.Plan.Actions {
-		if a.Rule == gc.RuleOrphanStop {
+		switch {
+		case a.Rule != gc.RuleOrphanStop:
+		case r.Blocked != "":
+			// Not run this pass: said as what it is, and "now" again when
+			// it runs.
+			say(a.Pod, gc.RuleOrphanStop+"/gate", stopping+" once housekeeping acts: "+r.Blocked)
+		default:
 			say(a.Pod, gc.RuleOrphanStop, stopping+" now")
 		}
 	}
