@@ -668,6 +668,12 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 			// written at the stop would lose the mark.
 			if ctx.Err() == nil && !mark.dirSeen && !inView[uid] {
 				delete(l.tornDown, uid)
+				if l.opts.OracleDisabled {
+					continue // no pod dir is ever orphaned: nothing to say
+				}
+				l.log.WithFields(podFields(mark.pod)).WithField(logging.FieldReason, in.Oracle.PodDirs.Err).
+					Info("forgot a pod seen torn down whose pod dir was never checked (restored from the state file, or podstate forgot it): " +
+						"kubelet's pods dir cannot be read; its pod dir, if any, is reported as orphaned, never removed")
 			}
 		case in.Oracle.PodDirs.Present(uid):
 			mark.dirSeen = true

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -70,8 +71,9 @@ func (l *Loop) restore(ctx context.Context) {
 		return
 	case err != nil:
 		l.budgetHeldUntil = now.Add(budgetHold)
-		l.budgetHeldWhy = fmt.Sprintf("the state file could not be read at %s, so the budgeted steps of the hour before are unknown: "+
-			"every budgeted step is held until %s", now.Format(time.RFC3339), l.budgetHeldUntil.Format(time.RFC3339))
+		// The end of the hold is said where it is read (budgetHeld): a
+		// restart ages it by the boot clock, or caps it.
+		l.budgetHeldWhy = fmt.Sprintf("the state file could not be read at %s, so the budgeted steps of the hour before are unknown", now.Format(time.RFC3339))
 		fields := logrus.Fields{"path": path, "held_until": l.budgetHeldUntil.Format(time.RFC3339)}
 		advice := "to start afresh at once, stop the plugin, remove the file and start it again"
 		switch {
@@ -91,6 +93,10 @@ func (l *Loop) restore(ctx context.Context) {
 			fields["left_in_place"] = fmt.Sprintf("it is not a regular file (mode %s): check housekeeping.state_file, which names the file, not its directory", fi.Mode().Type())
 		} else if !l.opts.StateReadOnly {
 			aside := path + ".unreadable"
+			if _, err := os.Lstat(aside); err == nil {
+				// One kept from an earlier start is evidence too.
+				aside += "." + now.UTC().Format("20060102T150405Z")
+			}
 			if rerr := os.Rename(path, aside); rerr != nil {
 				// Written over by the next write: say so now.
 				fields["rename_error"] = rerr.Error()
@@ -163,7 +169,10 @@ func (l *Loop) restore(ctx context.Context) {
 		held = limit
 	}
 	if now.Before(held) && held.After(l.budgetHeldUntil) {
-		l.budgetHeldUntil, l.budgetHeldWhy = held, s.BudgetHeldWhy
+		// A file an older version wrote says the hold's end in its why,
+		// as it was then: that is said anew.
+		why, _, _ := strings.Cut(s.BudgetHeldWhy, ": every budgeted step is held until ")
+		l.budgetHeldUntil, l.budgetHeldWhy = held, why
 	}
 	// The first pass writes the file even when nothing changed: a path it
 	// cannot be written to (a symlink, which is read through but never
@@ -354,7 +363,7 @@ func (l *Loop) budgetHeld(now time.Time) string {
 		return l.stateHeldBy + "; budgeted steps taken through another plugin would not be counted here, so every budgeted step is held until this one can take the file"
 	}
 	if now.Before(l.budgetHeldUntil) {
-		return l.budgetHeldWhy
+		return fmt.Sprintf("%s: every budgeted step is held until %s", l.budgetHeldWhy, l.budgetHeldUntil.Format(time.RFC3339))
 	}
 	return ""
 }

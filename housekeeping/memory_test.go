@@ -215,6 +215,12 @@ func TestAnUnreadableStateFileHoldsTheBudgetForAnHour(t *testing.T) {
 		t.Fatalf("state file after the first pass: %+v, %v; want the hold until %s in it", s, err, now.Add(time.Hour))
 	}
 	loop, _ = restartedLoop(loop, opts, rt, now.Add(2*time.Minute))
+	// The restart ages the hold (here by the boot clock, which the test's
+	// clock does not move): its reason says the hold's end as it is now,
+	// not as the file's first writer had it.
+	if why, until := loop.budgetHeld(now.Add(2*time.Minute)), loop.budgetHeldUntil.Format(time.RFC3339); strings.Count(why, "held until") != 1 || !strings.Contains(why, "held until "+until) {
+		t.Fatalf("after a restart the hold says %q; want it held until %s, said once", why, until)
+	}
 	rt.set(snapAt(now.Add(3*time.Minute)), nil)
 	loop.Pass(context.Background())
 	rt.set(snapAt(now.Add(4*time.Minute)), nil)
@@ -745,5 +751,54 @@ func TestATimeRestoredOnTheWallClockMovesWithTheRunsClock(t *testing.T) {
 	}
 	if age := start.Sub(restored); age != 20*time.Minute {
 		t.Fatalf("restored %v old, want 20m", age)
+	}
+}
+
+// A file moved aside as unreadable is evidence: one moved aside at a later
+// start does not replace it.
+func TestASecondUnreadableStateFileKeepsTheFirst(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	opts := Options{Period: time.Minute, StateFile: path}
+	first, second := []byte(`{"version": 1, "torn_down": [`), []byte(`not json`)
+	if err := os.WriteFile(path, first, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	loop, _ := restartedLoop(nil, opts, &fakeRuntime{}, now)
+	_ = loop.Close()
+	if err := os.WriteFile(path, second, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	loop, logs := restartedLoop(nil, opts, &fakeRuntime{}, now.Add(time.Minute))
+	_ = loop.Close()
+	if kept, err := os.ReadFile(path + ".unreadable"); err != nil || string(kept) != string(first) {
+		t.Fatalf("the first unreadable file is %q (%v), want it kept as it was\n%s", kept, err, logs())
+	}
+	later := path + ".unreadable." + now.Add(time.Minute).UTC().Format("20060102T150405Z")
+	if kept, err := os.ReadFile(later); err != nil || string(kept) != string(second) || !strings.Contains(logs(), later) {
+		t.Fatalf("the second unreadable file is %q (%v) at %s, want it kept there and said\n%s", kept, err, later, logs())
+	}
+}
+
+// A mark restored from the state file whose pod dir was never checked goes
+// when the first pass after the restart cannot read kubelet's pods dir (a
+// mark restored as checked would be kept for good): that is said, with the
+// pod, not done silently.
+func TestAnUncheckedRestoredMarkIsForgottenAloud(t *testing.T) {
+	uid := testUID(11)
+	path := writeStateFile(t, statefile.State{TornDown: []statefile.TornDown{{UID: uid, Namespace: "ns", Name: "web", At: now.Add(-time.Minute)}}})
+	rt := &fakeRuntime{}
+	loop, logs := restartedLoop(nil, Options{Period: time.Minute, StateFile: path, KubeletRoot: filepath.Join(t.TempDir(), "not-mounted-yet"),
+		Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, rt, now)
+	t.Cleanup(func() { _ = loop.Close() })
+	if loop.tornDown[uid] == nil {
+		t.Fatal("the mark was not restored: the test proves nothing")
+	}
+	rt.set(cri.Snapshot{TakenAt: now}, nil)
+	loop.Pass(context.Background())
+	if loop.tornDown[uid] != nil {
+		t.Fatal("the unchecked mark outlived a pass that could not read the pods dir")
+	}
+	if out := logs(); !strings.Contains(out, "forgot a pod seen torn down whose pod dir was never checked") || !strings.Contains(out, "pod_uid="+uid) {
+		t.Fatalf("the mark went without a word:\n%s", out)
 	}
 }

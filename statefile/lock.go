@@ -37,7 +37,9 @@ type HeldError struct {
 func (e *HeldError) Error() string {
 	holder := "another process"
 	if e.PID > 0 {
-		holder = fmt.Sprintf("another process (pid %d)", e.PID)
+		// As its own PID namespace numbers it: a containerized plugin's
+		// is not the node's.
+		holder = fmt.Sprintf("another process (pid %d, in the holder's PID namespace)", e.PID)
 	}
 	return fmt.Sprintf("%s is held by %s: another nri-housekeeper uses the same state file", e.Path, holder)
 }

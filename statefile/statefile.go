@@ -247,6 +247,12 @@ func Load(ctx context.Context, path string) (State, error) {
 
 // Decode parses and checks a file's bytes.
 func Decode(data []byte) (State, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		// This package never writes one: a file made by hand, or one a
+		// crash left on a file system that does not keep the order of a
+		// write and a rename.
+		return State{}, errors.New("the file is empty: not a file nri-housekeeper wrote")
+	}
 	var s State
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

@@ -189,7 +189,8 @@ func TestABadFileIsAnErrorNamingWhere(t *testing.T) {
 	for _, tc := range []struct {
 		name, text, want string
 	}{
-		{"empty", "", "not valid JSON"},
+		{"empty", "", "the file is empty"},
+		{"blank", "\n  \n", "the file is empty"},
 		{"truncated", string(valid[:len(valid)/2]), "not valid JSON"},
 		{"syntax error on line 3", "{\n\"version\": 1,\n\"torn_down\": [,]\n}", "line 3"},
 		{"wrong type", "{\n\"version\": \"one\"\n}", "line 2"},

@@ -273,7 +273,7 @@ func TestOnceTakesNoBudgetedStepBesideARunningPluginAndCountsItsOwn(t *testing.T
 	if !strings.Contains(line, statefile.LockPath(statePath)) || !strings.Contains(line, fmt.Sprintf("pid %d", plugin.Process.Pid)) {
 		t.Fatalf("once does not log that the running plugin (pid %d) holds %s:\n%s", plugin.Process.Pid, statefile.LockPath(statePath), errOut)
 	}
-	if !strings.Contains(out, "BUDGET: pod-log-dir PAUSED") || !strings.Contains(out, fmt.Sprintf("is held by another process (pid %d)", plugin.Process.Pid)) {
+	if !strings.Contains(out, "BUDGET: pod-log-dir PAUSED") || !strings.Contains(out, fmt.Sprintf("is held by another process (pid %d,", plugin.Process.Pid)) {
 		t.Fatalf("once's report does not show the budget held, and why:\n%s", out)
 	}
 	t.Logf("once beside a running plugin:\n%s", out)
