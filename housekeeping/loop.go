@@ -116,7 +116,7 @@ type Observer interface {
 	SetUntrusted(source string, untrusted bool)
 	SetStuckTerminating(n int)
 	// SetDegraded says whether a part of housekeeping (PartNetwork,
-	// PartStateFile) is failing while the rest goes on.
+	// PartStateFile, PartCgroups) is failing while the rest goes on.
 	SetDegraded(part string, degraded bool)
 }
 
@@ -139,6 +139,7 @@ const (
 const (
 	PartNetwork   = "network"    // the network side cannot read its sources: network leaks are not looked for
 	PartStateFile = "state-file" // the state file cannot be written: a restart would forget what it should hold
+	PartCgroups   = "cgroups"    // the pod cgroups cannot be listed, or cgroups.root is in no hierarchy: pod cgroups are not cleaned
 )
 
 // setDegraded tells the Observer, if any, whether part is failing.
@@ -652,6 +653,11 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 					Warn("pod cgroup left alone: its tree cannot be read (the node's other pod cgroups are cleaned as usual)")
 			}
 		}
+		rootMissing := l.cgroupsRootMissing(cgs, snap)
+		l.sayWhileItLasts("cgroups-root", rootMissing,
+			"no pod cgroup can be found where cgroups.root says: pod cgroups are not cleaned",
+			"cgroups.root is found again: pod cgroups are cleaned")
+		l.setDegraded(PartCgroups, !cgs.Ready || rootMissing != "")
 		l.compareCgroupsWithTeardown(cgs)
 		in.PodCgroups = &cgs
 	}
@@ -696,6 +702,30 @@ type podUIDs map[string]struct{}
 
 func (u podUIDs) has(uid string) bool   { _, ok := u[uid]; return ok }
 func (u podUIDs) lacks(uid string) bool { return !u.has(uid) }
+
+// cgroupsRootMissing says why cgroups.root looks wrong ("" when it does
+// not): kubelet makes it at its start, so a node with Ready sandboxes and no
+// such cgroup in any hierarchy has it elsewhere (a typo, kubelet's
+// --cgroup-root, the driver) or has none (--cgroups-per-qos=false). Safe
+// either way (nothing is found, nothing is done), but not silent.
+func (l *Loop) cgroupsRootMissing(cgs podcgroups.Listing, snap cri.Snapshot) string {
+	if !cgs.Ready || !cgs.RootMissing {
+		return ""
+	}
+	ready := 0
+	for _, sb := range snap.Sandboxes {
+		if sb.Ready {
+			ready++
+		}
+	}
+	if ready == 0 {
+		return ""
+	}
+	return fmt.Sprintf("cgroups.root %q (driver %s) is in none of the %d cgroup hierarchies under %s, though the runtime lists %d Ready sandbox(es): "+
+		"set cgroups.root to kubelet's kubepods cgroup (under its --cgroup-root) and cgroups.driver to its cgroup driver, "+
+		"or cgroups.enabled = false if kubelet runs with --cgroups-per-qos=false",
+		l.opts.Cgroups.Root, cgs.Driver, len(cgs.Hierarchies), l.opts.Cgroups.Mountpoint, ready)
+}
 
 // listedUIDs are the pods with any sandbox or container in the listing,
 // managed or not, readable or not: the planner never touches their pod

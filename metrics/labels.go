@@ -82,7 +82,7 @@ func known() knownValues {
 		nriEvents: []string{"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "CreateContainer", "StartContainer", "StopContainer", "RemoveContainer", "Synchronize"},
 		classes:   []string{"orphan-stop", "unknown-stop", "cgroup-kill", "cgroup-cpu", "pod-dir", "pod-log-dir", "network"},
 		sources:   []string{"runtime-listing", "pod-oracle"},
-		parts:     []string{"network", "state-file"},
+		parts:     []string{"network", "state-file", "cgroups"},
 		actionPairs: [][2]string{
 			// An UNKNOWN container is stopped and removed under the rule
 			// that evicts it (remove-container).

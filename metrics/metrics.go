@@ -20,7 +20,7 @@
 //	breaker_trips_total{class}                    counter   passes in which the blast-radius budget refused a class
 //	budget_paused{class}                          gauge     1 while the last pass refused the class (it is paused)
 //	untrusted_source{source}                      gauge     1 while the last pass distrusted the source (runtime-listing, pod-oracle)
-//	degraded{part}                                gauge     1 while a part of housekeeping fails on its own (network, state-file)
+//	degraded{part}                                gauge     1 while a part of housekeeping fails on its own (network, state-file, cgroups)
 //	cri_call_duration_seconds{method}             histogram CRI call latency
 //	cri_errors_total{method}                      counter   failed CRI calls
 //	nri_events_total{event}                       counter   NRI events received

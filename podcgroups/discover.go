@@ -104,6 +104,10 @@ type Listing struct {
 	// Pods is keyed by pod UID.
 	Pods    map[string]PodCgroup
 	Skipped []Skipped
+	// RootMissing: the root is in none of the hierarchies read (a ready
+	// listing, with no pods). kubelet makes it at its start, so with pods
+	// running it means Options.Root (or the driver) is not kubelet's.
+	RootMissing bool
 }
 
 // Discover lists the pod cgroups under opts.Root in every hierarchy under
@@ -197,7 +201,7 @@ func (s *scan) listing() Listing {
 	// subdirs gives entries in directory order: sorted, the skips of the
 	// same node read the same every pass.
 	sort.Slice(s.skipped, func(i, j int) bool { return s.skipped[i].Path < s.skipped[j].Path })
-	return Listing{Ready: true, Driver: s.tree.driver, Hierarchies: s.tree.hierarchies, Pods: s.pods, Skipped: s.skipped}
+	return Listing{Ready: true, Driver: s.tree.driver, Hierarchies: s.tree.hierarchies, Pods: s.pods, Skipped: s.skipped, RootMissing: !s.parentFound && len(s.pods) == 0}
 }
 
 // scan accumulates one Discover pass.
@@ -208,6 +212,9 @@ type scan struct {
 	pids    map[string]map[int]struct{} // per UID, across hierarchies
 	cpuMin  map[string]bool             // per UID: every CPU file seen is at the minimum
 	skipped []Skipped
+	// parentFound: a pod parent (the root or a QoS cgroup) was there in a
+	// hierarchy read.
+	parentFound bool
 	// twoClass are the skips of pod cgroups found in a second QoS class
 	// (path to pod UID), as opposed to names that are not pod cgroups.
 	twoClass map[string]string
@@ -230,6 +237,7 @@ func (s *scan) parent(ctx context.Context, h Hierarchy, p podParent, visit visit
 	if err != nil {
 		return fmt.Errorf("cgroup %s cannot be read: %w", dir, err)
 	}
+	s.parentFound = true
 	for _, name := range symlinks {
 		// cgroup file systems have no symlinks; someone made this.
 		s.skipped = append(s.skipped, Skipped{dir + "/" + name, "a symlink, not a cgroup"})

@@ -291,8 +291,15 @@ func TestDiscoverSameUIDTwoQoS(t *testing.T) {
 func TestDiscoverRootMissingIsReadyAndEmpty(t *testing.T) {
 	mp := hybridTree(t)
 	l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil)
-	if !l.Ready || len(l.Pods) != 0 || len(l.Skipped) != 0 {
-		t.Fatalf("got %+v", l)
+	if !l.Ready || len(l.Pods) != 0 || len(l.Skipped) != 0 || !l.RootMissing {
+		t.Fatalf("got %+v; want ready, empty, and the root said missing", l)
+	}
+	// There, with no pod in it: no pods, and nothing missing.
+	if err := os.MkdirAll(filepath.Join(mp, "memory", "kubepods"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if l := Discover(context.Background(), Options{Mountpoint: mp, Root: "kubepods"}, nil); !l.Ready || len(l.Pods) != 0 || l.RootMissing {
+		t.Fatalf("with the root in one hierarchy: %+v", l)
 	}
 }
 
