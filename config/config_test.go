@@ -48,7 +48,10 @@ var badConfigs = []struct {
 	{"wrong_type_array_of_tables_for_section", "[[metrics]]\naddress = \"\"\n", "metrics", 1, "expected a table (a [metrics] section), got an array"},
 
 	// Durations.
-	{"bad_duration", "[housekeeping]\nperiod = \"5 minutes\"\n", "housekeeping.period", 2, `invalid duration "5 minutes" (use Go duration syntax such as "30s", "5m")`},
+	{"bad_duration", "[housekeeping]\nperiod = \"5 minutes\"\n", "housekeeping.period", 2, `invalid duration "5 minutes" (use Go duration syntax such as "30s", "5m"; units ns, us, ms, s, m, h)`},
+	{"a_string_with_trailing_space", "[runtime]\nendpoint = \"unix:///run/containerd/containerd.sock \"\n", "runtime.endpoint", 2, `"unix:///run/containerd/containerd.sock " starts or ends with white space: remove it`},
+	{"unquoted_duration", "[housekeeping]\nperiod = 30s\n", "housekeeping.period", 2, `invalid TOML: expected newline but got U+0073 's'; a duration is a string: period = "30s"`},
+	{"unquoted_compound_duration_with_a_comment", "[housekeeping]\nleak_grace = 1h30m # grace\n", "housekeeping.leak_grace", 2, `a duration is a string: leak_grace = "1h30m"`},
 	{"bad_duration_no_unit", "[orphans]\nstop_timeout = \"10\"\n", "orphans.stop_timeout", 2, `invalid duration "10"`},
 	{"bad_duration_empty", "[runtime]\nrpc_timeout = \"\"\n", "runtime.rpc_timeout", 2, `invalid duration ""`},
 	{"negative_duration_startup_delay", "[housekeeping]\nstartup_delay = \"-1s\"\n", "housekeeping.startup_delay", 2, `must not be negative, got "-1s"`},
@@ -225,7 +228,7 @@ func TestParseRejectsBadConfigs(t *testing.T) {
 func TestErrorNamesSourceLineAndKey(t *testing.T) {
 	text := "# nri-housekeeper\n\ndry_run = false\n\n[housekeeping]\n# how often\nperiod = \"5 minutes\"\n"
 	_, err := Parse([]byte(text), testSource)
-	want := testSource + `:7: housekeeping.period: invalid duration "5 minutes" (use Go duration syntax such as "30s", "5m")`
+	want := testSource + `:7: housekeeping.period: invalid duration "5 minutes" (use Go duration syntax such as "30s", "5m"; units ns, us, ms, s, m, h)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got  %v\nwant %s", err, want)
 	}

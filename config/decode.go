@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -370,6 +371,12 @@ func (d *decoder) set(key string, f field, v any) {
 			d.add(key, "expected a string, got %s", describe(v))
 			return
 		}
+		if s != strings.TrimSpace(s) {
+			// Invisible in every message that quotes the path or
+			// endpoint later ("no such file").
+			d.add(key, "%s starts or ends with white space: remove it", quote(s))
+			return
+		}
 		*p = s
 	case *time.Duration:
 		s, ok := v.(string)
@@ -379,7 +386,7 @@ func (d *decoder) set(key string, f field, v any) {
 		}
 		dur, err := time.ParseDuration(s)
 		if err != nil {
-			d.add(key, "invalid duration %s (use Go duration syntax such as \"30s\", \"5m\")", quote(s))
+			d.add(key, "invalid duration %s (use Go duration syntax such as \"30s\", \"5m\"; units ns, us, ms, s, m, h)", quote(s))
 			return
 		}
 		*p = dur
@@ -388,13 +395,41 @@ func (d *decoder) set(key string, f field, v any) {
 	}
 }
 
+// unquotedDurationValue is a duration written without quotes (period = 30s).
+var unquotedDurationValue = regexp.MustCompile(`^[^=#"']+=\s*([0-9]+(?:\.[0-9]+)?(?:ns|us|µs|ms|s|m|h)(?:[0-9]+(?:\.[0-9]+)?(?:ns|us|µs|ms|s|m|h))*)\s*(?:#.*)?$`)
+
+// unquotedDuration returns the value of line (1-based) of data when it is
+// a duration written without quotes.
+func unquotedDuration(data []byte, line int) (string, bool) {
+	lines := strings.Split(string(data), "\n")
+	if line < 1 || line > len(lines) {
+		return "", false
+	}
+	m := unquotedDurationValue.FindStringSubmatch(strings.TrimSpace(lines[line-1]))
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+// lastPart is the last dotted part of a key ("period" of
+// "housekeeping.period").
+func lastPart(key string) string {
+	return key[strings.LastIndex(key, ".")+1:]
+}
+
 // tomlError records err, returned by go-toml for data, with its line.
 func (d *decoder) tomlError(data []byte, err error) {
 	msg := "invalid TOML: " + strings.TrimPrefix(err.Error(), "toml: ")
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		line, _ := de.Position()
-		d.addAt(line, syntaxKey(data, line), "%s", msg)
+		key := syntaxKey(data, line)
+		if v, ok := unquotedDuration(data, line); ok {
+			// The likeliest slip in a file of durations.
+			msg += fmt.Sprintf("; a duration is a string: %s = %q", lastPart(key), v)
+		}
+		d.addAt(line, key, "%s", msg)
 		return
 	}
 	// Errors about redefined keys and tables carry no position. Decoding

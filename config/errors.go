@@ -12,7 +12,7 @@ import (
 //
 // Its text is "SOURCE:LINE: KEY: MSG", for example
 //
-//	/etc/nri/conf.d/10-nri-housekeeper.conf:7: housekeeping.period: invalid duration "5 minutes" (use Go duration syntax such as "30s", "5m")
+//	/etc/nri/conf.d/10-nri-housekeeper.conf:7: housekeeping.period: invalid duration "5 minutes" (use Go duration syntax such as "30s", "5m"; units ns, us, ms, s, m, h)
 //
 // LINE is "(default)" when the key is not in the text (a default value failed
 // a rule that depends on another key). KEY and its colon are left out when
