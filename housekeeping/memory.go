@@ -104,6 +104,14 @@ func (l *Loop) restore(ctx context.Context) {
 				fields["kept_as"] = aside
 			}
 		}
+		if l.opts.StateReadOnly {
+			// report, a dry-run once: nothing is held or forgotten by the
+			// plugin; only this command's view lacks what the file keeps.
+			l.log.WithError(err).WithFields(fields).Warn("cannot read the state file: this command does not know the pods seen torn down " +
+				"(their orphaned pod dirs are shown as kept) or the hour's budgeted steps, and holds every budgeted step of its plan; " +
+				"the running plugin is not affected; " + advice)
+			return
+		}
 		l.log.WithError(err).WithFields(fields).Error("cannot read the state file: the pods seen torn down before this start are forgotten " +
 			"(their pod dirs are reported, not removed) and every budgeted step is held for an hour; " + advice)
 		// The hold is written now, not at the first pass that lists the
