@@ -4,6 +4,7 @@
 package report
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,8 @@ import (
 
 // Report is the JSON form; the text form shows the same.
 type Report struct {
+	// Command is the command that made it: report, or once.
+	Command     string    `json:"command"`
 	GeneratedAt time.Time `json:"generated_at"`
 	Runtime     Runtime   `json:"runtime"`
 	Blocked     string    `json:"blocked,omitempty"`
@@ -29,11 +32,16 @@ type Report struct {
 	// Budget lists the budget classes this pass refused (paused).
 	Budget []Trip `json:"budget_trips"`
 	// Skipped are the pods with a life event after the listing.
-	Skipped  []Pod          `json:"skipped_pods,omitempty"`
-	Leaks    map[string]int `json:"leaks"`
-	Actions  []Item         `json:"actions"`
-	Deferred []Item         `json:"deferred"`
-	Kept     []Item         `json:"kept"`
+	Skipped []Pod          `json:"skipped_pods,omitempty"`
+	Leaks   map[string]int `json:"leaks"`
+	// LeaksNotLooked says which leaks were not looked for, and why: none
+	// while nothing was planned (Blocked by a source not ready), the
+	// pod-gone ones while kubelet's pod dirs are not trusted. Leaks does
+	// not count them: "none" would read as a clean node.
+	LeaksNotLooked string `json:"leaks_not_looked_for,omitempty"`
+	Actions        []Item `json:"actions"`
+	Deferred       []Item `json:"deferred"`
+	Kept           []Item `json:"kept"`
 }
 
 // Sources is the trust of each source the plan rests on.
@@ -140,6 +148,14 @@ func Build(now time.Time, snap cri.Snapshot, plan gc.Result, blocked string) Rep
 	if plan.NotReady != "" && blocked == "" {
 		r.Blocked = plan.NotReady
 	}
+	switch {
+	case plan.NotReady != "":
+		r.LeaksNotLooked = "every kind: nothing was planned (" + plan.NotReady + ")"
+	case plan.Untrusted != "":
+		r.LeaksNotLooked = "every kind: the runtime listing is not trusted (" + plan.Untrusted + ")"
+	case plan.OracleUntrusted != "":
+		r.LeaksNotLooked = "those of gone pods: kubelet's pod dirs are not trusted (" + plan.OracleUntrusted + ")"
+	}
 	for _, s := range snap.Sandboxes {
 		if s.Ready {
 			r.Runtime.ReadySandboxes++
@@ -195,7 +211,7 @@ func JSON(w io.Writer, r Report) error {
 func Text(w io.Writer, r Report) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
-	p("nri-housekeeper report, %s\n", r.GeneratedAt.Format(time.RFC3339))
+	p("nri-housekeeper %s, %s\n", cmp.Or(r.Command, "report"), r.GeneratedAt.Format(time.RFC3339))
 	var states []string
 	for st, n := range r.Runtime.ContainersState {
 		states = append(states, fmt.Sprintf("%d %s", n, strings.ToLower(st)))
@@ -208,10 +224,17 @@ func Text(w io.Writer, r Report) error {
 	p("runtime: %d sandboxes (%d ready), %d containers%s\n", r.Runtime.Sandboxes, r.Runtime.ReadySandboxes,
 		r.Runtime.Containers, byState)
 	if r.Blocked != "" {
-		p("NOT ACTING YET: %s\n", cell(r.Blocked))
+		p("NOT ACTING: %s\n", cell(r.Blocked))
 	}
 	p("sources: runtime listing %s; kubelet pod dirs %s\n", cell(trustWords(r.Sources.Listing)), cell(trustWords(r.Sources.Oracle)))
-	p("leaks detected: %s\n", gc.Result{Leaks: r.Leaks}.LeakSummary())
+	switch leaks := (gc.Result{Leaks: r.Leaks}).LeakSummary(); {
+	case strings.HasPrefix(r.LeaksNotLooked, "every kind"):
+		p("leaks detected: UNKNOWN: not looked for: %s\n", cell(r.LeaksNotLooked))
+	case r.LeaksNotLooked != "":
+		p("leaks detected: %s; NOT LOOKED FOR: %s\n", leaks, cell(r.LeaksNotLooked))
+	default:
+		p("leaks detected: %s\n", leaks)
+	}
 	for _, t := range r.Budget {
 		p("BUDGET: %s PAUSED: %s\n", t.Class, cell(t.Message))
 	}

@@ -40,7 +40,7 @@ func TestTextShowsEverySectionWithReasons(t *testing.T) {
 	out := buf.String()
 	for _, want := range []string{
 		"runtime: 2 sandboxes (1 ready), 2 containers (1 exited, 1 running)",
-		"NOT ACTING YET: NRI has not synchronized",
+		"NOT ACTING: NRI has not synchronized",
 		"leaks detected: 1 container, 1 sandbox",
 		"DUE NOW (1)", "sandbox fa9e36d77fba0", "sandboxes.pod-gone",
 		"NOT DUE YET (1)", "container c1 (app)", "not yet: waiting for leak_grace", "1m30s left",
@@ -231,5 +231,32 @@ func TestANameCannotForgeALineOfTheTable(t *testing.T) {
 	}
 	if strings.Contains(out, "\nremove-sandbox      sandboxes.pod-gone  kube-system/etcd") || !strings.Contains(out, `c/x\nremove-sandbox`) || !strings.Contains(out, `etcd\tsandbox`) {
 		t.Fatalf("the name was not escaped:\n%s", out)
+	}
+}
+
+// A report whose plan looked for nothing (a source not ready) or not for
+// everything (kubelet's pod dirs not trusted) must not say "none": that
+// reads as a clean node.
+func TestLeaksNotLookedForAreNotSaidNone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		plan gc.Result
+		want string
+	}{
+		{"the oracle not ready", gc.Result{NotReady: "the pod oracle is not ready: /k/pods does not exist", Leaks: map[string]int{}},
+			"leaks detected: UNKNOWN: not looked for: every kind: nothing was planned (the pod oracle is not ready: /k/pods does not exist)"},
+		{"kubelet's pod dirs not trusted", gc.Result{OracleUntrusted: "it calls 9 of 10 live pods gone", Leaks: map[string]int{gc.LeakLogLink: 2}},
+			"leaks detected: 2 log-link; NOT LOOKED FOR: those of gone pods: kubelet's pod dirs are not trusted (it calls 9 of 10 live pods gone)"},
+		{"every source ready", gc.Result{Leaks: map[string]int{}}, "leaks detected: none\n"},
+	} {
+		var buf bytes.Buffer
+		rep := Build(now, cri.Snapshot{}, tc.plan, "")
+		rep.Command = "once"
+		if err := Text(&buf, rep); err != nil {
+			t.Fatal(err)
+		}
+		if out := buf.String(); !strings.Contains(out, tc.want) || !strings.HasPrefix(out, "nri-housekeeper once, ") {
+			t.Errorf("%s: report has no %q, or is not said once's:\n%s", tc.name, tc.want, out)
+		}
 	}
 }

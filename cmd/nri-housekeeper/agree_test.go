@@ -140,7 +140,7 @@ func TestEveryCRICallTheClientMakesHasItsOwnMethodLabel(t *testing.T) {
 
 // TestOnceThatCannotActDoesNotExitZero: 'once' whose pass was
 // blocked (here: kubelet's pods dir cannot be read, so the oracle is not
-// ready and no plan is made) executes nothing, prints "NOT ACTING YET" and
+// ready and no plan is made) executes nothing, prints "NOT ACTING" and
 // exits 0, the code for "every step taken succeeded (or none was due)". A
 // cron job or operator script cannot tell a pass that found nothing from
 // one that could not look.
