@@ -36,7 +36,7 @@ Usage:
   nri-housekeeper report [--json] [--config FILE] [--leak-grace D]
                                           one fresh listing and plan, printed: what is
                                           leaked, what would be done, why the rest is kept
-  nri-housekeeper once [--config FILE] [--leak-grace D]
+  nri-housekeeper once [--dry-run] [--config FILE] [--leak-grace D]
                                           one housekeeping pass, executed (honours dry_run);
                                           its budgeted steps count in the state file's hour,
                                           and beside a running plugin it takes none
@@ -151,14 +151,15 @@ a second signal, at once; 2 a bad flag, argument or configuration.
 Flags:
 `
 
-const onceHelp = `Usage: nri-housekeeper once [--config FILE] [--leak-grace D]
+const onceHelp = `Usage: nri-housekeeper once [--dry-run] [--config FILE] [--leak-grace D]
 
 One housekeeping pass, executed: the same listing and plan as 'report', then
 every step that is due is taken, each checked again right before it runs.
-It acts for real unless the configuration sets dry_run = true (the built-in
-default is false): run 'report' first. Its budgeted steps count in the state
-file's hour (it takes the file's lock); beside a running plugin, which holds
-the lock, it takes no budgeted step and says why. Logs and one line per step
+It acts for real unless --dry-run is given or the configuration sets
+dry_run = true (the built-in default is false): run 'report' first. Its
+budgeted steps count in the state file's hour (it takes the file's lock);
+beside a running plugin, which holds the lock, it takes no budgeted step and
+says why; a dry run only reads the file. Logs and one line per step
 go to stderr (when stderr is discarded, as by 2>/dev/null, to log.file or
 /var/log/nri-housekeeper.log, so that what it does is not lost), the report
 to stdout.

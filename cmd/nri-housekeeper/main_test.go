@@ -260,7 +260,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{[]string{"-h"}, []string{"nri-housekeeper once", "Flags of run:"}},
 		{[]string{"run", "--help"}, []string{"pre-registered", "Flags of run:"}},
 		{[]string{"report", "--help"}, []string{"changes nothing on the node", "Exit status:", "-json", "-leak-grace"}},
-		{[]string{"once", "-h"}, []string{"acts for real unless the configuration sets dry_run = true", "Exit status:", "-leak-grace"}},
+		{[]string{"once", "-h"}, []string{"acts for real unless --dry-run is given or the configuration sets\ndry_run = true", "Exit status:", "-leak-grace"}},
 		{[]string{"config", "--help"}, []string{"config check FILE", "config example"}},
 		{[]string{"config", "help"}, []string{"config check FILE"}},
 		{[]string{"config", "check", "--help"}, []string{"config check FILE"}},

@@ -31,9 +31,12 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	configPath := fs.String("config", "", "TOML configuration file; built-in defaults when not given")
 	grace := fs.String("leak-grace", "", "override housekeeping.leak_grace (e.g. 0s: no history is kept between runs, so grace counts from now)")
-	asJSON := false
+	asJSON, dryRun := false, false
 	if cmd == "report" {
 		fs.BoolVar(&asJSON, "json", false, "print JSON instead of tables")
+	}
+	if cmd == "once" {
+		fs.BoolVar(&dryRun, "dry-run", false, "take no step, whatever the configuration says: log and count what would be done (as dry_run = true)")
 	}
 	if code, done := parseFlags(fs, args, stdout, stderr); done {
 		return code
@@ -54,6 +57,9 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		cfg.Housekeeping.LeakGrace = d
+	}
+	if dryRun {
+		cfg.DryRun = true // only ever on: a flag cannot make a dry-run configuration act
 	}
 	// The commands print to stdout; logs (and once's action lines) go to stderr.
 	logOpts := logOptions(cfg, stderr)

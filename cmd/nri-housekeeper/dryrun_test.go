@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// goneSandboxRuntime lists one NotReady sandbox of a pod whose pod dir is
+// gone, and records the calls that would act on it.
+type goneSandboxRuntime struct {
+	exitedRuntime
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *goneSandboxRuntime) ListPodSandbox(context.Context, *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+	const uid = "0f4d3c2b-1a2b-4c3d-8e9f-0123456789ab"
+	return &runtimeapi.ListPodSandboxResponse{Items: []*runtimeapi.PodSandbox{{
+		// Made after the test's kubelet pods dir: a pod dir it lacks is gone.
+		Id: "sb1", State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY, CreatedAt: time.Now().UnixNano(),
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "ns", Uid: uid},
+		Labels:   map[string]string{"io.kubernetes.pod.uid": uid, "io.kubernetes.pod.name": "web", "io.kubernetes.pod.namespace": "ns"},
+	}}}, nil
+}
+
+func (r *goneSandboxRuntime) ListContainers(context.Context, *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	return &runtimeapi.ListContainersResponse{}, nil
+}
+
+func (r *goneSandboxRuntime) record(call string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, call)
+}
+
+func (r *goneSandboxRuntime) StopPodSandbox(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+	r.record("StopPodSandbox")
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func (r *goneSandboxRuntime) RemovePodSandbox(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	r.record("RemovePodSandbox")
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+// once --dry-run takes no step, whatever the configuration says, and says
+// what it would have done; without it the same once acts (the test can
+// fail).
+func TestOnceDryRunTakesNoStep(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		wantCalls bool
+		want      string
+	}{
+		{[]string{"--dry-run"}, false, "(dry_run = true)"},
+		{nil, true, "(dry_run = false)"},
+	} {
+		dir := t.TempDir()
+		for _, d := range []string{"kubelet/pods", "pods-logs", "containers"} {
+			if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rt := &goneSandboxRuntime{}
+		path := writeOnceConfig(t, dir, serveRuntime(t, rt), "")
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"once", "--config", path, "--leak-grace", "0s"}, tc.args...), &stdout, &stderr)
+		rt.mu.Lock()
+		calls := rt.calls
+		rt.mu.Unlock()
+		if code != 0 || (len(calls) > 0) != tc.wantCalls || !strings.Contains(stdout.String(), tc.want) {
+			t.Errorf("once %v: exit %d, runtime calls %v (want some: %v), stdout:\n%s\nstderr:\n%s", tc.args, code, calls, tc.wantCalls, stdout.String(), stderr.String())
+		}
+	}
+}
