@@ -921,7 +921,8 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 		// Said once per outage, then every 20th attempt, not every retry.
 		if failures%20 == 0 {
 			l.log.WithError(r.Err).WithField("attempts", failures+1).
-				Warn("housekeeping pass skipped: the runtime listing failed, nothing is changed on partial data")
+				Warn("housekeeping pass skipped: the runtime listing failed, nothing is changed on partial data " +
+					"(while it lasts: is containerd running, and is runtime.endpoint its CRI socket?)")
 		}
 		return
 	}

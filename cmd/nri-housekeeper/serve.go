@@ -144,7 +144,13 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	}
 	defer client.Close()
 	if name, ver, err := client.Version(ctx); err != nil {
-		log.WithError(err).Info("CRI runtime not reachable yet (containerd may still be starting); housekeeping retries")
+		entry := log.WithError(err).WithField("endpoint", cfg.Runtime.Endpoint)
+		if preRegistered {
+			// containerd launches its plugins before its CRI serves: expected.
+			entry.Info("CRI runtime not reachable yet (containerd is still starting); housekeeping retries")
+		} else {
+			entry.Warn("CRI runtime not reachable yet: containerd may still be starting, or runtime.endpoint is not its socket; housekeeping retries")
+		}
 	} else {
 		log.WithFields(logrus.Fields{"runtime_name": name, "runtime_version": ver}).Info("CRI runtime reachable")
 	}
