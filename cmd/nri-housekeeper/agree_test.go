@@ -55,8 +55,8 @@ func TestHelpCommandPrintsTheFlags(t *testing.T) {
 		flags []string
 	}{
 		// The flags' own descriptions, as 'report --help' prints them.
-		{"report", []string{"print JSON instead of tables", "override housekeeping.leak_grace", "TOML configuration file"}},
-		{"once", []string{"override housekeeping.leak_grace", "TOML configuration file"}},
+		{"report", []string{"--json", "print JSON instead of tables", "--leak-grace D", "--config FILE", "the TOML configuration FILE"}},
+		{"once", []string{"--dry-run", "--leak-grace D", "--config FILE", "the TOML configuration FILE"}},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run([]string{"help", tc.cmd}, &stdout, &stderr); code != 0 {

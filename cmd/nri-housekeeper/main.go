@@ -219,8 +219,10 @@ func isHelpFlag(arg string) bool {
 // configuration file given without --config, which must not be run with
 // the built-in defaults instead.
 func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, done bool) {
-	fs.SetOutput(stderr)
-	fs.Usage = func() {} // the error is said by Parse, the pointer to help below
+	// Go's flag package says its errors with one dash ("-config"); they are
+	// said here as help spells the flags.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	if len(args) == 1 && args[0] == "help" {
 		args = []string{"--help"} // as config and version take it
 	}
@@ -233,11 +235,11 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code
 		if fs.Name() == "run" {
 			fmt.Fprint(stdout, "\nFlags of run:\n")
 		}
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
+		printFlags(stdout, fs)
 		return 0, true
 	case err != nil:
-		fmt.Fprintf(stderr, "see 'nri-housekeeper %s --help'\n", fs.Name())
+		msg := strings.NewReplacer(": -", ": --", "flag -", "flag --").Replace(err.Error())
+		fmt.Fprintf(stderr, "nri-housekeeper %s: %s\nsee 'nri-housekeeper %s --help'\n", fs.Name(), msg, fs.Name())
 		return 2, true
 	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "nri-housekeeper %s: unexpected argument %q: %s takes flags only (a configuration file is given "+
@@ -245,6 +247,18 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code
 		return 2, true
 	}
 	return 0, false
+}
+
+// printFlags lists fs's flags as help and the README spell them:
+// "--config FILE".
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, usage := flag.UnquoteUsage(f)
+		if arg != "" {
+			arg = " " + arg
+		}
+		fmt.Fprintf(w, "  --%s%s\n    \t%s\n", f.Name, arg, usage)
+	})
 }
 
 // strictValue refuses what Go's flag package takes without a word: a flag
@@ -335,7 +349,7 @@ func moduleVersion(path string) string {
 // runPlugin is the `run` command.
 func runPlugin(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	configPath := fs.String("config", "", "TOML configuration file (external mode); built-in defaults when not given")
+	configPath := fs.String("config", "", "the TOML configuration `FILE` (external mode); built-in defaults when not given")
 	if code, done := parseFlags(fs, args, stdout, stderr); done {
 		return code
 	}

@@ -228,15 +228,15 @@ func TestAFlagGivenTwiceOrEmptyIsAnErrorNotAGuess(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"report", "--config="}, `flag -config: empty: give a value, or leave --config out for its default`},
-		{[]string{"report", "--config", ""}, `flag -config: empty`},
-		{[]string{"report", "--config", dry, "--leak-grace="}, `flag -leak-grace: empty`},
-		{[]string{"report", "--config", filepath.Join(dir, "other.toml"), "--config", dry}, `flag -config: given twice: give --config once`},
+		{[]string{"report", "--config="}, `flag --config: empty: give a value, or leave --config out for its default`},
+		{[]string{"report", "--config", ""}, `flag --config: empty`},
+		{[]string{"report", "--config", dry, "--leak-grace="}, `flag --leak-grace: empty`},
+		{[]string{"report", "--config", filepath.Join(dir, "other.toml"), "--config", dry}, `flag --config: given twice: give --config once`},
 		{[]string{"report", "--config", dry, "--json", "--json"}, `flag json: given twice`},
 		// run's cases end in a config it refuses (a run of defaults would
 		// not end): on a regression the test fails, it does not hang.
-		{[]string{"run", "--config", bad, "--config", bad}, `flag -config: given twice`},
-		{[]string{"run", "--config=", "--config", bad}, `flag -config: empty`},
+		{[]string{"run", "--config", bad, "--config", bad}, `flag --config: given twice`},
+		{[]string{"run", "--config=", "--config", bad}, `flag --config: empty`},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(tt.args, &stdout, &stderr); code != 2 {

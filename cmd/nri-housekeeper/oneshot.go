@@ -29,8 +29,8 @@ import (
 // it is (once) or shows it all as due (report).
 func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	configPath := fs.String("config", "", "TOML configuration file; built-in defaults when not given")
-	grace := fs.String("leak-grace", "", "override housekeeping.leak_grace (e.g. 0s: no history is kept between runs, so grace counts from now)")
+	configPath := fs.String("config", "", "the TOML configuration `FILE`; built-in defaults when not given")
+	grace := fs.String("leak-grace", "", "override housekeeping.leak_grace with `D`, a duration (e.g. 0s: no history is kept between runs, so grace counts from now)")
 	asJSON, dryRun := false, false
 	if cmd == "report" {
 		fs.BoolVar(&asJSON, "json", false, "print JSON instead of tables")
