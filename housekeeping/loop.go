@@ -87,6 +87,9 @@ type Options struct {
 	// it (the report and once commands, beside a running plugin).
 	StateFile     string
 	StateReadOnly bool
+	// OneShot: the loop runs one pass whose report is printed (report,
+	// once): what a running plugin says for the passes to come is not said.
+	OneShot bool
 	// BootClock dates the state file's entries in a way no wall clock step
 	// moves (package bootclock); nil dates them on the wall clock only, as
 	// after a reboot.
@@ -962,8 +965,14 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 		for _, ph := range slices.Sorted(maps.Keys(byPhase)) {
 			phases = append(phases, fmt.Sprintf("%d %s", byPhase[ph], ph))
 		}
-		l.log.WithField("pods", len(transitions)).Infof("first pass: %d pod(s) known (%s); from now on, each pod's phase changes are logged",
-			len(transitions), cmp.Or(strings.Join(phases, ", "), "none"))
+		summary := l.log.WithField("pods", len(transitions))
+		if l.opts.OneShot {
+			// report, once: one pass, whose report says the pods.
+			summary.Debugf("%d pod(s) known (%s)", len(transitions), cmp.Or(strings.Join(phases, ", "), "none"))
+		} else {
+			summary.Infof("first pass: %d pod(s) known (%s); from now on, each pod's phase changes are logged",
+				len(transitions), cmp.Or(strings.Join(phases, ", "), "none"))
+		}
 	}
 	c := r.Counts
 	// executed counts the steps tried, as once's summary does; the others

@@ -798,3 +798,16 @@ func TestThePassSummaryCountsTheStepsTriedAsOnceDoes(t *testing.T) {
 		t.Errorf("summary %q, want executed=3 failed=1 not_done=3", line)
 	}
 }
+
+// report and once run one pass and print what it found: the running
+// plugin's "from now on, each pod's phase changes are logged" is not said
+// (nothing follows).
+func TestAOneShotPassSaysNothingOfPassesToCome(t *testing.T) {
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now, Sandboxes: []cri.Sandbox{{ID: "s1", Labels: kubeletLabels("u1"), CreatedAt: now}}}, nil)
+	log, buf := testLogger()
+	New(podstate.New(0), rt, Options{Period: time.Hour, OneShot: true}, log).Pass(context.Background())
+	if out := buf.String(); strings.Contains(out, "from now on") || !strings.Contains(out, `level=debug msg="1 pod(s) known (1 Terminated)"`) {
+		t.Fatalf("a one-shot pass spoke of passes to come, or did not say the pods at debug:\n%s", out)
+	}
+}

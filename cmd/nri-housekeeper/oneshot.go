@@ -104,6 +104,7 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	// max_per_hour between them; beside a running plugin, which holds the
 	// lock, it takes no budgeted step and says why (the plugin takes them).
 	opts.StateReadOnly = cmd == "report" || cfg.DryRun
+	opts.OneShot = true
 	loop := housekeeping.New(podstate.New(0), client, opts, log)
 	loop.Restore(ctx)
 	defer func() { _ = loop.Close() }()
