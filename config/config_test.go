@@ -27,8 +27,9 @@ var badConfigs = []struct {
 	msg  string
 }{
 	// Unknown keys and sections.
-	{"unknown_key", "[housekeeping]\nperod = \"30s\"\n", "housekeeping.perod", 2, "unknown key (keys of [housekeeping]: period, startup_delay"},
-	{"unknown_top_level_key", "dryrun = true\n", "dryrun", 1, "unknown key (top-level keys: dry_run; sections: housekeeping"},
+	{"unknown_key", "[housekeeping]\nperod = \"30s\"\n", "housekeeping.perod", 2, "unknown key; did you mean period? (keys of [housekeeping]: period, startup_delay"},
+	{"unknown_top_level_key", "dryrun = true\n", "dryrun", 1, "unknown key; did you mean dry_run? (top-level keys: dry_run; sections: housekeeping"},
+	{"unknown_top_level_key_like_none", "verbose = true\n", "verbose", 1, "unknown key (top-level keys: dry_run; sections: housekeeping"},
 	{"unknown_section", "# comment\n[housekeeper]\nperiod = \"30s\"\n", "housekeeper", 2, "unknown section"},
 	{"unknown_subtable", "[housekeeping.extra]\nx = 1\n", "housekeeping.extra", 1, "unknown key"},
 	{"key_in_wrong_section", "[nri]\nsocket = \"/run/nri.sock\"\nperiod = \"30s\"\n", "nri.period", 3, "did you mean housekeeping.period?"},
@@ -50,6 +51,10 @@ var badConfigs = []struct {
 	// Durations.
 	{"bad_duration", "[housekeeping]\nperiod = \"5 minutes\"\n", "housekeeping.period", 2, `invalid duration "5 minutes" (use Go duration syntax such as "30s", "5m"; units ns, us, ms, s, m, h)`},
 	{"a_string_with_trailing_space", "[runtime]\nendpoint = \"unix:///run/containerd/containerd.sock \"\n", "runtime.endpoint", 2, `"unix:///run/containerd/containerd.sock " starts or ends with white space: remove it`},
+	{"a_key_misspelt", "[housekeeping]\nstatefile = \"/x\"\n", "housekeeping.statefile", 2, "unknown key; did you mean state_file? (keys of [housekeeping]:"},
+	{"a_key_with_letters_swapped", "[housekeeping]\nperoid = \"5s\"\n", "housekeeping.peroid", 2, "unknown key; did you mean period?"},
+	{"a_section_misspelt", "[cgroup]\nenabled = false\n", "cgroup", 1, "unknown section; did you mean cgroups?"},
+	{"a_key_like_none", "[logs]\nfoo = 1\n", "logs.foo", 2, "unknown key (keys of [logs]: pod_logs_dir, container_logs_dir)"},
 	{"unquoted_duration", "[housekeeping]\nperiod = 30s\n", "housekeeping.period", 2, `invalid TOML: expected newline but got U+0073 's'; a duration is a string: period = "30s"`},
 	{"unquoted_compound_duration_with_a_comment", "[housekeeping]\nleak_grace = 1h30m # grace\n", "housekeeping.leak_grace", 2, `a duration is a string: leak_grace = "1h30m"`},
 	{"bad_duration_no_unit", "[orphans]\nstop_timeout = \"10\"\n", "orphans.stop_timeout", 2, `invalid duration "10"`},

@@ -321,7 +321,11 @@ func (d *decoder) unknown(secs []section, in section, name string, v any) {
 	case len(elsewhere) > 0:
 		d.add(key, "unknown key; did you mean %s? (a key belongs to the [section] header above it)", strings.Join(elsewhere, " or "))
 	case in.name != "":
-		d.add(key, "unknown key (keys of [%s]: %s)", in.name, in.names())
+		var names []string
+		for _, f := range in.fields {
+			names = append(names, f.name)
+		}
+		d.add(key, "unknown key%s (keys of [%s]: %s)", didYouMean(name, names), in.name, in.names())
 	default:
 		var names []string
 		for _, s := range secs[1:] {
@@ -331,8 +335,48 @@ func (d *decoder) unknown(secs []section, in section, name string, v any) {
 		if _, ok := v.(map[string]any); ok {
 			what = "section"
 		}
-		d.add(key, "unknown %s (top-level keys: dry_run; sections: %s)", what, strings.Join(names, ", "))
+		d.add(key, "unknown %s%s (top-level keys: dry_run; sections: %s)", what, didYouMean(name, append(names, "dry_run")), strings.Join(names, ", "))
 	}
+}
+
+// didYouMean is "; did you mean X?" for the one of names that name is a
+// slip of ("-" or nothing for "_", and at most a letter in three, and
+// two, changed, added or dropped), "" when there is none or more than one.
+func didYouMean(name string, names []string) string {
+	bare := strings.NewReplacer("-", "", "_", "").Replace(name)
+	slips := min(2, max(1, len(bare)/3))
+	var close []string
+	for _, n := range names {
+		if editDistance(bare, strings.ReplaceAll(n, "_", "")) <= slips {
+			close = append(close, n)
+		}
+	}
+	if len(close) != 1 {
+		return ""
+	}
+	return "; did you mean " + close[0] + "?"
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes (keys are
+// ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // set checks the type of v and stores it in f.
