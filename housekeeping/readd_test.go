@@ -12,7 +12,6 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
-	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -279,12 +278,7 @@ func TestARestartTakesNoPodCgroupMadeWhileItWasDownForItsBaseline(t *testing.T) 
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := podDirs(t, uid)
-			var cg *podcgroups.Options
-			if tc.lingered {
-				cg = fakeCgroups(t, uid)
-			} else {
-				cg = fakeCgroups(t)
-			}
+			cg := fakeCgroupsWithPodIf(t, tc.lingered, uid)
 			policy := reviewPolicy(t.TempDir())
 			policy.LeakGrace, policy.RemoveOrphanedPodDirs = 5*time.Minute, true
 			files := &podDirRemover{root: root}

@@ -264,6 +264,15 @@ func fakeCgroups(t *testing.T, uids ...string) *podcgroups.Options {
 	return &podcgroups.Options{Mountpoint: mp, Root: "kubepods", Driver: "cgroupfs"}
 }
 
+// fakeCgroupsWithPodIf is fakeCgroups with uid's pod cgroup when withPod.
+func fakeCgroupsWithPodIf(t *testing.T, withPod bool, uid string) *podcgroups.Options {
+	t.Helper()
+	if withPod {
+		return fakeCgroups(t, uid)
+	}
+	return fakeCgroups(t)
+}
+
 // Case 3: the plan is made from a listing; the node steps run after every
 // CRI call of the pass. A pod whose UID comes back in between (a static pod
 // moved out of its manifest dir and back keeps its UID) must not lose its
@@ -551,12 +560,7 @@ func TestAPodWhosePodCgroupIsMadeAgainIsLeftAlone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := podDirs(t, uid)
-			var cg *podcgroups.Options
-			if tc.cgroupBefore {
-				cg = fakeCgroups(t, uid)
-			} else {
-				cg = fakeCgroups(t)
-			}
+			cg := fakeCgroupsWithPodIf(t, tc.cgroupBefore, uid)
 			o := newOrphanedPod(t, uid, root, cg, true)
 			o.pass(0)
 			o.pass(3 * time.Minute)
