@@ -76,7 +76,8 @@ func TestOnceDryRunTakesNoStep(t *testing.T) {
 		rt.mu.Lock()
 		calls := rt.calls
 		rt.mu.Unlock()
-		if code != 0 || (len(calls) > 0) != tc.wantCalls || !strings.Contains(stdout.String(), tc.want) {
+		if code != 0 || (len(calls) > 0) != tc.wantCalls || !strings.Contains(stdout.String(), tc.want) ||
+			!strings.HasPrefix(stdout.String(), "nri-housekeeper once, ") {
 			t.Errorf("once %v: exit %d, runtime calls %v (want some: %v), stdout:\n%s\nstderr:\n%s", tc.args, code, calls, tc.wantCalls, stdout.String(), stderr.String())
 		}
 	}

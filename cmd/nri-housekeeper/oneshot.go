@@ -125,6 +125,7 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	rep := report.Build(r.Started, r.Snapshot, r.Plan, r.Blocked)
+	rep.Command = cmd
 	if asJSON {
 		err = report.JSON(stdout, rep)
 	} else {
