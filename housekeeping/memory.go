@@ -413,6 +413,20 @@ func (l *Loop) keep() statefile.State {
 	return s
 }
 
+// keepTooLarge is what the state file holds when what it should hold is
+// too large (tooLarge): the boot, and a hold of an hour on budgeted steps.
+func (l *Loop) keepTooLarge(now time.Time, tooLarge error) statefile.State {
+	var s statefile.State
+	until := now.Add(budgetHold)
+	s.BudgetHeldUntil = until
+	s.BudgetHeldWhy = fmt.Sprintf("the state was too large to keep at %s (%v), so the pods seen torn down and the budgeted steps of the hour before were not kept",
+		now.Format(time.RFC3339), tooLarge)
+	if b := l.bootClock(); b != nil {
+		s.BootID, s.BudgetHeldUntilSinceBoot = b.id, b.sinceBoot(until)
+	}
+	return s
+}
+
 // persist writes the state file when what it holds changed, and returns
 // the write's error. A write that fails is said (an error) while it lasts:
 // the plugin goes on, but a restart then would forget what the file should
@@ -443,6 +457,20 @@ func (l *Loop) persist(ctx context.Context, now time.Time) error {
 		l.log.Info("the hold on budgeted steps after an unreadable state file is over")
 	}
 	data, err := statefile.Encode(l.keep())
+	if errors.Is(err, statefile.ErrTooLarge) {
+		// Not written, the file before would stand, and a restart would
+		// bring back what this run dropped since (a mark kubelet's re-add
+		// dismissed). What fits is written instead: no pod seen torn down
+		// (their dirs are then reported, not removed) and an hour's hold
+		// on budgeted steps (the hour's steps are not kept either). The
+		// error is still returned and said: this run holds its budgeted
+		// steps while it lasts.
+		if small, serr := statefile.Encode(l.keepTooLarge(now, err)); serr == nil && !bytes.Equal(small, l.persisted) {
+			if werr := statefile.Write(ctx, l.opts.StateFile, small); werr != nil {
+				err = errors.Join(err, werr)
+			}
+		}
+	}
 	if err == nil && bytes.Equal(data, l.persisted) {
 		return nil
 	}

@@ -805,3 +805,29 @@ func TestAnUncheckedRestoredMarkIsForgottenAloud(t *testing.T) {
 		t.Fatalf("the mark went without a word:\n%s", out)
 	}
 }
+
+// A state too large for a reader to load is not written, and the file
+// before it must not stand: a restart would bring back what the run dropped
+// since (here a mark a re-add dismissed). What fits is written instead:
+// nothing seen torn down, and an hour's hold on budgeted steps.
+func TestAStateTooLargeToKeepLeavesNoStaleFile(t *testing.T) {
+	uid := testUID(901)
+	path := writeStateFile(t, statefile.State{TornDown: []statefile.TornDown{{UID: uid, Namespace: "ns", Name: "web", At: now.Add(-time.Minute), Inspected: true}}})
+	loop, _ := restartedLoop(nil, Options{Period: time.Minute, StateFile: path}, &fakeRuntime{}, now)
+	loop.dismissTeardown(uid)
+	for i := range 200000 {
+		loop.spent = append(loop.spent, spent{at: now, class: "network", unit: fmt.Sprintf("network/%064d", i)})
+	}
+	if err := loop.persist(context.Background(), now); !errors.Is(err, statefile.ErrTooLarge) {
+		t.Fatalf("persist = %v, want the state said too large", err)
+	}
+	_ = loop.stateLock.Release() // a crash: no Close
+	again, logs := restartedLoop(nil, Options{Period: time.Minute, StateFile: path}, &fakeRuntime{}, now.Add(time.Minute))
+	t.Cleanup(func() { _ = again.Close() })
+	if again.tornDown[uid] != nil {
+		t.Fatalf("a mark the run dismissed came back from the file it could not replace\n%s", logs())
+	}
+	if held := again.budgetHeld(now.Add(time.Minute)); !strings.Contains(held, "too large to keep") {
+		t.Fatalf("after a state too large to keep, the restart holds budgeted steps for %q, want the hour held\n%s", held, logs())
+	}
+}

@@ -101,6 +101,9 @@ type Spent struct {
 	Unit   string    `json:"unit"`
 }
 
+// ErrTooLarge is Encode's error for a state larger than a reader takes.
+var ErrTooLarge = errors.New("too large for a state file")
+
 // Encode returns the file's bytes for s, in a stable order (pods by UID,
 // steps by time), so that equal states encode equally. A state larger than
 // MaxSize is an error: Load would refuse the file.
@@ -121,8 +124,8 @@ func Encode(s State) ([]byte, error) {
 		return nil, fmt.Errorf("encode the state: %w", err)
 	}
 	if len(data) >= MaxSize {
-		return nil, fmt.Errorf("encode the state: %d bytes (%d pods seen torn down, %d budgeted steps), over the %d a state file may have: "+
-			"the next start could not read it, so it is not written", len(data), len(s.TornDown), len(s.Spent), MaxSize)
+		return nil, fmt.Errorf("encode the state: %d bytes (%d pods seen torn down, %d budgeted steps), over the %d a state file may have: %w",
+			len(data), len(s.TornDown), len(s.Spent), MaxSize, ErrTooLarge)
 	}
 	return append(data, '\n'), nil
 }
