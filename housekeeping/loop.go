@@ -210,6 +210,10 @@ type Loop struct {
 	// teardown never marks the pod again, only a newer one can (see
 	// noteTeardown).
 	dismissed map[string]time.Time
+	// saidNotTornDown are the pods whose Removed line said them not seen
+	// torn down: one marked later (NRI's removal delivered after the
+	// listing that lacked the sandbox) is said again (noteTeardown).
+	saidNotTornDown map[string]bool
 	// confirmedSyncs is the NRI session (podstate.Syncs) a listing of which
 	// shared a sandbox with NRI: runtime.endpoint answers for the
 	// containerd NRI talks to. 0: none yet.
@@ -273,8 +277,8 @@ func New(state *podstate.State, runtime Runtime, opts Options, log logrus.FieldL
 		inspectPodDir: nodefs.InspectPodDir,
 		resync:        make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		phases: make(map[string]podstate.Phase), reported: make(map[string]bool), tornDown: make(map[string]*tornDownMark),
-		dismissed: make(map[string]time.Time),
-		said:      make(map[string]string),
+		dismissed: make(map[string]time.Time), saidNotTornDown: make(map[string]bool),
+		said: make(map[string]string),
 	}
 	if opts.Cgroups != nil {
 		l.cgroups = podcgroups.NewScanner(*opts.Cgroups, podcgroups.FullScanEvery)
@@ -616,6 +620,11 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 			delete(l.dismissed, uid) // podstate forgot the teardown: it cannot mark the pod again
 		}
 	}
+	for uid := range l.saidNotTornDown {
+		if !inView[uid] {
+			delete(l.saidNotTornDown, uid)
+		}
+	}
 	if !l.opts.OracleDisabled {
 		in.Oracle.PodDirs = nodefs.ListPodDirs(ctx, l.opts.KubeletRoot)
 	}
@@ -945,6 +954,7 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 			// say it where the pod is said gone.
 			fields["torn_down"] = t.pod.TornDown
 			if !t.pod.TornDown {
+				l.saidNotTornDown[t.pod.UID] = true
 				notTornDown = "; not seen torn down (a sandbox went from the runtime without an NRI stop or removal): " +
 					"its kubelet pod dir, and the pod cgroup while that stands, are left to kubelet"
 			}

@@ -156,6 +156,14 @@ func (l *Loop) noteTeardown(p podstate.PodView, now time.Time) {
 		}
 		delete(l.dismissed, p.UID)
 		l.tornDown[p.UID] = newTornDownMark(p, now)
+		if l.saidNotTornDown[p.UID] {
+			// Its Removed line said otherwise: the evidence came later.
+			delete(l.saidNotTornDown, p.UID)
+			l.log.WithFields(logrus.Fields{logging.FieldPodUID: p.UID, logging.FieldPodNamespace: p.Namespace, logging.FieldPodName: p.Name,
+				"phase": p.Phase.String(), "torn_down": true}).
+				Infof("pod %s/%s: seen torn down after all (NRI's removal came after the listing that lacked its sandbox): "+
+					"its kubelet pod dir and pod cgroup, if left, are treated as orphaned", p.Namespace, p.Name)
+		}
 	case p.LastLifeEvent.After(mark.at):
 		l.tornDown[p.UID] = newTornDownMark(p, now)
 	}

@@ -964,3 +964,44 @@ func TestANodeStepWithNothingToRestOnIsAborted(t *testing.T) {
 		})
 	}
 }
+
+// A sandbox can leave the listing before NRI's removal of it is delivered
+// (after a plugin pause, the queued events come after the pass): the pod's
+// Removed line says it not seen torn down, and the removal then marks it.
+// That is said too, as the soak's judge and an operator read the Removed
+// line: the pod dir is no longer left to kubelet.
+func TestAPodMarkedAfterItsRemovedLineIsSaidTornDown(t *testing.T) {
+	uids := []string{testUID(26), testUID(27)}
+	state := podstate.New(0)
+	state.Synchronize(now.Add(-time.Hour), []podstate.SyncedSandbox{{Pod: ident(uids[0]), SandboxID: "s1"}, {Pod: ident(uids[1]), SandboxID: "s2"}}, nil)
+	rt := &fakeRuntime{exists: map[string]bool{"s2": false}}
+	log, buf := testLogger()
+	loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: podDirs(t, uids...), Synchronized: func() bool { return true },
+		Policy: gc.Policy{LeakGrace: time.Minute, MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+	listed := func(at time.Duration, ids ...string) {
+		snap := cri.Snapshot{TakenAt: now.Add(at)}
+		for i, id := range []string{"s1", "s2"} {
+			if slices.Contains(ids, id) {
+				snap.Sandboxes = append(snap.Sandboxes, cri.Sandbox{ID: id, UID: uids[i], Ready: true, CreatedAt: now.Add(-time.Hour), Labels: kubeletLabels(uids[i])})
+			}
+		}
+		rt.set(snap, nil)
+		loop.Pass(context.Background())
+	}
+	listed(0, "s1", "s2")
+	listed(time.Minute, "s1") // s2 gone without NRI's stop or removal
+	if !strings.Contains(buf.String(), "torn_down=false") || loop.tornDown[uids[1]] != nil {
+		t.Fatalf("the pod was not said Removed without a teardown, or was marked:\n%s", buf.String())
+	}
+	if err := state.Apply(podstate.Event{Kind: podstate.RemovePodSandbox, At: now.Add(time.Minute), Pod: ident(uids[1]), SandboxID: "s2"}); err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	listed(2*time.Minute, "s1")
+	if loop.tornDown[uids[1]] == nil {
+		t.Fatal("NRI's removal did not mark the pod: the test proves nothing")
+	}
+	if out := buf.String(); !strings.Contains(out, "seen torn down after all") || !strings.Contains(out, "torn_down=true") || !strings.Contains(out, "phase=Removed") {
+		t.Fatalf("the mark made after the Removed line was not said:\n%s", out)
+	}
+}

@@ -253,7 +253,9 @@ func CheckLog(entries []Entry, other []string, tr *Truth) *Check {
 		}
 		// A pod said Removed without a teardown (its sandbox went from the
 		// runtime while NRI's stop and removal were lost, as across a
-		// plugin pause) is not marked: its pod dir is left by design.
+		// plugin pause) is not marked: its pod dir is left by design. One
+		// marked later ("seen torn down after all") is said with
+		// torn_down=true too.
 		if e.Fields["phase"] == "Removed" && e.Fields["torn_down"] == "true" && e.Fields["pod_uid"] != "" {
 			c.Removed[e.Fields["pod_uid"]] = append(c.Removed[e.Fields["pod_uid"]], e.Run)
 		}
