@@ -162,7 +162,8 @@ type Orphans struct {
 // pass with more orphan stops due than that stops none; of the other classes
 // it takes what is allowed and leaves the rest for later passes. A class the
 // pass refuses is paused for that pass (an error is logged, it is counted and
-// report shows it). MinPerPass = MaxPerPass = 0 disables every budgeted step.
+// report shows it). MinPerPass = 0 with MaxPerPass = 0 or MaxFraction = 0,
+// or MaxPerHour = 0, disables every budgeted step.
 type Budget struct {
 	MaxPerPass  int     // max_per_pass; >= 0: steps of one class a pass may take at most
 	MaxFraction float64 // max_fraction; in [0, 1]: and at most this fraction of the Ready sandboxes (rounded down)

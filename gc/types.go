@@ -293,7 +293,8 @@ type Deferred struct {
 	// eligible longest; this one waits for a later pass (the class is not
 	// paused).
 	Throttled bool
-	// Disabled: budget.max_per_pass or budget.max_per_hour is 0, which
+	// Disabled: budget.max_per_pass or budget.max_per_hour is 0 (or
+	// max_fraction with min_per_pass), which
 	// disables every budgeted step (no class trips).
 	Disabled bool
 	// Held says why the loop held back, after the plan, a step the plan
@@ -307,7 +308,8 @@ func (d Deferred) Why() string {
 	case d.Held != "":
 		return d.Held
 	case d.Disabled:
-		return "not taken: budget.max_per_pass or budget.max_per_hour is 0, which disables every budgeted step (" + d.Budget + ")"
+		return "not taken: budget.max_per_pass or budget.max_per_hour is 0, or budget.max_fraction with budget.min_per_pass, " +
+			"which disables every budgeted step (" + d.Budget + ")"
 	case d.Throttled:
 		return "waits for a later pass: the blast-radius budget takes only so many " + d.Budget + " steps a pass"
 	case d.Budget != "":

@@ -114,7 +114,7 @@ func TestAnOrphanStopIsSaidDoneOnlyWhenItRuns(t *testing.T) {
 		t.Fatalf("a pass that ran nothing logged:\n%s", out)
 	}
 	buf.Reset()
-	loop.logPlan(PassResult{Plan: gc.Result{Actions: []gc.Action{stop}}})
+	loop.logPlan(PassResult{Plan: gc.Result{Actions: []gc.Action{stop}}, Outcomes: []executor.Outcome{{Action: stop, Result: executor.Success}}})
 	if out := buf.String(); !strings.Contains(out, `stopped (orphans.action = \"stop\") now`) || !strings.Contains(out, "rule=orphans.stop") {
 		t.Fatalf("the pass that runs the stop did not say it:\n%s", out)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
@@ -17,25 +18,30 @@ func TestAnOrphanedLivePodIsAWarningWhateverOrphansActionSays(t *testing.T) {
 	pod := gc.PodRef{UID: "u1", Namespace: "ns", Name: "web"}
 	stop := gc.Action{Kind: gc.StopSandbox, Rule: gc.RuleOrphanStop, Pod: pod, Key: "stop-sandbox/s1", SandboxID: "s1"}
 	for _, tc := range []struct {
-		name string
-		plan gc.Result
-		want string
+		name     string
+		plan     gc.Result
+		outcomes []executor.Outcome
+		want     string
 	}{
 		{"report", gc.Result{Kept: []gc.Kept{{Object: "live pod ns/web", Pod: pod,
 			Reason: `orphaned live pod (1 Ready sandbox(es), 0 running container(s)) whose pod is gone: reported only (orphans.action = "report")`}}},
-			`reported only (orphans.action = \"report\")`},
+			nil, `reported only (orphans.action = \"report\")`},
 		{"stop, waiting out leak_grace", gc.Result{Deferred: []gc.Deferred{{Action: stop, GraceLeft: time.Minute}}},
-			`stopped (orphans.action = \"stop\") once due`},
-		{"stop, due", gc.Result{Actions: []gc.Action{stop}}, `stopped (orphans.action = \"stop\") now`},
+			nil, `stopped (orphans.action = \"stop\") once due`},
+		{"stop, stopped", gc.Result{Actions: []gc.Action{stop}}, []executor.Outcome{{Action: stop, Result: executor.Success}},
+			`stopped (orphans.action = \"stop\") now`},
+		{"stop, a dry run", gc.Result{Actions: []gc.Action{stop}}, []executor.Outcome{{Action: stop, Result: executor.Would}},
+			"were it not a dry run (dry_run = true): nothing was done"},
+		{"stop, due and not run (report)", gc.Result{Actions: []gc.Action{stop}}, nil, `due to be stopped (orphans.action = \"stop\")`},
 		{"stop, held", gc.Result{Kept: []gc.Kept{{Object: "sandbox s1", Pod: pod,
 			Reason: "orphaned live sandbox not stopped: StopPodSandbox would kill container c9 (debug, RUNNING), which this plan does not stop first"}}},
-			"orphaned live sandbox not stopped"},
+			nil, "orphaned live sandbox not stopped"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log, buf := testLogger()
 			loop := New(podstate.New(0), &fakeRuntime{}, Options{Period: time.Hour}, log)
 			for range 3 {
-				loop.logPlan(PassResult{Plan: tc.plan})
+				loop.logPlan(PassResult{Plan: tc.plan, Outcomes: tc.outcomes})
 			}
 			var warnings []string
 			for _, line := range strings.Split(buf.String(), "\n") {
@@ -48,7 +54,7 @@ func TestAnOrphanedLivePodIsAWarningWhateverOrphansActionSays(t *testing.T) {
 				t.Fatalf("warnings in 3 passes:\n%s\nwant one naming the pod and saying %q", strings.Join(warnings, "\n"), tc.want)
 			}
 			loop.logPlan(PassResult{}) // the pod is no orphan any more
-			loop.logPlan(PassResult{Plan: tc.plan})
+			loop.logPlan(PassResult{Plan: tc.plan, Outcomes: tc.outcomes})
 			if n := strings.Count(buf.String(), "level=warning"); n != 2 {
 				t.Errorf("%d warnings, want the orphan said again when it is one again", n)
 			}

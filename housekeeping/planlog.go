@@ -6,6 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
 )
@@ -82,22 +83,33 @@ func (l *Loop) logPlan(r PassResult) {
 		}
 	}
 	const stopping = "orphaned live pod whose pod is gone from the node: stopped (orphans.action = \"stop\")"
+	ran := make(map[string]executor.Result, len(r.Outcomes))
+	for _, o := range r.Outcomes {
+		ran[o.Action.Key] = o.Result
+	}
 	for _, a := range r.Plan.Actions {
+		// "now" only of a stop that ran; what did not is said as what it
+		// is, keyed apart, so that "now" is said when it runs.
 		switch {
 		case a.Rule != gc.RuleOrphanStop:
+		case ran[a.Key] == executor.Success:
+			say(a.Pod, gc.RuleOrphanStop, stopping+" now")
+		case ran[a.Key] == executor.Would:
+			say(a.Pod, gc.RuleOrphanStop+"/dry-run", stopping+" now, were it not a dry run (dry_run = true): nothing was done")
 		case r.Blocked != "":
-			// Not run this pass: said as what it is, and "now" again when
-			// it runs.
 			say(a.Pod, gc.RuleOrphanStop+"/gate", stopping+" once housekeeping acts: "+r.Blocked)
 		default:
-			say(a.Pod, gc.RuleOrphanStop, stopping+" now")
+			// Due, and not stopped this pass: report (which takes no
+			// step), or a stop that failed or backs off (the executor
+			// says why).
+			say(a.Pod, gc.RuleOrphanStop+"/due", "orphaned live pod whose pod is gone from the node: due to be stopped (orphans.action = \"stop\")")
 		}
 	}
 	for _, d := range r.Plan.Deferred {
 		switch {
 		case d.Action.Rule == gc.RuleOrphanStop && d.Disabled:
 			say(d.Action.Pod, gc.RuleOrphanStop, "orphaned live pod whose pod is gone from the node: not stopped while "+
-				"budget.max_per_pass or budget.max_per_hour is 0, which disables every budgeted step")
+				"budget.max_per_pass or budget.max_per_hour is 0, or budget.max_fraction with budget.min_per_pass, which disables every budgeted step")
 		case d.Action.Rule == gc.RuleOrphanStop:
 			say(d.Action.Pod, gc.RuleOrphanStop, stopping+" once due: "+d.Why())
 		}
