@@ -140,7 +140,7 @@ func (l *Loop) restore(ctx context.Context) {
 		// (a listed pod is in podstate's view again after the restart);
 		// restored as checked, every restart would keep it for good.
 		mark := &tornDownMark{at: at, event: at, removed: at, pod: gc.PodRef{UID: t.UID, Namespace: t.Namespace, Name: t.Name}, dirSeen: t.Inspected,
-			cgroups: restoredCgroups(t, clock)}
+			cgroups: restoredCgroups(t, clock), cgroupsAssumed: !t.CgroupsInspected || clock.boot == nil}
 		if t.Inspected {
 			mark.seen = make(map[string]bool, len(t.Seen))
 			for _, p := range t.Seen {

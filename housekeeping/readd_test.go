@@ -321,6 +321,11 @@ func TestARestartTakesNoPodCgroupMadeWhileItWasDownForItsBaseline(t *testing.T) 
 			if tc.wantReclaimed && len(files.done) == 0 {
 				t.Fatalf("the orphaned pod dir was not reclaimed after the restart\n%s", logs())
 			}
+			// Dropped for what the file cannot show, not for a cgroup made
+			// again: said as such.
+			if said := strings.Contains(logs(), "restored from a state file that does not show its pod cgroup"); said != (tc.restartBoot != bootA) {
+				t.Fatalf("the drop for want of a baseline said: %v, want %v\n%s", said, tc.restartBoot != bootA, logs())
+			}
 		})
 	}
 }

@@ -136,6 +136,11 @@ type tornDownMark struct {
 	// own (a static pod with hostPath volumes only) adds nothing to its
 	// pod dir until its sandbox runs.
 	cgroups map[string]uint64
+	// cgroupsAssumed: cgroups is "none" because the state file it was
+	// restored from had no baseline this run can use (another boot's, an
+	// older version's): a pod cgroup found is not known to be made again,
+	// only not known not to be, and is said so.
+	cgroupsAssumed bool
 }
 
 // noteTeardown keeps the torn-down mark of one pod in step with podstate: a
@@ -240,10 +245,18 @@ func (l *Loop) compareCgroupsWithTeardown(cgs podcgroups.Listing) {
 			continue
 		}
 		if made := cgroupsMadeSince(mark.cgroups, now); len(made) > 0 {
+			assumed := mark.cgroupsAssumed
 			l.dismissTeardown(uid)
-			l.log.WithFields(logrus.Fields{logging.FieldPodUID: uid, "made": strings.Join(made, ", ")}).
-				Info("the pod cgroup of a pod seen torn down was made again since: kubelet may be adding a pod of that UID again; its dir and cgroup are no longer treated as orphaned")
+			entry := l.log.WithFields(logrus.Fields{logging.FieldPodUID: uid, "made": strings.Join(made, ", ")})
+			if assumed {
+				entry.Info("a pod seen torn down, restored from a state file that does not show its pod cgroup (another boot's, an older version's), " +
+					"has one: it may be one kubelet made for a pod of that UID again; its dir and cgroup are no longer treated as orphaned")
+				continue
+			}
+			entry.Info("the pod cgroup of a pod seen torn down was made again since: kubelet may be adding a pod of that UID again; its dir and cgroup are no longer treated as orphaned")
+			continue
 		}
+		mark.cgroupsAssumed = false // this look is one of this run's
 	}
 }
 

@@ -228,7 +228,9 @@ func (h host) destroy(ctx context.Context, pod PodCgroup) (Destroyed, error) {
 			d.Unit = unit
 		}
 	}
-	stopped := d.Unit != "" && d.UnitErr == nil
+	// Asked, even if the stop job failed or its wait timed out: it may
+	// have killed the slice's processes all the same.
+	stopped := d.Unit != ""
 	killed, err := h.kill(ctx, pod, targets)
 	if err == nil {
 		// Removed by path: each must still be the cgroup inspected.
@@ -254,10 +256,10 @@ func partway(err error, stopped, killed bool) error {
 	}
 	var done []string
 	if stopped {
-		done = append(done, "systemd stopped the pod's slice")
+		done = append(done, "systemd was asked to stop the pod's slice")
 	}
 	if killed {
-		done = append(done, "processes were killed")
+		done = append(done, "its processes were sent a kill")
 	}
 	// Not wrapped: it is no refusal any more.
 	return fmt.Errorf("stopped partway (%s): %s", strings.Join(done, ", "), refused.Error())
