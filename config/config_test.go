@@ -885,3 +885,12 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The hint to quote a duration is given for duration keys only: quoted,
+// max_per_pass = "3m" would be a type error next.
+func TestAnUnquotedValueOfAnotherKeyGetsNoDurationHint(t *testing.T) {
+	_, err := Parse([]byte("[budget]\nmax_per_pass = 3m\n"), testSource)
+	if err == nil || !strings.Contains(err.Error(), "budget.max_per_pass: invalid TOML") || strings.Contains(err.Error(), "a duration is a string") {
+		t.Fatalf("err = %v; want the TOML error at budget.max_per_pass, with no duration hint", err)
+	}
+}

@@ -456,6 +456,18 @@ func unquotedDuration(data []byte, line int) (string, bool) {
 	return m[1], true
 }
 
+// isDurationKey says whether key (dotted) is one of the schema's durations.
+func isDurationKey(key string) bool {
+	for _, sec := range schema(&Config{}) {
+		for _, f := range sec.fields {
+			if _, ok := f.ptr.(*time.Duration); ok && sec.key(f.name) == key {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // lastPart is the last dotted part of a key ("period" of
 // "housekeeping.period").
 func lastPart(key string) string {
@@ -469,7 +481,7 @@ func (d *decoder) tomlError(data []byte, err error) {
 	if errors.As(err, &de) {
 		line, _ := de.Position()
 		key := syntaxKey(data, line)
-		if v, ok := unquotedDuration(data, line); ok {
+		if v, ok := unquotedDuration(data, line); ok && isDurationKey(key) {
 			// The likeliest slip in a file of durations.
 			msg += fmt.Sprintf("; a duration is a string: %s = %q", lastPart(key), v)
 		}
