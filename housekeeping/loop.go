@@ -949,6 +949,9 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 			"phase": t.pod.Phase.String(), "previous_phase": t.from,
 		}
 		notTornDown := ""
+		if t.pod.Phase != podstate.PhaseRemoved {
+			delete(l.saidNotTornDown, t.pod.UID) // back: a later Removed line says it anew
+		}
 		if t.pod.Phase == podstate.PhaseRemoved {
 			// Whether its pod dir may ever be reclaimed hangs on this:
 			// say it where the pod is said gone.
