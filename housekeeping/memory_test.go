@@ -291,6 +291,7 @@ func TestAStateFileThatCannotBeWrittenIsSaidWhileItLasts(t *testing.T) {
 	state := podstate.New(0)
 	for _, ev := range []podstate.Event{
 		{Kind: podstate.RunPodSandbox, At: now.Add(-10 * time.Minute), Pod: ident(uid), SandboxID: "first"},
+		{Kind: podstate.StopPodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
 		{Kind: podstate.RemovePodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
 	} {
 		if err := state.Apply(ev); err != nil {
@@ -499,6 +500,7 @@ func TestAStateFileFailureEndsWhenTheStateComesBackToTheLastWritten(t *testing.T
 		t.Helper()
 		for _, ev := range []podstate.Event{
 			{Kind: podstate.RunPodSandbox, At: at, Pod: ident(uid), SandboxID: "sb-" + uid},
+			{Kind: podstate.StopPodSandbox, At: at.Add(time.Second), Pod: ident(uid), SandboxID: "sb-" + uid},
 			{Kind: podstate.RemovePodSandbox, At: at.Add(time.Second), Pod: ident(uid), SandboxID: "sb-" + uid},
 		} {
 			if err := state.Apply(ev); err != nil {

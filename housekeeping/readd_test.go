@@ -12,6 +12,7 @@ import (
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
 	"github.com/nri-housekeeper/nri-housekeeper/gc"
+	"github.com/nri-housekeeper/nri-housekeeper/podcgroups"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 )
 
@@ -328,4 +329,89 @@ func TestARestartTakesNoPodCgroupMadeWhileItWasDownForItsBaseline(t *testing.T) 
 			}
 		})
 	}
+}
+
+// TestARunPodSandboxRolledBackIsNoTeardown: containerd rolls back a
+// RunPodSandbox that fails after NRI's hook (v2.4.2 sandbox_run.go: a
+// failed sandbox store Add or WaitSandbox; 1.7: a failed task start) with
+// an NRI RemovePodSandbox and no StopPodSandbox; kubelet retries the pod
+// (here the retries fail before the hook: no more events). That is no
+// teardown: a new pod being set up, or a static pod put back after its
+// mark was dismissed, must keep its dir and cgroup (and its CPU).
+func TestARunPodSandboxRolledBackIsNoTeardown(t *testing.T) {
+	rollback := func(t *testing.T, state *podstate.State, uid string, at time.Time) {
+		t.Helper()
+		for _, ev := range []podstate.Event{
+			{Kind: podstate.RunPodSandbox, At: at, Pod: ident(uid), SandboxID: "attempt1"},
+			{Kind: podstate.RemovePodSandbox, At: at.Add(time.Second), Pod: ident(uid), SandboxID: "attempt1"},
+		} {
+			if err := state.Apply(ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, uid string) (done func() []string, pass func(at time.Duration))
+	}{
+		{"a new pod (defaults: its CPU)", func(t *testing.T, uid string) (func() []string, func(time.Duration)) {
+			root := podDirs(t, uid)
+			if err := os.MkdirAll(filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~empty-dir", "data"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			state := podstate.New(0)
+			rollback(t, state, uid, now.Add(-10*time.Second))
+			loop, files, rt := rolledBackLoop(t, state, root, fakeCgroups(t, uid))
+			return func() []string { return files.done }, func(at time.Duration) {
+				loop.now = func() time.Time { return now.Add(at) }
+				rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
+				loop.Pass(context.Background())
+			}
+		}},
+		{"a static pod put back after its mark was dismissed", func(t *testing.T, uid string) (func() []string, func(time.Duration)) {
+			root := podDirs(t, uid)
+			cg := fakeCgroups(t)
+			state := recentlyTornDown(t, uid)
+			loop, files, rt := rolledBackLoop(t, state, root, cg)
+			pass := func(at time.Duration) {
+				loop.now = func() time.Time { return now.Add(at) }
+				rt.set(cri.Snapshot{TakenAt: now.Add(at)}, nil)
+				loop.Pass(context.Background())
+			}
+			pass(0)
+			makePodCgroup(t, cg.Mountpoint, uid)
+			pass(30 * time.Second)
+			if loop.tornDown[uid] != nil {
+				t.Fatal("the mark was not dismissed: the test proves nothing")
+			}
+			rollback(t, state, uid, now.Add(40*time.Second))
+			return func() []string { return files.done }, pass
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done, pass := tc.run(t, testUID(904))
+			for at := time.Minute; at <= 10*time.Minute; at += 30 * time.Second {
+				pass(at)
+				if steps := done(); len(steps) > 0 {
+					t.Fatalf("at +%s: node steps %v on a pod whose only new sandbox failed to start", at, steps)
+				}
+			}
+		})
+	}
+}
+
+// rolledBackLoop is a loop with the default remove_orphaned (false), a
+// 5-minute leak_grace and node steps recorded.
+func rolledBackLoop(t *testing.T, state *podstate.State, root string, cg *podcgroups.Options) (*Loop, *podDirRemover, *fakeRuntime) {
+	t.Helper()
+	policy := reviewPolicy(t.TempDir())
+	policy.LeakGrace = 5 * time.Minute
+	files := &podDirRemover{root: root}
+	rt := &fakeRuntime{}
+	log, _ := testLogger()
+	loop := New(state, rt, Options{Period: 30 * time.Second, KubeletRoot: root, Cgroups: cg,
+		Executor:     executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+		Synchronized: func() bool { return true }, Policy: policy}, log)
+	loop.started = now.Add(-time.Hour)
+	return loop, files, rt
 }

@@ -162,6 +162,9 @@ func (m *model) apply(ev Event) {
 			m.setSandbox(sb, SandboxRemoved, ev.At, true)
 		}
 		sb.removal = RemovedByEvent
+		if !sb.stopSeen && !sb.synced && sb.createdAt.IsZero() {
+			sb.removal = RemovedByRollback // never stopped, listed or synchronized: a failed start
+		}
 	default:
 		c := m.container(p, ev.SandboxID, ev.ContainerID, ev.ContainerName, SourceEvent, ev.At)
 		to := map[EventKind]ContainerState{CreateContainer: ContainerCreated, StartContainer: ContainerRunning,

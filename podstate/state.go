@@ -116,6 +116,11 @@ func (s *State) Apply(ev Event) error {
 			s.setSandbox(sb, SandboxRemoved, ev.At, true)
 		}
 		sb.Removal = RemovedByEvent
+		if !sb.StopSeen && !sb.Synced && sb.CreatedAt.IsZero() {
+			// Never stopped and never in the runtime's store: a failed
+			// start rolled back, not a teardown (RemovedByRollback).
+			sb.Removal = RemovedByRollback
+		}
 		s.advanceSandbox(sb, SandboxRemoved, ev.At)
 		owner = s.pods[sb.PodUID]
 	default:

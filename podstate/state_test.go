@@ -696,13 +696,14 @@ func (h *history) change(ev Event, silent bool) {
 		}
 	}
 	sb, ok := findSandbox(v, ev.SandboxID)
-	if !ok || sb.State != want || want == SandboxRemoved && sb.Removal != RemovedByEvent {
+	if !ok || sb.State != want || want == SandboxRemoved && sb.Removal != RemovedByEvent && sb.Removal != RemovedByRollback {
 		h.fatalf("after %s the record of sandbox %s is %+v (known %v), want %s", ev.Kind, ev.SandboxID, sb, ok, want)
 	}
 }
 
-// teardown removes one pod as kubelet does: stop its containers, stop its
-// sandboxes, remove the containers, remove the sandboxes, NRI told of each.
+// teardown removes one pod as kubelet and containerd do: stop its
+// containers, stop its sandboxes, remove the containers, remove the
+// sandboxes, NRI told of each.
 // Every record it named is then Removed by an NRI event; a pod with nothing
 // else left (or only what was Removed before, a sandbox with evidence) is
 // Removed and torn down.
@@ -724,9 +725,16 @@ func (h *history) teardown() {
 			h.change(Event{Kind: StopContainer, At: h.now, Pod: c.Pod, SandboxID: c.SandboxID, ContainerID: c.ID, ContainerName: c.Name}, false)
 		}
 	}
+	// containerd's RemovePodSandbox stops the sandbox, and tells NRI,
+	// whatever its state (v2.4.2 sandbox_remove.go → stopPodSandbox): a
+	// stopped one's stop is told again.
 	for _, sb := range sbs {
-		if sb.Pod.UID == uid && sb.Ready {
+		switch {
+		case sb.Pod.UID != uid:
+		case sb.Ready:
 			h.change(Event{Kind: StopPodSandbox, At: h.now, Pod: sb.Pod, SandboxID: sb.ID}, false)
+		default:
+			mustApply(h.t, h.s, Event{Kind: StopPodSandbox, At: h.now, Pod: sb.Pod, SandboxID: sb.ID})
 		}
 	}
 	for _, c := range ctrs {

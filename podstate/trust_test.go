@@ -86,11 +86,26 @@ func TestTornDownNeedsEvidenceOfATeardown(t *testing.T) {
 			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
 			s.MarkGone([]string{"s1"}, t0.Add(time.Minute))
 		}, false, RemovedByAbsence},
-		{"absent, then a late NRI RemovePodSandbox", func(s *State) {
+		{"absent, then a late NRI StopPodSandbox and RemovePodSandbox", func(s *State) {
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
+			mustApply(t, s, podEvent(StopPodSandbox, "u", "s1", 61*time.Second), podEvent(RemovePodSandbox, "u", "s1", 61*time.Second))
+		}, true, RemovedByEvent},
+		{"listed, then an NRI RemovePodSandbox whose stop was not seen", func(s *State) {
+			s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{ready("u", "s1")}}, t0)
+			mustApply(t, s, podEvent(RemovePodSandbox, "u", "s1", time.Minute))
+		}, true, RemovedByEvent},
+		// containerd rolls back a RunPodSandbox that failed after NRI's
+		// hook with an NRI RemovePodSandbox and no stop; the sandbox never
+		// reached its store, and kubelet retries the pod.
+		{"a RunPodSandbox rolled back", func(s *State) {
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), podEvent(RemovePodSandbox, "u", "s1", time.Second))
+		}, false, RemovedByRollback},
+		{"absent, then a late NRI RemovePodSandbox alone", func(s *State) {
 			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
 			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
 			mustApply(t, s, podEvent(RemovePodSandbox, "u", "s1", 61*time.Second))
-		}, true, RemovedByEvent},
+		}, false, RemovedByRollback},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(0)

@@ -154,6 +154,13 @@ const (
 	// that showed the sandbox NotReady), then missing from a later listing:
 	// a teardown seen across listings.
 	RemovedAfterStop
+	// RemovedByRollback: an NRI RemovePodSandbox of a sandbox never seen
+	// stopped, listed or synchronized: containerd's rollback of a
+	// RunPodSandbox that failed after NRI's hook (no StopPodSandbox; the
+	// sandbox never reached its store), which kubelet retries. A real
+	// removal stops the sandbox first, and NRI is told of that stop
+	// (containerd v2.4.2 sandbox_remove.go → stopPodSandbox). No evidence.
+	RemovedByRollback
 )
 
 func (r Removal) String() string {
@@ -164,6 +171,8 @@ func (r Removal) String() string {
 		return "removed (NRI event)"
 	case RemovedAfterStop:
 		return "stopped, then absent from a listing"
+	case RemovedByRollback:
+		return "removed (NRI event) before it was ever stopped or listed: a RunPodSandbox that failed"
 	}
 	return "invalid"
 }
