@@ -23,7 +23,8 @@ import (
 //     container to Running;
 //   - a listing advances what it lists; it moves a record back only when the
 //     record's state is an event's claim made before the listing started and
-//     at least SettleTime ago; it brings back a record Removed without an NRI
+//     at least SettleTime ago, or an earlier listing's NotReady it shows
+//     Ready (the stop void); it brings back a record Removed without an NRI
 //     removal when nothing changed it since the listing started;
 //   - a record absent from a listing, not changed since the listing started,
 //     is Removed (with evidence only when a stop was seen), but for a sandbox
@@ -254,6 +255,10 @@ func (m *model) reconcile(l Listing, startOp int, now time.Time) {
 		case want > sb.state:
 			m.setSandbox(sb, want, now, false)
 		case sb.claim && sb.changed <= startOp && now.Sub(sb.since) >= SettleTime:
+			m.setSandbox(sb, want, now, false)
+			corrected = true
+		case !sb.claim && sb.changed <= startOp && want == SandboxReady && sb.state == SandboxNotReady:
+			// A listing's NotReady a newer listing says Ready.
 			m.setSandbox(sb, want, now, false)
 			corrected = true
 		}

@@ -353,6 +353,11 @@ func (s *State) listSandbox(sb *Sandbox, want SandboxState, startSeq uint64, now
 		r.Updated++
 	case sb.fromEvent && sb.seq <= startSeq && now.Sub(sb.StateSince) >= settleTime:
 		s.correctSandbox(sb, want, now, r)
+	case !sb.fromEvent && sb.seq <= startSeq && want == SandboxReady && sb.State == SandboxNotReady:
+		// An earlier listing's NotReady that this newer one says Ready
+		// (a status containerd could not load, then could): no stop,
+		// so one absence later is no teardown.
+		s.correctSandbox(sb, want, now, r)
 	}
 }
 

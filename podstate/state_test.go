@@ -274,11 +274,17 @@ func TestNewerListingCorrectsAnEventClaim(t *testing.T) {
 	if got := sandboxState(t, s, "u", "s1"); got != SandboxReady {
 		t.Fatalf("sandbox = %s, want Ready", got)
 	}
-	// A state the listing itself reported is never moved back.
+	// A listing's NotReady that a newer listing shows Ready again (a
+	// status containerd could not load, then could) is moved back too, and
+	// its stop is void: the stop is evidence of a teardown, which a Ready
+	// sandbox is not.
 	s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: false}}}, t0.Add(2*time.Minute))
 	s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{{Pod: ident("u"), ID: "s1", Ready: true}}}, t0.Add(3*time.Minute))
-	if got := sandboxState(t, s, "u", "s1"); got != SandboxNotReady {
-		t.Fatalf("sandbox = %s, want NotReady", got)
+	if got := sandboxState(t, s, "u", "s1"); got != SandboxReady {
+		t.Fatalf("sandbox = %s, want Ready", got)
+	}
+	if p, _ := s.Pod("u"); p.Sandboxes[0].StopSeen {
+		t.Fatal("the stop a newer listing voided is still seen")
 	}
 }
 

@@ -78,6 +78,12 @@ func TestTornDownNeedsEvidenceOfATeardown(t *testing.T) {
 			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
 			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
 		}, false, RemovedByAbsence},
+		{"listed NotReady, then listed Ready twice, then absent", func(s *State) {
+			s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{stopped("u", "s1")}}, t0)
+			s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{ready("u", "s1")}}, t0.Add(time.Minute))
+			s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{ready("u", "s1")}}, t0.Add(2*time.Minute))
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(3*time.Minute))
+		}, false, RemovedByAbsence},
 		{"listed Ready, then absent", func(s *State) {
 			s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{ready("u", "s1")}}, t0)
 			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
