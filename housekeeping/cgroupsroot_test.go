@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,11 @@ func TestACgroupsRootInNoHierarchyIsSaidWhilePodsRun(t *testing.T) {
 				Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
 			for i := range 3 {
 				rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(i) * time.Minute), Sandboxes: tc.sandboxes}, nil)
-				loop.Pass(context.Background())
+				r := loop.Pass(context.Background())
+				// once and report say it too (NOT LOOKED FOR; once exits 1).
+				if notLooked := slices.ContainsFunc(r.NotLookedFor, func(s string) bool { return strings.HasPrefix(s, "pod cgroups (") }); notLooked != tc.want {
+					t.Fatalf("pass %d: pod cgroups not looked for: %v, want %v (NotLookedFor %q)", i, notLooked, tc.want, r.NotLookedFor)
+				}
 			}
 			said := strings.Count(buf.String(), "no pod cgroup can be found where cgroups.root says")
 			if tc.want != (said == 1) || said > 1 || (tc.want && !strings.Contains(buf.String(), `cgroups.root \"kubepod\"`)) {
@@ -56,7 +61,9 @@ func TestACgroupsRootInNoHierarchyIsSaidWhilePodsRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			rt.set(cri.Snapshot{TakenAt: now.Add(3 * time.Minute), Sandboxes: tc.sandboxes}, nil)
-			loop.Pass(context.Background())
+			if r := loop.Pass(context.Background()); len(r.NotLookedFor) > 0 {
+				t.Fatalf("with the root found: NotLookedFor %q", r.NotLookedFor)
+			}
 			if degraded, _ := obs.told(PartCgroups); degraded || !strings.Contains(buf.String(), "cgroups.root is found again") {
 				t.Fatalf("the root made did not end the error (degraded: %v):\n%s", degraded, buf.String())
 			}

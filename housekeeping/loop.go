@@ -145,6 +145,12 @@ const (
 	PartCgroups   = "cgroups"    // the pod cgroups cannot be listed, or cgroups.root is in no hierarchy: pod cgroups are not cleaned
 )
 
+// notLooked notes that this pass could not look for the leaks of what,
+// and why (PassResult.NotLookedFor).
+func (l *Loop) notLooked(what, why string) {
+	l.notLookedFor = append(l.notLookedFor, what+" ("+why+")")
+}
+
 // setDegraded tells the Observer, if any, whether part is failing.
 func (l *Loop) setDegraded(part string, degraded bool) {
 	if l.opts.Observer != nil {
@@ -198,6 +204,9 @@ type Loop struct {
 	// sees. A problem is logged once while it lasts, again if it comes
 	// back, and the sets never hold more than one pass's problems.
 	warned, warning map[string]bool
+	// notLookedFor is what this pass could not look at while the rest went
+	// on (PassResult.NotLookedFor).
+	notLookedFor []string
 	// tornDown are the pods this plugin saw torn down (podstate's
 	// PodView.TornDown: removed with evidence) whose kubelet pod dir is
 	// still there. podstate forgets Removed pods after its retention; this
@@ -260,6 +269,11 @@ type PassResult struct {
 	Plan     gc.Result
 	Blocked  string
 	Outcomes []executor.Outcome
+	// NotLookedFor names the leaks this pass could not look for while the
+	// rest went on, each with why (a pod cgroup listing that failed, the
+	// network's files unreadable): the plan is silent on them, which is
+	// not a clean node.
+	NotLookedFor []string
 	// Snapshot is the listing the plan was made from.
 	Snapshot cri.Snapshot
 }
@@ -537,6 +551,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 		l.finish(r, nil)
 		return r
 	}
+	l.notLookedFor = nil
 	r.Reconcile = l.state.Reconcile(listing, snap.TakenAt)
 	view := l.state.View()
 	r.Counts = view.Counts()
@@ -581,6 +596,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 		}
 	}
 	_ = l.persist(ctx, in.Now) // said while it fails
+	r.NotLookedFor = l.notLookedFor
 	r.Duration = l.now().Sub(r.Started)
 	l.finish(r, &view)
 	return r
@@ -632,11 +648,13 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 	var skipped []nodefs.Skipped
 	if in.PodLogDirs, skipped, err = nodefs.ListPodLogDirs(ctx, l.opts.Policy.PodLogsDir); err != nil {
 		l.warnOnce("pod log dirs are not cleaned this pass", err)
+		l.notLooked("pod log dirs", err.Error())
 	}
 	l.noteSkipped(skipped)
 	if in.ContainerLogLinks, skipped, err = nodefs.ListContainerLogLinks(ctx, l.opts.Policy.ContainerLogsDir, l.opts.Policy.PodLogsDir,
 		listedRunning(snap).lacksLink); err != nil {
 		l.warnOnce("container log links are not cleaned this pass", err)
+		l.notLooked("container log links", err.Error())
 	}
 	l.noteSkipped(skipped)
 	if l.opts.Cgroups != nil {
@@ -650,6 +668,7 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		cgs := l.cgroups.Discover(ctx, in.Now, inspect)
 		if !cgs.Ready {
 			l.warnOnce("pod cgroups are not cleaned this pass", cgs.Err)
+			l.notLooked("pod cgroups", fmt.Sprint(cgs.Err))
 		}
 		if p := l.cgroups.Primary(); p != "" && p != l.cgroupsPrimary && len(cgs.Hierarchies) > 1 {
 			l.log.WithFields(logrus.Fields{"hierarchy": p, "hierarchies": len(cgs.Hierarchies), "full_scan_every": podcgroups.FullScanEvery}).
@@ -669,6 +688,9 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		l.sayWhileItLasts("cgroups-root", rootMissing,
 			"no pod cgroup can be found where cgroups.root says: pod cgroups are not cleaned",
 			"cgroups.root is found again: pod cgroups are cleaned")
+		if rootMissing != "" {
+			l.notLooked("pod cgroups", rootMissing)
+		}
 		l.setDegraded(PartCgroups, !cgs.Ready || rootMissing != "")
 		l.compareCgroupsWithTeardown(cgs)
 		in.PodCgroups = &cgs

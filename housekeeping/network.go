@@ -351,6 +351,7 @@ func (l *Loop) networkInput(ctx context.Context, in gc.Input, listing networkLis
 	if errors.Is(err, errCNIConfigChanged) {
 		// Nothing wrong: the new configuration is used from the next pass.
 		l.log.Info("network leaks are not looked for this pass: containerd's CNI configuration changed since the network was listed; the next pass lists it with the new one")
+		l.notLooked("network", "containerd's CNI configuration changed while it was listed")
 		return nil
 	}
 	if errors.Is(err, podnet.ErrNoNetwork) {
@@ -365,6 +366,7 @@ func (l *Loop) networkInput(ctx context.Context, in gc.Input, listing networkLis
 	if !l.stopping() {
 		l.setDegraded(PartNetwork, true)
 	}
+	l.notLooked("network", err.Error())
 	l.sayWhileItLasts("network", err.Error(), "network leaks are not looked for this pass", "network leaks are looked for again")
 	return nil
 }

@@ -350,7 +350,11 @@ func TestABrokenCNIConfigIsAnErrorNoCNIIsNot(t *testing.T) {
 				Policy:  gc.Policy{Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
 				Network: NewNetwork(&fakeContainerd{netnsDir: t.TempDir()}, NetworkOptions{CacheDir: t.TempDir(), ConfDir: confDir, BinDir: "/nonexistent"})}, log)
 			loop.Pass(context.Background())
-			loop.Pass(context.Background())
+			r := loop.Pass(context.Background())
+			// once and report say a failure too (NOT LOOKED FOR; once exits 1).
+			if notLooked := slices.ContainsFunc(r.NotLookedFor, func(s string) bool { return strings.HasPrefix(s, "network (") }); notLooked != (tc.level == "error") {
+				t.Fatalf("NotLookedFor %q, want the network in it: %v", r.NotLookedFor, tc.level == "error")
+			}
 			var lines []string
 			for _, l := range strings.Split(buf.String(), "\n") {
 				if strings.Contains(l, "network leaks are not looked for") {

@@ -36,8 +36,9 @@ type Report struct {
 	Leaks   map[string]int `json:"leaks"`
 	// LeaksNotLooked says which leaks were not looked for, and why: none
 	// while nothing was planned (Blocked by a source not ready), the
-	// pod-gone ones while kubelet's pod dirs are not trusted. Leaks does
-	// not count them: "none" would read as a clean node.
+	// pod-gone ones while kubelet's pod dirs are not trusted, and those of
+	// a part the pass could not read (AddNotLookedFor). Leaks does not
+	// count them: "none" would read as a clean node.
 	LeaksNotLooked string `json:"leaks_not_looked_for,omitempty"`
 	Actions        []Item `json:"actions"`
 	Deferred       []Item `json:"deferred"`
@@ -91,7 +92,7 @@ type Runtime struct {
 type Item struct {
 	Action string `json:"action,omitempty"`
 	Rule   string `json:"rule,omitempty"`
-	Pod    Pod    `json:"pod"`
+	Pod    Pod    `json:"pod,omitzero"` // none for a row about no pod (an IP reservation)
 	Object string `json:"object"`
 	Why    string `json:"why"`
 }
@@ -137,6 +138,19 @@ func trips(ts []gc.Trip) []Trip {
 }
 
 // Build turns a plan into a Report.
+// AddNotLookedFor adds to LeaksNotLooked the leaks the pass could not look
+// for while the rest went on (housekeeping.PassResult.NotLookedFor).
+func (r *Report) AddNotLookedFor(parts []string) {
+	if len(parts) == 0 || strings.HasPrefix(r.LeaksNotLooked, "every kind") {
+		return
+	}
+	all := parts
+	if r.LeaksNotLooked != "" {
+		all = append([]string{r.LeaksNotLooked}, parts...)
+	}
+	r.LeaksNotLooked = strings.Join(all, "; ")
+}
+
 func Build(now time.Time, snap cri.Snapshot, plan gc.Result, blocked string) Report {
 	r := Report{GeneratedAt: now, Blocked: blocked, Leaks: plan.Leaks, Budget: trips(plan.Trips), Skipped: pods(plan.Skipped),
 		Sources: Sources{Listing: listingTrust(plan), Oracle: oracleTrust(plan)},

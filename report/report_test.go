@@ -238,19 +238,26 @@ func TestANameCannotForgeALineOfTheTable(t *testing.T) {
 // everything (kubelet's pod dirs not trusted) must not say "none": that
 // reads as a clean node.
 func TestLeaksNotLookedForAreNotSaidNone(t *testing.T) {
+	cgroups := []string{"pod cgroups (listing /sys/fs/cgroup: permission denied)"}
 	for _, tc := range []struct {
-		name string
-		plan gc.Result
-		want string
+		name      string
+		plan      gc.Result
+		notLooked []string // housekeeping.PassResult.NotLookedFor
+		want      string
 	}{
-		{"the oracle not ready", gc.Result{NotReady: "the pod oracle is not ready: /k/pods does not exist", Leaks: map[string]int{}},
-			"leaks detected: UNKNOWN: not looked for: every kind: nothing was planned (the pod oracle is not ready: /k/pods does not exist)"},
-		{"kubelet's pod dirs not trusted", gc.Result{OracleUntrusted: "it calls 9 of 10 live pods gone", Leaks: map[string]int{gc.LeakLogLink: 2}},
-			"leaks detected: 2 log-link; NOT LOOKED FOR: those of gone pods: kubelet's pod dirs are not trusted (it calls 9 of 10 live pods gone)"},
-		{"every source ready", gc.Result{Leaks: map[string]int{}}, "leaks detected: none\n"},
+		{"the oracle not ready", gc.Result{NotReady: "the pod oracle is not ready: /k/pods does not exist", Leaks: map[string]int{}}, cgroups,
+			"leaks detected: UNKNOWN: not looked for: every kind: nothing was planned (the pod oracle is not ready: /k/pods does not exist)\n"},
+		{"kubelet's pod dirs not trusted", gc.Result{OracleUntrusted: "it calls 9 of 10 live pods gone", Leaks: map[string]int{gc.LeakLogLink: 2}}, nil,
+			"leaks detected: 2 log-link; NOT LOOKED FOR: those of gone pods: kubelet's pod dirs are not trusted (it calls 9 of 10 live pods gone)\n"},
+		{"the pod cgroups not listed", gc.Result{Leaks: map[string]int{gc.LeakLogLink: 2}}, cgroups,
+			"leaks detected: 2 log-link; NOT LOOKED FOR: pod cgroups (listing /sys/fs/cgroup: permission denied)\n"},
+		{"both", gc.Result{OracleUntrusted: "it calls 9 of 10 live pods gone", Leaks: map[string]int{}}, cgroups,
+			"leaks detected: none; NOT LOOKED FOR: those of gone pods: kubelet's pod dirs are not trusted (it calls 9 of 10 live pods gone); pod cgroups (listing /sys/fs/cgroup: permission denied)\n"},
+		{"every source ready", gc.Result{Leaks: map[string]int{}}, nil, "leaks detected: none\n"},
 	} {
 		var buf bytes.Buffer
 		rep := Build(now, cri.Snapshot{}, tc.plan, "")
+		rep.AddNotLookedFor(tc.notLooked)
 		rep.Command = "once"
 		if err := Text(&buf, rep); err != nil {
 			t.Fatal(err)
@@ -258,5 +265,29 @@ func TestLeaksNotLookedForAreNotSaidNone(t *testing.T) {
 		if out := buf.String(); !strings.Contains(out, tc.want) || !strings.HasPrefix(out, "nri-housekeeper once, ") {
 			t.Errorf("%s: report has no %q, or is not said once's:\n%s", tc.name, tc.want, out)
 		}
+	}
+}
+
+// TestARowAboutNoPodHasNoPodInJSON: an IP reservation belongs to no pod
+// the plan knows; its JSON row has no "pod" key, where it had "pod": {}
+// (a script reading .pod.uid got an empty string, not a missing key).
+func TestARowAboutNoPodHasNoPodInJSON(t *testing.T) {
+	snap, r := plan()
+	r.Actions = []gc.Action{{Kind: gc.ReleaseIPReservation, Rule: gc.RuleNetworkReservation, Reason: "no sandbox owns it"}}
+	var js bytes.Buffer
+	if err := JSON(&js, Build(now, snap, r, "")); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Actions []map[string]json.RawMessage `json:"actions"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Actions) != 1 {
+		t.Fatalf("%d actions, want 1:\n%s", len(doc.Actions), js.String())
+	}
+	if p, ok := doc.Actions[0]["pod"]; ok {
+		t.Fatalf("a row about no pod has \"pod\": %s", p)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,6 +80,62 @@ func TestOnceDryRunTakesNoStep(t *testing.T) {
 		if code != 0 || (len(calls) > 0) != tc.wantCalls || !strings.Contains(stdout.String(), tc.want) ||
 			!strings.HasPrefix(stdout.String(), "nri-housekeeper once, ") {
 			t.Errorf("once %v: exit %d, runtime calls %v (want some: %v), stdout:\n%s\nstderr:\n%s", tc.args, code, calls, tc.wantCalls, stdout.String(), stderr.String())
+		}
+	}
+}
+
+// TestOnceSaysAndExitsOneWhenSomeLeaksWereNotLookedFor: a pass that could
+// not read one of its sources (here the pod logs dir, a file) does the
+// rest, prints which leaks it did not look for, and exits 1: an exit 0
+// read as a node with no leak left. report prints the same and exits 0
+// (it printed). With every source readable, once exits 0 (the test can
+// fail).
+func TestOnceSaysAndExitsOneWhenSomeLeaksWereNotLookedFor(t *testing.T) {
+	for _, tc := range []struct {
+		cmd           string
+		logsUnread    bool
+		wantCode      int
+		wantNotLooked bool
+	}{
+		{"once", true, 1, true},
+		{"once", false, 0, false},
+		{"report", true, 0, true},
+	} {
+		dir := t.TempDir()
+		for _, d := range []string{"kubelet/pods", "containers"} {
+			if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tc.logsUnread {
+			if err := os.WriteFile(filepath.Join(dir, "pods-logs"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.Mkdir(filepath.Join(dir, "pods-logs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		rt := &goneSandboxRuntime{}
+		path := writeOnceConfig(t, dir, serveRuntime(t, rt), "")
+		var stdout, stderr bytes.Buffer
+		code := run([]string{tc.cmd, "--config", path, "--leak-grace", "0s"}, &stdout, &stderr)
+		rt.mu.Lock()
+		calls := rt.calls
+		rt.mu.Unlock()
+		name := fmt.Sprintf("%s, pod logs dir unreadable %v", tc.cmd, tc.logsUnread)
+		if code != tc.wantCode {
+			t.Errorf("%s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", name, code, tc.wantCode, stdout.String(), stderr.String())
+		}
+		said := strings.Contains(stdout.String(), "NOT LOOKED FOR: pod log dirs (pod logs dir "+filepath.Join(dir, "pods-logs"))
+		if said != tc.wantNotLooked {
+			t.Errorf("%s: report says the pod log dirs were not looked for: %v, want %v\n%s", name, said, tc.wantNotLooked, stdout.String())
+		}
+		if tc.cmd == "once" {
+			if len(calls) == 0 {
+				t.Errorf("%s: the rest was not done: no runtime call", name)
+			}
+			if got := strings.Contains(stderr.String(), "not every leak was looked for: pod log dirs"); got != tc.wantNotLooked {
+				t.Errorf("%s: stderr says not every leak was looked for: %v, want %v\n%s", name, got, tc.wantNotLooked, stderr.String())
+			}
 		}
 	}
 }

@@ -170,10 +170,13 @@ it is, including a pod kubelet is starting at that instant (its cgroup is made
 a moment before its pod dir, and looks gone meanwhile): use it on a node whose
 kubelet is stopped or stuck, after a 'report'.
 
-Exit status: 0 every step taken succeeded (or none was due); 1 the listing
-failed (containerd not running, or runtime.endpoint not its socket), a step
-failed, the pass could not act at all (the reason on
-stderr, such as kubelet's pods dir not found), or a signal (SIGTERM,
+Exit status: 0 every step taken succeeded (or none was due) and every kind
+of leak was looked for; 1 the listing failed (containerd not running, or
+runtime.endpoint not its socket), a step failed, the pass could not act at
+all (the reason on stderr, such as kubelet's pods dir not found), some leaks
+were not looked for (the rest was done; the report's "NOT LOOKED FOR" and
+stderr say which and why, such as pod cgroups that cannot be listed), or a
+signal (SIGTERM,
 SIGINT, SIGHUP) stopped it before it ended, gracefully or, at a second
 signal, at once (see 'nri-housekeeper help', Signals); 2 a bad flag,
 argument or configuration.

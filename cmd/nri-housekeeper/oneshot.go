@@ -126,6 +126,7 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	rep := report.Build(r.Started, r.Snapshot, r.Plan, r.Blocked)
 	rep.Command = cmd
+	rep.AddNotLookedFor(r.NotLookedFor)
 	if asJSON {
 		err = report.JSON(stdout, rep)
 	} else {
@@ -152,6 +153,13 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	if cmd == "once" && r.Blocked != "" {
 		fmt.Fprintf(stderr, "nri-housekeeper once: nothing was done: %s\n", r.Blocked)
+		return 1
+	}
+	if cmd == "once" && rep.LeaksNotLooked != "" {
+		// The rest was done, but a clean exit would read as a node with
+		// no leak left: a cron job or a runbook must see that part of it
+		// was not looked at.
+		fmt.Fprintf(stderr, "nri-housekeeper once: not every leak was looked for: %s\n", rep.LeaksNotLooked)
 		return 1
 	}
 	_ = os.Stdout.Sync()
