@@ -980,8 +980,11 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 			fields["torn_down"] = t.pod.TornDown
 			if !t.pod.TornDown {
 				l.saidNotTornDown[t.pod.UID] = true
-				notTornDown = "; not seen torn down (a sandbox went from the runtime without an NRI stop or removal): " +
-					"its kubelet pod dir, and the pod cgroup while that stands, are left to kubelet"
+				why := "a sandbox went from the runtime without an NRI stop or removal"
+				if slices.ContainsFunc(t.pod.Sandboxes, func(sb podstate.Sandbox) bool { return sb.Removal == podstate.RemovedByRollback }) {
+					why = "a sandbox never seen in the runtime's store was removed: a RunPodSandbox rolled back, which kubelet retries"
+				}
+				notTornDown = "; not seen torn down (" + why + "): its kubelet pod dir, and the pod cgroup while that stands, are left to kubelet"
 			}
 		}
 		entry := l.log.WithFields(fields)

@@ -288,16 +288,7 @@ func TestAStateFileThatCannotBeWrittenIsSaidWhileItLasts(t *testing.T) {
 	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	state := podstate.New(0)
-	for _, ev := range []podstate.Event{
-		{Kind: podstate.RunPodSandbox, At: now.Add(-10 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-		{Kind: podstate.StopPodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-		{Kind: podstate.RemovePodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-	} {
-		if err := state.Apply(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	state := tornDownState(t, uid)
 	loop, buf, obs, pass := stateFileLoop(t, state, root, filepath.Join(blocker, "state.json"))
 	for i := range 3 {
 		pass(i)
@@ -498,15 +489,7 @@ func TestAStateFileFailureEndsWhenTheStateComesBackToTheLastWritten(t *testing.T
 	state := podstate.New(0)
 	tearDown := func(uid string, at time.Time) {
 		t.Helper()
-		for _, ev := range []podstate.Event{
-			{Kind: podstate.RunPodSandbox, At: at, Pod: ident(uid), SandboxID: "sb-" + uid},
-			{Kind: podstate.StopPodSandbox, At: at.Add(time.Second), Pod: ident(uid), SandboxID: "sb-" + uid},
-			{Kind: podstate.RemovePodSandbox, At: at.Add(time.Second), Pod: ident(uid), SandboxID: "sb-" + uid},
-		} {
-			if err := state.Apply(ev); err != nil {
-				t.Fatal(err)
-			}
-		}
+		applyTeardown(t, state, uid, "sb-"+uid, at, at.Add(time.Second))
 	}
 	tearDown(kept, now.Add(-10*time.Minute))
 	loop, buf, obs, pass := stateFileLoop(t, state, root, filepath.Join(dir, "state.json"))

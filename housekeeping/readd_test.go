@@ -22,16 +22,31 @@ import (
 func recentlyTornDown(t *testing.T, uid string) *podstate.State {
 	t.Helper()
 	state := podstate.New(0)
+	applyTeardown(t, state, uid, "first", now.Add(-2*time.Minute), now.Add(-time.Minute))
+	return state
+}
+
+// applyTeardown applies to state the NRI events of a pod's sandbox id that
+// ran at run with one container, and was torn down at stop as containerd
+// does: the container stopped, the sandbox stopped, both removed. The
+// container is what shows the sandbox was in containerd's store (one never
+// seen there is a start rolled back, no teardown).
+func applyTeardown(t *testing.T, state *podstate.State, uid, id string, run, stop time.Time) {
+	t.Helper()
+	ctr := id + "-app"
 	for _, ev := range []podstate.Event{
-		{Kind: podstate.RunPodSandbox, At: now.Add(-2 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-		{Kind: podstate.StopPodSandbox, At: now.Add(-time.Minute), Pod: ident(uid), SandboxID: "first"},
-		{Kind: podstate.RemovePodSandbox, At: now.Add(-time.Minute), Pod: ident(uid), SandboxID: "first"},
+		{Kind: podstate.RunPodSandbox, At: run, Pod: ident(uid), SandboxID: id},
+		{Kind: podstate.CreateContainer, At: run, Pod: ident(uid), SandboxID: id, ContainerID: ctr, ContainerName: "app"},
+		{Kind: podstate.StartContainer, At: run, Pod: ident(uid), SandboxID: id, ContainerID: ctr, ContainerName: "app"},
+		{Kind: podstate.StopContainer, At: stop, Pod: ident(uid), SandboxID: id, ContainerID: ctr, ContainerName: "app"},
+		{Kind: podstate.StopPodSandbox, At: stop, Pod: ident(uid), SandboxID: id},
+		{Kind: podstate.RemoveContainer, At: stop, Pod: ident(uid), SandboxID: id, ContainerID: ctr, ContainerName: "app"},
+		{Kind: podstate.RemovePodSandbox, At: stop, Pod: ident(uid), SandboxID: id},
 	} {
 		if err := state.Apply(ev); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return state
 }
 
 // makePodCgroup makes (or makes again, with another inode) the besteffort
@@ -134,15 +149,7 @@ func TestEvidenceOfAReAddOutlivesThePassThatSawIt(t *testing.T) {
 			}
 			// The pod runs and is torn down again: that teardown is a new
 			// one, and what it leaves is orphaned after leak_grace.
-			for _, ev := range []podstate.Event{
-				{Kind: podstate.RunPodSandbox, At: now.Add(9 * time.Minute), Pod: ident(uid), SandboxID: "second"},
-				{Kind: podstate.StopPodSandbox, At: now.Add(10 * time.Minute), Pod: ident(uid), SandboxID: "second"},
-				{Kind: podstate.RemovePodSandbox, At: now.Add(10 * time.Minute), Pod: ident(uid), SandboxID: "second"},
-			} {
-				if err := state.Apply(ev); err != nil {
-					t.Fatal(err)
-				}
-			}
+			applyTeardown(t, state, uid, "second", now.Add(9*time.Minute), now.Add(10*time.Minute))
 			for at := 11 * time.Minute; at <= 18*time.Minute && len(files.done) == 0; at += time.Minute {
 				pass(at)
 			}
@@ -334,22 +341,39 @@ func TestARestartTakesNoPodCgroupMadeWhileItWasDownForItsBaseline(t *testing.T) 
 // TestARunPodSandboxRolledBackIsNoTeardown: containerd rolls back a
 // RunPodSandbox that fails after NRI's hook (v2.4.2 sandbox_run.go: a
 // failed sandbox store Add or WaitSandbox; 1.7: a failed task start) with
-// an NRI RemovePodSandbox and no StopPodSandbox; kubelet retries the pod
-// (here the retries fail before the hook: no more events). That is no
-// teardown: a new pod being set up, or a static pod put back after its
-// mark was dismissed, must keep its dir and cgroup (and its CPU).
+// an NRI RemovePodSandbox and no StopPodSandbox; one that an NRI plugin
+// failed (a policy plugin rejecting the pod, one timing out) with a
+// StopPodSandbox then a RemovePodSandbox to every plugin, which those after
+// the failing one get without the RunPodSandbox (internal/cri/nri
+// RunPodSandbox; nri Adaptation stops at the first failure). kubelet
+// retries the pod (here the retries fail before the hook: no more events).
+// None is a teardown: the sandbox never reached containerd's store. A new
+// pod being set up, or a static pod put back after its mark was dismissed,
+// must keep its dir and cgroup (and its CPU).
 func TestARunPodSandboxRolledBackIsNoTeardown(t *testing.T) {
-	rollback := func(t *testing.T, state *podstate.State, uid string, at time.Time) {
-		t.Helper()
-		for _, ev := range []podstate.Event{
-			{Kind: podstate.RunPodSandbox, At: at, Pod: ident(uid), SandboxID: "attempt1"},
-			{Kind: podstate.RemovePodSandbox, At: at.Add(time.Second), Pod: ident(uid), SandboxID: "attempt1"},
-		} {
-			if err := state.Apply(ev); err != nil {
-				t.Fatal(err)
+	for _, rb := range []struct {
+		name   string
+		events []podstate.EventKind
+	}{
+		{"after the hook", []podstate.EventKind{podstate.RunPodSandbox, podstate.RemovePodSandbox}},
+		{"a plugin failed the hook", []podstate.EventKind{podstate.RunPodSandbox, podstate.StopPodSandbox, podstate.RemovePodSandbox}},
+		{"a plugin ahead failed the hook", []podstate.EventKind{podstate.StopPodSandbox, podstate.RemovePodSandbox}},
+	} {
+		t.Run(rb.name, func(t *testing.T) {
+			rollback := func(t *testing.T, state *podstate.State, uid string, at time.Time) {
+				t.Helper()
+				for i, k := range rb.events {
+					if err := state.Apply(podstate.Event{Kind: k, At: at.Add(time.Duration(i) * time.Millisecond), Pod: ident(uid), SandboxID: "attempt1"}); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
-		}
+			rolledBackIsNoTeardown(t, rollback)
+		})
 	}
+}
+
+func rolledBackIsNoTeardown(t *testing.T, rollback func(t *testing.T, state *podstate.State, uid string, at time.Time)) {
 	for _, tc := range []struct {
 		name string
 		run  func(t *testing.T, uid string) (done func() []string, pass func(at time.Duration))

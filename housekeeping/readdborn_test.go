@@ -137,15 +137,7 @@ func skipWithoutBirthTimes(t *testing.T, root, uid string) {
 func removedAt(t *testing.T, uid string, removed time.Time) *podstate.State {
 	t.Helper()
 	state := podstate.New(0)
-	for _, ev := range []podstate.Event{
-		{Kind: podstate.RunPodSandbox, At: removed.Add(-time.Hour), Pod: ident(uid), SandboxID: "first"},
-		{Kind: podstate.StopPodSandbox, At: removed, Pod: ident(uid), SandboxID: "first"},
-		{Kind: podstate.RemovePodSandbox, At: removed, Pod: ident(uid), SandboxID: "first"},
-	} {
-		if err := state.Apply(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	applyTeardown(t, state, uid, "first", removed.Add(-time.Hour), removed)
 	return state
 }
 

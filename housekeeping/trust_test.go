@@ -637,15 +637,7 @@ func orphanStopConfig(t *testing.T, root, stateFile string) config.Config {
 func tornDownState(t *testing.T, uid string) *podstate.State {
 	t.Helper()
 	state := podstate.New(0)
-	for _, ev := range []podstate.Event{
-		{Kind: podstate.RunPodSandbox, At: now.Add(-10 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-		{Kind: podstate.StopPodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-		{Kind: podstate.RemovePodSandbox, At: now.Add(-9 * time.Minute), Pod: ident(uid), SandboxID: "first"},
-	} {
-		if err := state.Apply(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	applyTeardown(t, state, uid, "first", now.Add(-10*time.Minute), now.Add(-9*time.Minute))
 	return state
 }
 

@@ -55,6 +55,7 @@ type mSandbox struct {
 	stopSeen   bool
 	reportedAt time.Time
 	synced     bool
+	stored     bool // listed or synchronized once
 	session    uint64
 	source     Source
 	since      time.Time
@@ -157,14 +158,15 @@ func (m *model) apply(ev Event) {
 		}
 	case RemovePodSandbox:
 		sb := m.sandbox(p, ev.SandboxID, SourceEvent, ev.At)
-		if sb.state != SandboxRemoved || sb.removal != RemovedByEvent {
-			// Also for a record an absence marked Removed: from now on
-			// its removal is NRI's claim.
-			m.setSandbox(sb, SandboxRemoved, ev.At, true)
+		if sb.state == SandboxRemoved && (sb.removal == RemovedByRollback || sb.removal == RemovedByEvent) {
+			break // a removal said again stays what it was
 		}
+		// Also for a record an absence marked Removed: from now on its
+		// removal is NRI's claim.
+		m.setSandbox(sb, SandboxRemoved, ev.At, true)
 		sb.removal = RemovedByEvent
-		if !sb.stopSeen && !sb.synced && sb.createdAt.IsZero() {
-			sb.removal = RemovedByRollback // never stopped, listed or synchronized: a failed start
+		if !m.stored(sb) {
+			sb.removal = RemovedByRollback // never in the store: a failed start, stopped or not
 		}
 	default:
 		c := m.container(p, ev.SandboxID, ev.ContainerID, ev.ContainerName, SourceEvent, ev.At)
@@ -182,6 +184,21 @@ func (m *model) apply(ev Event) {
 	m.refresh(ev.At)
 }
 
+// stored: listed, synchronized, or a container of its pod made in it (one
+// that names another pod is malformed, and proves nothing).
+func (m *model) stored(sb *mSandbox) bool {
+	if sb.stored {
+		return true
+	}
+	for _, c := range m.ctrs {
+		if c.sandbox == sb.id && c.pod == sb.pod {
+			sb.stored = true
+			return true
+		}
+	}
+	return false
+}
+
 func (m *model) synchronize(at time.Time, sbs []SyncedSandbox, cs []SyncedContainer) {
 	m.op++
 	m.syncs++
@@ -191,6 +208,7 @@ func (m *model) synchronize(at time.Time, sbs []SyncedSandbox, cs []SyncedContai
 		}
 		sb := m.sandbox(m.pod(in.Pod, SourceSync, at), in.SandboxID, SourceSync, at)
 		sb.reportedAt, sb.synced, sb.session = at, true, m.syncs
+		sb.stored = true
 		if sb.state == SandboxRemoved && sb.removal != RemovedByEvent {
 			to := SandboxReady
 			if sb.stopSeen {
@@ -241,6 +259,7 @@ func (m *model) reconcile(l Listing, startOp int, now time.Time) {
 		if sb.createdAt.IsZero() {
 			sb.createdAt = in.CreatedAt
 		}
+		sb.stored = true
 		if want == SandboxNotReady {
 			sb.stopSeen = true
 		}
@@ -295,7 +314,7 @@ func (m *model) reconcile(l Listing, startOp int, now time.Time) {
 			continue
 		}
 		sb.removal = RemovedByAbsence
-		if sb.stopSeen {
+		if sb.stopSeen && m.stored(sb) {
 			sb.removal = RemovedAfterStop
 		}
 		m.setSandbox(sb, SandboxRemoved, now, false)

@@ -108,6 +108,12 @@ func (s *State) Apply(ev Event) error {
 		// Evidence of a teardown, also for a record one absence from a
 		// listing marked Removed already.
 		sb := s.sandboxFor(p, ev.SandboxID, SourceEvent, ev.At)
+		if sb.State == SandboxRemoved && (sb.Removal == RemovedByRollback || sb.Removal == RemovedByEvent) {
+			// Said again (a replay): what it was, whatever was learned
+			// of the sandbox since.
+			owner = s.pods[sb.PodUID]
+			break
+		}
 		if sb.State == SandboxRemoved && sb.Removal != RemovedByEvent {
 			// The removal is NRI's claim from now on: a newer listing
 			// that still shows the sandbox SettleTime later corrects
@@ -116,9 +122,9 @@ func (s *State) Apply(ev Event) error {
 			s.setSandbox(sb, SandboxRemoved, ev.At, true)
 		}
 		sb.Removal = RemovedByEvent
-		if !sb.StopSeen && !sb.Synced && sb.CreatedAt.IsZero() {
-			// Never stopped and never in the runtime's store: a failed
-			// start rolled back, not a teardown (RemovedByRollback).
+		if !s.stored(sb) {
+			// Never in the runtime's store: a failed start rolled back,
+			// stopped first or not, not a teardown (RemovedByRollback).
 			sb.Removal = RemovedByRollback
 		}
 		s.advanceSandbox(sb, SandboxRemoved, ev.At)
@@ -166,6 +172,24 @@ func (ev Event) validate() error {
 	return nil
 }
 
+// stored reports whether sb was ever seen in containerd's store: listed,
+// synchronized, or a container made in it (containerd creates a container
+// only in a sandbox its store has). Called with s.mu held.
+func (s *State) stored(sb *Sandbox) bool {
+	if sb.Stored {
+		return true
+	}
+	if p := s.pods[sb.PodUID]; p != nil {
+		for _, c := range p.containers {
+			if c.SandboxID == sb.ID {
+				sb.Stored = true // kept when the container is forgotten
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // SyncResult counts what a Synchronize changed.
 type SyncResult struct {
 	Added   int // records new to the state
@@ -195,6 +219,7 @@ func (s *State) Synchronize(at time.Time, sandboxes []SyncedSandbox, containers 
 		p := s.podFor(in.Pod, SourceSync, at)
 		sb := s.sandboxFor(p, in.SandboxID, SourceSync, at)
 		sb.ReportedAt, sb.Synced, sb.Session = at, true, s.syncs
+		sb.Stored = true
 		if sb.State == SandboxRemoved && sb.Removal != RemovedByEvent {
 			// Absent from a listing, stopped before or not: containerd
 			// has it now (as a listing that shows it again brings it
@@ -276,6 +301,7 @@ func (s *State) Reconcile(l Listing, now time.Time) ReconcileResult {
 		if sb.CreatedAt.IsZero() {
 			sb.CreatedAt, sb.Attempt = in.CreatedAt, in.Attempt
 		}
+		sb.Stored = true
 		want := SandboxReady
 		if !in.Ready {
 			want = SandboxNotReady
@@ -312,7 +338,9 @@ func (s *State) Reconcile(l Listing, now time.Time) ReconcileResult {
 			continue
 		}
 		sb.Removal = RemovedByAbsence
-		if sb.StopSeen {
+		if sb.StopSeen && s.stored(sb) {
+			// A stop of a sandbox never stored is a rolled-back start's
+			// (its removal's event lost): no teardown.
 			sb.Removal = RemovedAfterStop
 		}
 		s.setSandbox(sb, SandboxRemoved, now, false)

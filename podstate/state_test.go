@@ -3,6 +3,7 @@ package podstate
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -760,10 +761,19 @@ func (h *history) teardown() {
 	}
 	alone := true // nothing of the pod left but what the teardown removed
 	for _, sb := range p.Sandboxes {
+		// A sandbox never listed, synchronized or given a container is
+		// one containerd's store may never have had: its removal is a
+		// rollback's, no evidence.
+		want := RemovedByRollback
+		if sb.Stored || slices.ContainsFunc(p.Containers, func(c Container) bool { return c.SandboxID == sb.ID }) {
+			want = RemovedByEvent
+		}
 		switch {
-		case named[sb.ID] && (sb.State != SandboxRemoved || sb.Removal != RemovedByEvent):
-			h.fatalf("after the teardown of pod %s its sandbox is %+v, want Removed by the NRI event", uid, sb)
-		case !named[sb.ID] && (sb.State != SandboxRemoved || !sb.Removal.Evidence()):
+		case named[sb.ID] && (sb.State != SandboxRemoved || sb.Removal != want):
+			h.fatalf("after the teardown of pod %s its sandbox is %+v, want Removed: %s", uid, sb, want)
+		case !sb.Removal.Evidence():
+			// Left, or gone with no evidence (a start rolled back, which
+			// is also kubelet setting the pod up): no teardown seen.
 			alone = false
 		}
 	}

@@ -61,9 +61,31 @@ func TestTornDownNeedsEvidenceOfATeardown(t *testing.T) {
 		removal  Removal
 	}{
 		{"NRI RemovePodSandbox", func(s *State) {
-			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), podEvent(StopPodSandbox, "u", "s1", time.Second),
-				podEvent(RemovePodSandbox, "u", "s1", 2*time.Second))
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(CreateContainer, "u", "s1", "c1", time.Second),
+				ctrEvent(StopContainer, "u", "s1", "c1", 2*time.Second), podEvent(StopPodSandbox, "u", "s1", 2*time.Second),
+				ctrEvent(RemoveContainer, "u", "s1", "c1", 3*time.Second), podEvent(RemovePodSandbox, "u", "s1", 3*time.Second))
 			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
+		}, true, RemovedByEvent},
+		// A plugin before this one failed NRI's RunPodSandbox: containerd
+		// tells every plugin a StopPodSandbox, then a RemovePodSandbox,
+		// and fails the start (internal/cri/nri RunPodSandbox); the
+		// sandbox never reached its store, and kubelet retries the pod.
+		{"NRI RunPodSandbox, StopPodSandbox, RemovePodSandbox, never stored (a plugin failed the hook)", func(s *State) {
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), podEvent(StopPodSandbox, "u", "s1", time.Millisecond),
+				podEvent(RemovePodSandbox, "u", "s1", 2*time.Millisecond))
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
+		}, false, RemovedByRollback},
+		{"NRI StopPodSandbox, RemovePodSandbox, never stored (a plugin ahead of this one failed the hook)", func(s *State) {
+			mustApply(t, s, podEvent(StopPodSandbox, "u", "s1", 0), podEvent(RemovePodSandbox, "u", "s1", time.Millisecond))
+		}, false, RemovedByRollback},
+		{"NRI RunPodSandbox, StopPodSandbox, RemovePodSandbox of a sandbox a listing showed", func(s *State) {
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
+			s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{ready("u", "s1")}}, t0.Add(30*time.Second))
+			mustApply(t, s, podEvent(StopPodSandbox, "u", "s1", time.Minute), podEvent(RemovePodSandbox, "u", "s1", time.Minute))
+		}, true, RemovedByEvent},
+		{"NRI RunPodSandbox, StopPodSandbox, RemovePodSandbox of a sandbox a Synchronize showed", func(s *State) {
+			s.Synchronize(t0, []SyncedSandbox{{Pod: ident("u"), SandboxID: "s1"}}, nil)
+			mustApply(t, s, podEvent(StopPodSandbox, "u", "s1", time.Minute), podEvent(RemovePodSandbox, "u", "s1", time.Minute))
 		}, true, RemovedByEvent},
 		{"listed NotReady, then absent", func(s *State) {
 			s.Reconcile(Listing{StartSeq: s.Seq(), Sandboxes: []ListedSandbox{ready("u", "s1")}}, t0)
@@ -71,9 +93,14 @@ func TestTornDownNeedsEvidenceOfATeardown(t *testing.T) {
 			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(2*time.Minute))
 		}, true, RemovedAfterStop},
 		{"NRI StopPodSandbox, then absent", func(s *State) {
-			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), podEvent(StopPodSandbox, "u", "s1", time.Second))
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(CreateContainer, "u", "s1", "c1", time.Second),
+				podEvent(StopPodSandbox, "u", "s1", time.Second))
 			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
 		}, true, RemovedAfterStop},
+		{"NRI StopPodSandbox, then absent, never stored (the removal's event lost)", func(s *State) {
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), podEvent(StopPodSandbox, "u", "s1", time.Second))
+			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
+		}, false, RemovedByAbsence},
 		{"Ready, then absent", func(s *State) {
 			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
 			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
@@ -93,7 +120,7 @@ func TestTornDownNeedsEvidenceOfATeardown(t *testing.T) {
 			s.MarkGone([]string{"s1"}, t0.Add(time.Minute))
 		}, false, RemovedByAbsence},
 		{"absent, then a late NRI StopPodSandbox and RemovePodSandbox", func(s *State) {
-			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0))
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(CreateContainer, "u", "s1", "c1", time.Second))
 			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
 			mustApply(t, s, podEvent(StopPodSandbox, "u", "s1", 61*time.Second), podEvent(RemovePodSandbox, "u", "s1", 61*time.Second))
 		}, true, RemovedByEvent},

@@ -154,12 +154,17 @@ const (
 	// that showed the sandbox NotReady), then missing from a later listing:
 	// a teardown seen across listings.
 	RemovedAfterStop
-	// RemovedByRollback: an NRI RemovePodSandbox of a sandbox never seen
-	// stopped, listed or synchronized: containerd's rollback of a
-	// RunPodSandbox that failed after NRI's hook (no StopPodSandbox; the
-	// sandbox never reached its store), which kubelet retries. A real
-	// removal stops the sandbox first, and NRI is told of that stop
-	// (containerd v2.4.2 sandbox_remove.go → stopPodSandbox). No evidence.
+	// RemovedByRollback: an NRI RemovePodSandbox of a sandbox never seen in
+	// containerd's store (never listed, never synchronized, no container
+	// made in it): most likely containerd's rollback of a RunPodSandbox
+	// that failed, which kubelet retries. containerd (v2.4.2) rolls back
+	// with a RemovePodSandbox alone when the start fails after NRI's hook
+	// (sandbox_run.go), and with a StopPodSandbox then a RemovePodSandbox
+	// when a plugin failed the hook (internal/cri/nri RunPodSandbox): a
+	// stop seen proves nothing either. The sandbox never reached the
+	// store, so no listing, Synchronize or container ever shows it. No
+	// evidence; the cost is that a sandbox started and removed between two
+	// listings with no container made is no teardown either.
 	RemovedByRollback
 )
 
@@ -172,7 +177,7 @@ func (r Removal) String() string {
 	case RemovedAfterStop:
 		return "stopped, then absent from a listing"
 	case RemovedByRollback:
-		return "removed (NRI event) before it was ever stopped or listed: a RunPodSandbox that failed"
+		return "removed (NRI event), never seen in the runtime's store: a RunPodSandbox that failed and was rolled back"
 	}
 	return "invalid"
 }
@@ -207,6 +212,11 @@ type Sandbox struct {
 	Synced bool
 	// Session is the NRI session (State.Syncs) of the last report.
 	Session uint64
+	// Stored: a listing or a Synchronize showed the sandbox, both of which
+	// read containerd's sandbox store. A sandbox that a start rolled back
+	// never reaches it (RemovedByRollback); one a container was made in
+	// did (State.stored).
+	Stored bool
 	// StopSeen: an NRI StopPodSandbox arrived, or a listing showed the
 	// sandbox NotReady; until a listing corrects the sandbox back to Ready
 	// (see Reconcile).
