@@ -201,6 +201,10 @@ type Network struct {
 	BinDir   string // bin_dir; absolute path: fallback CNI plugin dir
 	NetnsDir string // netns_dir; "" (from containerd's config) or an absolute path
 	ExecRoot string // exec_root; "" (the plugin's own root) or an absolute path CNI plugins are chrooted into
+	// MinAge (min_age): how old a netns, reservation or cache entry must
+	// be, by its file's time, before it is reclaimed, whatever leak_grace
+	// says (gc.Policy.NetworkMinAge). Not negative.
+	MinAge time.Duration
 }
 
 // Metrics is the [metrics] section.
@@ -277,6 +281,7 @@ func Default() Config {
 			BinDir:   "/opt/cni/bin",
 			NetnsDir: "",
 			ExecRoot: "",
+			MinAge:   2 * time.Minute,
 		},
 		Metrics: Metrics{
 			Address: "127.0.0.1:9560",

@@ -424,6 +424,7 @@ conf_dir = "/data/cni/net.d"
 bin_dir = "/data/cni/bin"
 netns_dir = "/run/containerd/netns"
 exec_root = "/proc/1/root"
+min_age = "90s"
 
 [metrics]
 address = ""
@@ -453,7 +454,7 @@ var fullConfigWant = Config{
 	Logs:       Logs{PodLogsDir: "/data/log/pods", ContainerLogsDir: "/data/log/containers"},
 	Cgroups:    Cgroups{Enabled: false, Driver: DriverSystemd, Mountpoint: "/mnt/cgroup", Root: "custom/kubepods"},
 	PodDirs:    PodDirs{RemoveOrphaned: true},
-	Network:    Network{CacheDir: "/data/cni", ConfDir: "/data/cni/net.d", BinDir: "/data/cni/bin", NetnsDir: "/run/containerd/netns", ExecRoot: "/proc/1/root"},
+	Network:    Network{CacheDir: "/data/cni", ConfDir: "/data/cni/net.d", BinDir: "/data/cni/bin", NetnsDir: "/run/containerd/netns", ExecRoot: "/proc/1/root", MinAge: 90 * time.Second},
 	Metrics:    Metrics{Address: ""},
 	Log:        Log{Level: LevelWarning, Target: TargetFile, File: "/var/log/nri-housekeeper.log"},
 }

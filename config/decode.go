@@ -91,6 +91,7 @@ func schema(c *Config) []section {
 			{"bin_dir", &c.Network.BinDir},
 			{"netns_dir", &c.Network.NetnsDir},
 			{"exec_root", &c.Network.ExecRoot},
+			{"min_age", &c.Network.MinAge},
 		}},
 		{"metrics", []field{
 			{"address", &c.Metrics.Address},

@@ -154,6 +154,7 @@ func validate(p *problems, c Config) {
 	if c.Network.ExecRoot != "" {
 		absPath(p, "network.exec_root", c.Network.ExecRoot)
 	}
+	nonNegative(p, "network.min_age", c.Network.MinAge)
 
 	if addr := c.Metrics.Address; addr != "" && !hostPort(addr) {
 		p.add("metrics.address", "invalid address %s (expected host:port such as \"127.0.0.1:9560\" or \":9560\", or \"\" to disable)", quote(addr))

@@ -3,6 +3,7 @@ package gc
 import (
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/podnet"
@@ -35,6 +36,26 @@ type NetworkInput struct {
 	// not mounted here is not known to be gone, and an unowned attachment
 	// that ran in it is kept (its DEL would read no thread there).
 	NetnsUnseen string
+}
+
+// tooYoung says why an object whose file dates from modTime is kept this
+// pass, or "" when it is old enough (Policy.NetworkMinAge). containerd
+// makes a sandbox's netns before its sandbox record names it, and a runtime
+// this process cannot see reserves an IP before its cache entry names the
+// owner: a short leak_grace (once --leak-grace 0s) would otherwise reach an
+// object being set up in that moment, which a slow disk can stretch to
+// seconds. A time after now (a clock set back) is too young: its age
+// cannot be told.
+func (p *planner) tooYoung(modTime time.Time) string {
+	min := p.in.Policy.NetworkMinAge
+	if modTime.IsZero() || min <= 0 { // 0: no floor, only leak_grace
+		return ""
+	}
+	if p.in.Now.Sub(modTime) < min {
+		return fmt.Sprintf("made %s ago, less than network.min_age (%s): it may be a sandbox's being set up (nothing names it yet); looked at again once older, whatever leak_grace says",
+			p.in.Now.Sub(modTime).Round(time.Second), min)
+	}
+	return ""
 }
 
 // networkRules proposes the reclaim of the network's leaks. An owner (a
@@ -126,6 +147,7 @@ func (p *planner) networkRules() {
 	for _, ns := range n.Listing.Netns {
 		mountedHere[ns.Path] = true
 	}
+	youngAttachment := make(map[string]string) // netns path → the owner of an attachment kept there as too young
 	for i := range n.Listing.Attachments {
 		a := &n.Listing.Attachments[i]
 		cacheOwners[cacheOwner{a.Network, a.ContainerID}] = true
@@ -154,6 +176,12 @@ func (p *planner) networkRules() {
 		case a.NetNS != "" && n.NetnsUnseen != "" && !mountedHere[a.NetNS]:
 			p.netnsUnseenKept++
 			p.keep(object, PodRef{}, "its netns %s is not mounted as seen from here, which does not tell that it is gone: %s", a.NetNS, n.NetnsUnseen)
+			continue
+		case p.tooYoung(a.ModTime) != "":
+			p.keep(object, PodRef{}, "its cache entry was %s", p.tooYoung(a.ModTime))
+			if a.NetNS != "" {
+				youngAttachment[a.NetNS] = a.ContainerID
+			}
 			continue
 		}
 		key := fmt.Sprintf("cni-attachment/%s/%s/%s", a.Network, a.ContainerID, a.IfName)
@@ -188,6 +216,9 @@ func (p *planner) networkRules() {
 		case unknownCache != "":
 			p.keep(object, PodRef{}, "CNI cache entry %s cannot be read and may be its attachment", unknownCache)
 			continue
+		case p.tooYoung(r.ModTime) != "":
+			p.keep(object, PodRef{}, "it was %s", p.tooYoung(r.ModTime))
+			continue
 		}
 		p.leaks[LeakIPReservation]++
 		p.propose(Action{Kind: ReleaseIPReservation, Rule: RuleNetworkReservation, Key: "ip-reservation/" + r.Network + "/" + r.IP + "/" + r.Owner,
@@ -208,6 +239,12 @@ func (p *planner) networkRules() {
 			continue
 		case len(n.Records.Unreadable) > 0:
 			p.keep(object, PodRef{}, "containerd has %d sandbox record(s) whose netns cannot be read (%s)", len(n.Records.Unreadable), n.Records.Unreadable[0])
+			continue
+		case p.tooYoung(ns.ModTime) != "":
+			p.keep(object, PodRef{}, "it was %s", p.tooYoung(ns.ModTime))
+			continue
+		case youngAttachment[ns.Path] != "":
+			p.keep(object, PodRef{}, "the CNI attachment of %s that ran in it is kept as too young to tell", short(youngAttachment[ns.Path]))
 			continue
 		}
 		p.leaks[LeakNetns]++

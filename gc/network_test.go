@@ -449,3 +449,73 @@ func TestANetnsRemovalDependsOnTheDELOfEveryUnownedAttachmentThatRanInIt(t *test
 	sort.Strings(got)
 	same(t, "the removal of "+leak+" depends on", got, dels)
 }
+
+// TestANetworkObjectYoungerThanTheMinimumAgeIsKept: with no grace at all
+// (once --leak-grace 0s), a netns, a reservation or a cache entry made less
+// than network.min_age ago is kept: containerd makes a netns before its
+// sandbox record names it, and a runtime this process cannot see reserves
+// an IP before a cache entry names the owner. Old enough, each is due; a
+// time ahead of the clock is no age; a netns an attachment too young to
+// tell ran in stays with it.
+func TestANetworkObjectYoungerThanTheMinimumAgeIsKept(t *testing.T) {
+	young, old, ahead := now.Add(-10*time.Second), now.Add(-2*time.Minute), now.Add(time.Hour)
+	for _, tc := range []struct {
+		rule string
+		add  func(l *podnet.Listing)
+		want []string // network steps proposed
+		kept string   // a kept reason's words, when none is
+	}{
+		{"a young netns is kept", func(l *podnet.Listing) {
+			ns := netns(cniName("g"), false)
+			ns.ModTime = young
+			l.Netns = append(l.Netns, ns)
+		}, nil, "made 10s ago, less than network.min_age (2m0s)"},
+		{"an old netns is removed", func(l *podnet.Listing) {
+			ns := netns(cniName("g"), false)
+			ns.ModTime = old
+			l.Netns = append(l.Netns, ns)
+		}, []string{"remove-netns " + cniName("g")}, ""},
+		{"a netns dated ahead of the clock is kept", func(l *podnet.Listing) {
+			ns := netns(cniName("g"), false)
+			ns.ModTime = ahead
+			l.Netns = append(l.Netns, ns)
+		}, nil, "less than network.min_age (2m0s)"},
+		{"a young reservation is kept", func(l *podnet.Listing) {
+			r := reservation("g", "10.0.0.9")
+			r.ModTime = young
+			l.Reservations = append(l.Reservations, r)
+		}, nil, "made 10s ago"},
+		{"an old reservation is released", func(l *podnet.Listing) {
+			r := reservation("g", "10.0.0.9")
+			r.ModTime = old
+			l.Reservations = append(l.Reservations, r)
+		}, []string{"release-ip /var/lib/cni/networks/pods/10.0.0.9"}, ""},
+		{"a young attachment and the old netns it ran in are kept", func(l *podnet.Listing) {
+			a := attachment("g", netnsDir+"/"+cniName("g"))
+			a.ModTime = young
+			ns := netns(cniName("g"), false)
+			ns.ModTime = old
+			l.Attachments, l.Netns = append(l.Attachments, a), append(l.Netns, ns)
+		}, nil, "kept as too young to tell"},
+		{"an old attachment and its netns are reclaimed", func(l *podnet.Listing) {
+			a := attachment("g", netnsDir+"/"+cniName("g"))
+			a.ModTime = old
+			ns := netns(cniName("g"), false)
+			ns.ModTime = old
+			l.Attachments, l.Netns = append(l.Attachments, a), append(l.Netns, ns)
+		}, []string{"remove-cni-attachment /var/lib/cni/results/pods-g-eth0", "remove-netns " + cniName("g")}, ""},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			in := networkInput()
+			in.Policy.LeakGrace, in.Policy.NetworkMinAge = 0, 2*time.Minute
+			tc.add(&in.Network.Listing)
+			r := Plan(in)
+			if got := networkSteps(r); !slices.Equal(got, tc.want) {
+				t.Fatalf("network steps %q, want %q (kept %+v)", got, tc.want, r.Kept)
+			}
+			if tc.kept != "" && !slices.ContainsFunc(r.Kept, func(k Kept) bool { return strings.Contains(k.Reason, tc.kept) }) {
+				t.Fatalf("no kept object says %q: %+v", tc.kept, r.Kept)
+			}
+		})
+	}
+}

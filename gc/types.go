@@ -36,6 +36,9 @@ type Policy struct {
 	// RemoveOrphanedPodDirs is pod_dirs.remove_orphaned: remove orphaned
 	// kubelet pod dirs (with kubelet's rules) instead of only reporting them.
 	RemoveOrphanedPodDirs bool
+	// NetworkMinAge is network.min_age: a netns, reservation or cache
+	// entry whose file is younger is kept, whatever LeakGrace says.
+	NetworkMinAge time.Duration
 }
 
 // Budget is the blast-radius budget ([budget]). Each class of step that can

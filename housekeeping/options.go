@@ -40,6 +40,7 @@ func OptionsFromConfig(cfg config.Config) Options {
 			PodLogsDir:            cfg.Logs.PodLogsDir,
 			ContainerLogsDir:      cfg.Logs.ContainerLogsDir,
 			RemoveOrphanedPodDirs: cfg.PodDirs.RemoveOrphaned,
+			NetworkMinAge:         cfg.Network.MinAge,
 		},
 	}
 }

@@ -135,6 +135,8 @@ func labConfig(t *testing.T, text, cgroupRoot, metricsAddr string, cni lab.CNIPa
 	// collide with another run.
 	set("metrics", "address", metricsAddr)
 	set("log", "level", "debug")
+	// Its network leaks are made a moment before they are waited for.
+	set("network", "min_age", testGrace.String())
 	set("network", "cache_dir", cni.CacheDir)
 	set("network", "bin_dir", cni.BinDir)
 	set("network", "conf_dir", cni.ConfDir)

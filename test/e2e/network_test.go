@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -478,8 +479,23 @@ func TestNetworkLeaksInDryRunAndReport(t *testing.T) {
 	h.stop()
 
 	exe := buildPlugin(t, t.TempDir(), "nri-housekeeper")
-	conf := oneShotConfig(t, l, k)
-	out, err := exec.Command(exe, "report", "--config", conf).CombinedOutput()
+	// With the default network.min_age (2m), leaks made a moment ago are
+	// kept, even with no grace: they may be sandboxes being set up.
+	out, err := exec.Command(exe, "report", "--leak-grace", "0s", "--config", oneShotConfig(t, l, k, "")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	t.Logf("report, network.min_age 2m:\n%s", out)
+	for _, want := range []string{"cni attachment eth0 of " + leaked[0].id[:13], "ip reservation " + leaked[1].ip, "network namespace " + leaked[1].netns} {
+		if !regexp.MustCompile(regexp.QuoteMeta(want) + `[^\n]*less than network\.min_age \(2m0s\)`).Match(out) {
+			t.Errorf("report does not keep %q as too young", want)
+		}
+	}
+	if strings.Contains(string(out), "remove-netns") || strings.Contains(string(out), "release-ip") {
+		t.Error("report plans a network step on objects younger than network.min_age")
+	}
+	conf := oneShotConfig(t, l, k, "0s")
+	out, err = exec.Command(exe, "report", "--config", conf).CombinedOutput()
 	if err != nil {
 		t.Fatalf("report: %v\n%s", err, out)
 	}
@@ -507,11 +523,16 @@ func TestNetworkLeaksInDryRunAndReport(t *testing.T) {
 }
 
 // oneShotConfig writes the configuration report and once run with against
-// the lab (the network side on, as by default; a budget that lets every
-// step of a small test through) and returns its path.
-func oneShotConfig(t *testing.T, l *lab.Lab, k *kubelet) string {
+// the lab (the network side on, as by default, with network.min_age
+// minAge, "" for the default; a budget that lets every step of a small
+// test through) and returns its path.
+func oneShotConfig(t *testing.T, l *lab.Lab, k *kubelet, minAge string) string {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "config.toml")
+	minAgeTable := ""
+	if minAge != "" {
+		minAgeTable = fmt.Sprintf("\n[network]\nmin_age = %q\n", minAge)
+	}
 	text := fmt.Sprintf(`[housekeeping]
 state_file = %q
 
@@ -525,11 +546,14 @@ kubelet_root = %q
 pod_logs_dir = %q
 container_logs_dir = %q
 
+[cgroups]
+root = %q
+%s
 [budget]
 max_per_pass = 10
 min_per_pass = 10
 max_fraction = 1.0
-`, filepath.Join(t.TempDir(), "state.json"), l.CRISocket, k.root, l.LogRoot, k.linksDir)
+`, filepath.Join(t.TempDir(), "state.json"), l.CRISocket, k.root, l.LogRoot, k.linksDir, strings.TrimPrefix(l.CgroupRoot, "/"), minAgeTable)
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +596,7 @@ func TestAPluginThatDoesNotSeeContainerdsNetnsMountsKeepsWhatItCannotCheck(t *te
 		t.Fatalf("the reboot did not leave %s's netns mount", leaked.id)
 	}
 	exe := buildPlugin(t, t.TempDir(), "nri-housekeeper")
-	conf := oneShotConfig(t, l, k)
+	conf := oneShotConfig(t, l, k, "0s")
 
 	out, err := exec.Command("nsenter", "--mount="+mntNS, "--", exe, "once", "--leak-grace", "0s", "--config", conf).CombinedOutput()
 	t.Logf("once, in the private mount namespace (err %v):\n%s", err, out)
