@@ -75,6 +75,13 @@ type binaryConfig struct {
 }
 
 func (c binaryConfig) text(k *kubelet) string {
+	// The lab's pod cgroups are under its own root: with kubelet's default
+	// ("kubepods", in no hierarchy here) pod cgroups would not be looked
+	// at, an error while Ready sandboxes run (once exits 1).
+	tables := c.Tables
+	if !strings.Contains(tables, "[cgroups]") {
+		tables += fmt.Sprintf("\n[cgroups]\nroot = %q\n", cgroupRoot())
+	}
 	// The state file beside the log: each test's plugin keeps its own.
 	return fmt.Sprintf(`%s
 [housekeeping]
@@ -103,7 +110,7 @@ address = %q
 [log]
 target = "file"
 file = %q
-%s`, c.Top, c.Period, c.Grace, filepath.Join(filepath.Dir(c.LogFile), "state.json"), node.NRISocket, cmp.Or(c.PluginName, "nri-housekeeper"), node.CRISocket, k.root, node.LogRoot, k.linksDir, c.MetricsAddr, c.LogFile, c.Tables)
+%s`, c.Top, c.Period, c.Grace, filepath.Join(filepath.Dir(c.LogFile), "state.json"), node.NRISocket, cmp.Or(c.PluginName, "nri-housekeeper"), node.CRISocket, k.root, node.LogRoot, k.linksDir, c.MetricsAddr, c.LogFile, tables)
 }
 
 // runBinary starts the plugin binary with a config; it is stopped, and its
