@@ -305,7 +305,8 @@ func parseCacheEntry(path, name string, data []byte, info fs.FileInfo) (a Attach
 // (the network's may be newer than the result's when the network was
 // upgraded while the pod ran). Reading "ips" whatever the version would
 // check other addresses than those the plugins are given in a result that
-// has both. What libcni cannot decode gives none: its DEL fails then too.
+// has both. What libcni cannot decode gives none: DeleteAttachment refuses
+// such an entry (libcni's DEL would remove it first and run without it).
 func resultIPs(raw json.RawMessage) []string {
 	if len(raw) == 0 {
 		return nil

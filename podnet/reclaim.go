@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/version"
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
@@ -224,7 +226,11 @@ func (r *Reclaimer) network(path, name string) (Network, error) {
 //     race) or holds exactly what was listed: namespace path, CNI_ARGS and
 //     capability args (else RefusedError);
 //   - no address of its cached result is reserved by another container on
-//     the network's host-local dir (else RefusedError; see ipsStillItsOwn);
+//     the network's host-local dir (else RefusedError; see ipsStillItsOwn),
+//     nor, whatever the IPAM, in another sandbox's cache entry's result
+//     (else RefusedError; see ipsInNoOtherEntry);
+//   - libcni can read its cached result as the network's version: else its
+//     DEL would remove the entry first and run without it (RefusedError);
 //   - a namespace that is not mounted here is taken for gone only where it
 //     is no namespace mount in containerd's view either (else
 //     RefusedError; see NetnsMountedForRuntime);
@@ -295,6 +301,9 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 	if err := ipsStillItsOwn(n, cur); err != nil {
 		return refuse(path, "%v", err)
 	}
+	if err := ipsInNoOtherEntry(ctx, r.cacheDir, cur); err != nil {
+		return refuse(path, "%v", err)
+	}
 	netns, netnsIno, err := netnsForDel(cur.NetNS)
 	if err != nil {
 		return fmt.Errorf("CNI DEL of %s: %w", path, err)
@@ -345,6 +354,15 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 		IfName:         cur.IfName,
 		Args:           cur.CniArgs,
 		CapabilityArgs: cur.CapabilityArgs,
+	}
+	// libcni's DEL of a result it cannot read as the network's version
+	// removes the entry first, then runs without it: a DEL that then fails
+	// is never retried, the entry no longer holds the namespace, and the
+	// plugins get no prevResult (as GetNetworkListCachedResult reads it).
+	if gte, err := version.GreaterThanOrEqualTo(n.List.CNIVersion, "0.4.0"); err == nil && gte {
+		if _, err := r.cni.GetNetworkListCachedResult(n.List, rt); err != nil {
+			return refuse(path, "libcni cannot read its cached result as the network's version %s (%v): its DEL would remove the entry first and run without it", n.List.CNIVersion, err)
+		}
 	}
 	dctx, cancel := context.WithTimeout(ctx, r.stepTimeout)
 	defer cancel()
@@ -415,6 +433,49 @@ func ipsStillItsOwn(n Network, a Attachment) error {
 			return fmt.Errorf("cannot tell who holds %s, an address of its cached result, now: %s: %s", ip, res.Path, reason)
 		case res.Owner != a.ContainerID:
 			return fmt.Errorf("%s, an address of its cached result, is reserved by %s now: the DEL would act on another pod's address", ip, res.Owner)
+		}
+	}
+	return nil
+}
+
+// ipsInNoOtherEntry checks that no other cache entry in cacheDir (any
+// network's) has an address of a's cached result in its own: the DEL passes
+// a's result on as prevResult, and some plugins act by its addresses (the
+// reference firewall plugin removes the rules of every IP in it). An IPAM
+// other than host-local (ipsStillItsOwn) may have freed a's address and
+// given it to a live pod since. Loopback addresses, which every sandbox's
+// loopback attachment has, are no one's; nor are the sandbox's own on its
+// other networks. An entry that cannot be read is passed over: it is no
+// positive sign.
+func ipsInNoOtherEntry(ctx context.Context, cacheDir string, a Attachment) error {
+	var mine []string
+	for _, ip := range a.IPs {
+		if addr, err := netip.ParseAddr(ip); err == nil && !addr.IsLoopback() {
+			mine = append(mine, addr.String())
+		}
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	dir := filepath.Join(cacheDir, "results")
+	entries, err := dirlist.Read(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("cannot tell whether another attachment has an address of its cached result: %w", err)
+	}
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		if path == a.CacheFile || !e.Type().IsRegular() {
+			continue
+		}
+		other, reason, err := readCacheEntry(path, e.Name())
+		if err != nil || reason != "" || other.ContainerID == a.ContainerID {
+			continue // the same sandbox's attachment on another network is as stale
+		}
+		for _, ip := range other.IPs {
+			if addr, err := netip.ParseAddr(ip); err == nil && slices.Contains(mine, addr.String()) {
+				return fmt.Errorf("%s, an address of its cached result, is in the result of %s's attachment on network %s (%s) now: the DEL would act on another pod's address",
+					ip, other.ContainerID, other.Network, path)
+			}
 		}
 	}
 	return nil

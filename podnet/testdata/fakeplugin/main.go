@@ -21,6 +21,8 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -100,8 +102,11 @@ func add(args *skel.CmdArgs) error {
 	if c.PrevResult != nil {
 		return types.PrintResult(c.PrevResult, c.CNIVersion)
 	}
-	_, ipnet, _ := net.ParseCIDR("10.22.0.5/16")
-	ipnet.IP = net.ParseIP("10.22.0.5")
+	// 10.22.0.5 for the first container added, .6 for the second, ...:
+	// two live attachments never share an address.
+	ip := fmt.Sprintf("10.22.0.%d", 5+addOrder(c.Log, args.ContainerID))
+	_, ipnet, _ := net.ParseCIDR(ip + "/16")
+	ipnet.IP = net.ParseIP(ip)
 	iface := 0
 	result := &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
@@ -109,6 +114,27 @@ func add(args *skel.CmdArgs) error {
 		IPs:        []*current.IPConfig{{Interface: &iface, Address: *ipnet}},
 	}
 	return types.PrintResult(result, c.CNIVersion)
+}
+
+// addOrder is how many other containers the log shows added before id's
+// first ADD.
+func addOrder(log, id string) int {
+	data, err := os.ReadFile(log)
+	if err != nil {
+		return 0
+	}
+	var seen []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "ADD" || slices.Contains(seen, f[1]) {
+			continue
+		}
+		if f[1] == id {
+			return len(seen)
+		}
+		seen = append(seen, f[1])
+	}
+	return len(seen)
 }
 
 func del(args *skel.CmdArgs) error {
