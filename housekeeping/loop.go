@@ -586,7 +586,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 					r.Plan.Deferred = append(r.Plan.Deferred, held...)
 				}
 			}
-			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now, l.recheck(snap.TakenAt))
+			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now, l.recheck(snap.TakenAt, syncs))
 			l.settleSpent(in.Now, ahead, r.Outcomes)
 		}
 		if r.Plan.NotReady == "" {

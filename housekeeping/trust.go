@@ -362,10 +362,16 @@ func newEntries(before, now map[string]bool) []string {
 // unchanged), and on nothing of the pod running: podstate's life events
 // since the listing, a CRI listing filtered by the pod UID and the pod dir
 // are read again. A network step rests on no source knowing its owner.
-func (l *Loop) recheck(taken time.Time) executor.Recheck {
+// Every step rests on the NRI session the pass's gate saw (syncs): lost or
+// renewed since (containerd restarting), a life event since the listing may
+// not have been told, and the step waits for a pass on the new session.
+func (l *Loop) recheck(taken time.Time, syncs uint64) executor.Recheck {
 	return func(ctx context.Context, a gc.Action) error {
 		at := l.now()
 		l.stepStarted.Store(&at)
+		if l.opts.Synchronized != nil && (!l.opts.Synchronized() || l.state.Syncs() != syncs) {
+			return errors.New("the NRI connection was lost or made anew since the pass began: a life event since may not have been told; the step waits for a pass on the new connection")
+		}
 		switch a.Rule {
 		case gc.RuleNetworkAttachment, gc.RuleNetworkReservation:
 			return l.recheckUnowned(ctx, a.ContainerID)

@@ -948,7 +948,7 @@ func TestANodeStepWithNothingToRestOnIsAborted(t *testing.T) {
 			log, _ := testLogger()
 			loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, OracleDisabled: tc.oracleDisabled,
 				Executor: &fakeExecutor{}, Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
-			err := loop.recheck(now)(context.Background(), tc.a)
+			err := loop.recheck(now, loop.state.Syncs())(context.Background(), tc.a)
 			if err == nil {
 				t.Fatalf("%s (%s) passed its check", tc.a.Kind, tc.a.Rule)
 			}
@@ -995,5 +995,41 @@ func TestAPodMarkedAfterItsRemovedLineIsSaidTornDown(t *testing.T) {
 	}
 	if out := buf.String(); !strings.Contains(out, "seen torn down after all") || !strings.Contains(out, "torn_down=true") || !strings.Contains(out, "phase=Removed") {
 		t.Fatalf("the mark made after the Removed line was not said:\n%s", out)
+	}
+}
+
+// TestAStepAfterTheNRISessionChangedMidPassWaits: every step rests on the
+// NRI session the pass's gate saw. One lost (containerd restarting) or made
+// anew (a Synchronize) while the pass runs its steps can have missed a life
+// event since the listing: the steps after that are refused with why; the
+// same step on an unchanged session passes its check.
+func TestAStepAfterTheNRISessionChangedMidPassWaits(t *testing.T) {
+	uid := testUID(6)
+	step := gc.Action{Kind: gc.RemoveSandbox, Rule: gc.RuleSandboxPodGone, Pod: gc.PodRef{UID: uid}, SandboxID: "s1"}
+	for _, tc := range []struct {
+		name   string
+		change func(state *podstate.State, synced *atomic.Bool)
+		passes bool
+	}{
+		{"the session unchanged", func(*podstate.State, *atomic.Bool) {}, true},
+		{"the connection lost", func(_ *podstate.State, synced *atomic.Bool) { synced.Store(false) }, false},
+		{"a new connection synchronized", func(state *podstate.State, _ *atomic.Bool) { state.Synchronize(now, nil, nil) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := podDirs(t)
+			rt := &fakeRuntime{}
+			rt.set(cri.Snapshot{TakenAt: now}, nil)
+			log, _ := testLogger()
+			var synced atomic.Bool
+			synced.Store(true)
+			loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Synchronized: synced.Load,
+				Executor: &fakeExecutor{}, Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+			check := loop.recheck(now, loop.state.Syncs())
+			tc.change(loop.state, &synced)
+			err := check(context.Background(), step)
+			if (err == nil) != tc.passes || (err != nil && !strings.Contains(err.Error(), "NRI connection")) {
+				t.Fatalf("check = %v, want it to pass: %v (or to say the NRI connection changed)", err, tc.passes)
+			}
+		})
 	}
 }
