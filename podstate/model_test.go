@@ -60,6 +60,7 @@ type mSandbox struct {
 	source     Source
 	since      time.Time
 	stoppedAt  time.Time // when it left Ready; kept once Removed
+	firstSeen  time.Time
 	createdAt  time.Time
 	changed    int  // op of the last change of state (or of the claim)
 	claim      bool // state is an event's (or Synchronize's) claim a newer listing may correct
@@ -101,7 +102,7 @@ func (m *model) sandbox(p *mPod, id string, src Source, at time.Time) *mSandbox 
 	if sb, ok := m.sandboxes[id]; ok {
 		return sb
 	}
-	sb := &mSandbox{id: id, pod: p.id.UID, state: SandboxReady, source: src, since: at, changed: m.op, claim: src != SourceListing}
+	sb := &mSandbox{id: id, pod: p.id.UID, state: SandboxReady, source: src, since: at, firstSeen: at, changed: m.op, claim: src != SourceListing}
 	m.sandboxes[id] = sb
 	return sb
 }
@@ -428,15 +429,20 @@ func (m *model) diff(v View, nri []NRISandbox) []string {
 			bad("pod %s: in the model (phase %s), not in the state", uid, m.phase(uid))
 			continue
 		}
-		torn := m.phase(uid) == PhaseRemoved
-		n := 0
+		// Torn down: every sandbox removed with evidence, but for a
+		// rollback removed before the last such sandbox was first seen.
+		var lastEvidenced time.Time
 		for _, sb := range m.sandboxes {
-			if sb.pod == uid {
-				n++
-				torn = torn && sb.removal.Evidence()
+			if sb.pod == uid && sb.removal.Evidence() && sb.firstSeen.After(lastEvidenced) {
+				lastEvidenced = sb.firstSeen
 			}
 		}
-		torn = torn && n > 0
+		torn := m.phase(uid) == PhaseRemoved && !lastEvidenced.IsZero()
+		for _, sb := range m.sandboxes {
+			if sb.pod == uid && !sb.removal.Evidence() && (sb.removal != RemovedByRollback || !sb.since.Before(lastEvidenced)) {
+				torn = false
+			}
+		}
 		if p.Phase != m.phase(uid) || p.TornDown != torn || !p.RemovedSince.Equal(mp.removedAt) || !p.LastLifeEvent.Equal(mp.lastLife) ||
 			p.Orphan != (mp.source == SourceListing) || !p.FirstSeen.Equal(mp.firstSeen) || p.Namespace != mp.id.Namespace || p.Name != mp.id.Name {
 			bad("pod %s: state phase %s torndown %v removed %v life %v orphan %v first %v; model phase %s torndown %v removed %v life %v orphan %v first %v",

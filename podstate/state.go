@@ -665,6 +665,32 @@ func (s *State) Pod(uid string) (PodView, bool) {
 	return p.view(), true
 }
 
+// tornDown reports whether sandboxes, all Removed, show a teardown: at least
+// one removed with evidence, and every other one too, but for a start rolled
+// back before a sandbox with evidence was first seen (an earlier attempt
+// kubelet retried). A rollback after that is kubelet setting the pod up
+// again: no teardown.
+func tornDown(sandboxes []*Sandbox) bool {
+	var firstEvidenced time.Time // the latest first sight of a sandbox removed with evidence
+	for _, sb := range sandboxes {
+		if sb.Removal.Evidence() && sb.FirstSeen.After(firstEvidenced) {
+			firstEvidenced = sb.FirstSeen
+		}
+	}
+	if firstEvidenced.IsZero() {
+		return false
+	}
+	for _, sb := range sandboxes {
+		switch {
+		case sb.Removal.Evidence():
+		case sb.Removal == RemovedByRollback && sb.StateSince.Before(firstEvidenced):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 func (p *pod) view() PodView {
 	pv := PodView{
 		UID: p.id.UID, Namespace: p.id.Namespace, Name: p.id.Name,
@@ -673,11 +699,11 @@ func (p *pod) view() PodView {
 		Sandboxes:  make([]Sandbox, len(p.sandboxes)),
 		Containers: make([]Container, len(p.containers)),
 	}
-	pv.TornDown = pv.Phase == PhaseRemoved && len(p.sandboxes) > 0
 	for i, sb := range p.sandboxes {
 		pv.Sandboxes[i] = *sb
-		pv.TornDown = pv.TornDown && sb.Removal.Evidence()
 	}
+	pv.TornDown = pv.Phase == PhaseRemoved && tornDown(p.sandboxes)
+
 	for i, c := range p.containers {
 		pv.Containers[i] = *c
 	}

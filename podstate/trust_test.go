@@ -75,6 +75,21 @@ func TestTornDownNeedsEvidenceOfATeardown(t *testing.T) {
 				podEvent(RemovePodSandbox, "u", "s1", 2*time.Millisecond))
 			s.Reconcile(Listing{StartSeq: s.Seq()}, t0.Add(time.Minute))
 		}, false, RemovedByRollback},
+		// An attempt rolled back, retried by a sandbox that ran and was
+		// torn down: the rollback is history. A rollback after the
+		// teardown is kubelet setting the pod up again: no teardown.
+		{"a start rolled back, then a sandbox run and torn down", func(s *State) {
+			mustApply(t, s, podEvent(StopPodSandbox, "u", "s0", 0), podEvent(RemovePodSandbox, "u", "s0", time.Millisecond),
+				podEvent(RunPodSandbox, "u", "s1", 10*time.Second), ctrEvent(CreateContainer, "u", "s1", "c1", 11*time.Second),
+				podEvent(StopPodSandbox, "u", "s1", time.Minute), ctrEvent(RemoveContainer, "u", "s1", "c1", time.Minute),
+				podEvent(RemovePodSandbox, "u", "s1", time.Minute))
+		}, true, RemovedByRollback},
+		{"a sandbox run and torn down, then a start rolled back", func(s *State) {
+			mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(CreateContainer, "u", "s1", "c1", time.Second),
+				podEvent(StopPodSandbox, "u", "s1", time.Minute), ctrEvent(RemoveContainer, "u", "s1", "c1", time.Minute),
+				podEvent(RemovePodSandbox, "u", "s1", time.Minute),
+				podEvent(StopPodSandbox, "u", "s2", 2*time.Minute), podEvent(RemovePodSandbox, "u", "s2", 2*time.Minute))
+		}, false, RemovedByEvent},
 		{"NRI StopPodSandbox, RemovePodSandbox, never stored (a plugin ahead of this one failed the hook)", func(s *State) {
 			mustApply(t, s, podEvent(StopPodSandbox, "u", "s1", 0), podEvent(RemovePodSandbox, "u", "s1", time.Millisecond))
 		}, false, RemovedByRollback},

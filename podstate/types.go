@@ -265,7 +265,8 @@ type PodView struct {
 	RemovedSince time.Time
 	// TornDown: the phase is Removed and every sandbox of the pod was
 	// removed with evidence of a teardown (Removal.Evidence), never by one
-	// absence from a listing.
+	// absence from a listing; but for a start rolled back before a sandbox
+	// removed with evidence was first seen (an attempt kubelet retried).
 	TornDown   bool
 	Sandboxes  []Sandbox
 	Containers []Container
