@@ -147,7 +147,7 @@ func (p *planner) networkRules() {
 	for _, ns := range n.Listing.Netns {
 		mountedHere[ns.Path] = true
 	}
-	youngAttachment := make(map[string]string) // netns path → the owner of an attachment kept there as too young
+	keptAttachment := make(map[string]string) // netns path → the owner of an unowned attachment kept there (too young, its address taken)
 	for i := range n.Listing.Attachments {
 		a := &n.Listing.Attachments[i]
 		cacheOwners[cacheOwner{a.Network, a.ContainerID}] = true
@@ -180,7 +180,15 @@ func (p *planner) networkRules() {
 		case p.tooYoung(a.ModTime) != "":
 			p.keep(object, PodRef{}, "its cache entry was %s", p.tooYoung(a.ModTime))
 			if a.NetNS != "" {
-				youngAttachment[a.NetNS] = a.ContainerID
+				keptAttachment[a.NetNS] = a.ContainerID
+			}
+			continue
+		case addressTaken(a, n.Listing.Attachments, valid) != "":
+			// Its netns stays too: nothing of the sandbox is reclaimed
+			// while its DEL would act on another pod's address.
+			p.keep(object, PodRef{}, "%s", addressTaken(a, n.Listing.Attachments, valid))
+			if a.NetNS != "" {
+				keptAttachment[a.NetNS] = a.ContainerID
 			}
 			continue
 		}
@@ -243,8 +251,8 @@ func (p *planner) networkRules() {
 		case p.tooYoung(ns.ModTime) != "":
 			p.keep(object, PodRef{}, "it was %s", p.tooYoung(ns.ModTime))
 			continue
-		case youngAttachment[ns.Path] != "":
-			p.keep(object, PodRef{}, "the CNI attachment of %s that ran in it is kept as too young to tell", short(youngAttachment[ns.Path]))
+		case keptAttachment[ns.Path] != "":
+			p.keep(object, PodRef{}, "the unowned CNI attachment of %s that ran in it is kept (see its reason), and its DEL must come first", short(keptAttachment[ns.Path]))
 			continue
 		}
 		p.leaks[LeakNetns]++
@@ -252,6 +260,34 @@ func (p *planner) networkRules() {
 			ContainerID: netnsOwner[ns.Path], DependsOn: netnsDeps[ns.Path],
 			Reason: "network namespace containerd made that no sandbox record names and no process is in"})
 	}
+}
+
+// addressTaken says why a's DEL would act on another pod's address ("" when
+// it would not): an attachment of a known sandbox (valid), or a newer one
+// of another, has an address of a's cached result, which the DEL passes on
+// as prevResult (the firewall plugin removes the rules of every address in
+// it). An IPAM that freed the address gave it to that pod after a's ADD; a
+// pod with a fixed IP gets it again in each new sandbox. Of two stale
+// attachments sharing an address, the newer is reclaimed first
+// (podnet.Newer), then the older: a stale owner never comes back (container
+// IDs are never reused), and the DEL's own check refuses a newer one made
+// since.
+func addressTaken(a *podnet.Attachment, all []podnet.Attachment, valid map[string]bool) string {
+	for i := range all {
+		b := &all[i]
+		if b.ContainerID == a.ContainerID || !valid[b.ContainerID] && !podnet.Newer(*b, *a) {
+			continue
+		}
+		if ip := podnet.SharedAddress(*a, *b); ip != "" {
+			whose := "newer attachment of " + short(b.ContainerID)
+			if valid[b.ContainerID] {
+				whose = "attachment of " + short(b.ContainerID) + ", a sandbox containerd, CRI or NRI knows,"
+			}
+			return fmt.Sprintf("%s, an address of its cached result, is in the result of the %s on network %s: its DEL would pass it on and act on that pod's address",
+				ip, whose, b.Network)
+		}
+	}
+	return ""
 }
 
 // containerdsNetns reports whether path is a namespace as containerd makes

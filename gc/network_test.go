@@ -496,7 +496,7 @@ func TestANetworkObjectYoungerThanTheMinimumAgeIsKept(t *testing.T) {
 			ns := netns(cniName("g"), false)
 			ns.ModTime = old
 			l.Attachments, l.Netns = append(l.Attachments, a), append(l.Netns, ns)
-		}, nil, "kept as too young to tell"},
+		}, nil, "its DEL must come first"},
 		{"an old attachment and its netns are reclaimed", func(l *podnet.Listing) {
 			a := attachment("g", netnsDir+"/"+cniName("g"))
 			a.ModTime = old
@@ -515,6 +515,58 @@ func TestANetworkObjectYoungerThanTheMinimumAgeIsKept(t *testing.T) {
 			}
 			if tc.kept != "" && !slices.ContainsFunc(r.Kept, func(k Kept) bool { return strings.Contains(k.Reason, tc.kept) }) {
 				t.Fatalf("no kept object says %q: %+v", tc.kept, r.Kept)
+			}
+		})
+	}
+}
+
+// TestAnAttachmentWhoseAddressANewerOneHasIsKept: an unowned attachment
+// whose cached result has an address that another sandbox's newer
+// attachment has (its IPAM freed the address and gave it to that pod, or
+// the pod gets the same fixed IP in each sandbox) is kept with its netns:
+// its DEL would pass the address on as prevResult, and the firewall plugin
+// would remove the new pod's rules. Of two stale attachments sharing an
+// address, the newer is reclaimed first; loopback addresses are no one's.
+func TestAnAttachmentWhoseAddressANewerOneHasIsKept(t *testing.T) {
+	at := func(owner string, age time.Duration, ips ...string) podnet.Attachment {
+		a := attachment(owner, netnsDir+"/"+cniName(owner))
+		a.ModTime, a.IPs = now.Add(-age), ips
+		return a
+	}
+	for _, tc := range []struct {
+		rule        string
+		attachments []podnet.Attachment
+		want        []string // network steps proposed
+	}{
+		{"a live pod's newer attachment has the stale one's address: kept", []podnet.Attachment{
+			at("g", time.Hour, "10.0.0.7"), at("s1", time.Minute*10, "10.0.0.7")}, nil},
+		{"a live pod's older attachment has it: kept", []podnet.Attachment{
+			at("g", time.Minute*10, "10.0.0.7"), at("s1", time.Hour, "10.0.0.7")}, nil},
+		{"two stale ones share an address: the newer first", []podnet.Attachment{
+			at("g1", time.Hour, "10.0.0.7"), at("g2", time.Minute*10, "10.0.0.7")},
+			[]string{"remove-cni-attachment /var/lib/cni/results/pods-g2-eth0", "remove-netns " + cniName("g2")}},
+		{"both have loopback addresses only: reclaimed", []podnet.Attachment{
+			at("g", time.Hour, "127.0.0.1", "::1"), at("s1", time.Minute*10, "127.0.0.1", "::1")},
+			[]string{"remove-cni-attachment /var/lib/cni/results/pods-g-eth0", "remove-netns " + cniName("g")}},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			in := networkInput()
+			in.Policy.LeakGrace = 0
+			in.Network.Listing.Attachments = tc.attachments
+			in.Network.Listing.Reservations = nil
+			in.Network.Listing.Netns = nil
+			for _, a := range tc.attachments {
+				if a.ContainerID != "s1" {
+					in.Network.Listing.Netns = append(in.Network.Listing.Netns, netns(cniName(a.ContainerID), false))
+				}
+			}
+			in.Network.Records.Sandboxes["s1"] = cri.SandboxRecord{Namespace: "k8s.io", NetNSPath: netnsDir + "/" + cniName("s1")}
+			r := Plan(in)
+			if got := networkSteps(r); !slices.Equal(got, tc.want) {
+				t.Fatalf("network steps %q, want %q (kept %+v)", got, tc.want, r.Kept)
+			}
+			if tc.want == nil && !slices.ContainsFunc(r.Kept, func(k Kept) bool { return strings.Contains(k.Reason, "act on that pod's address") }) {
+				t.Fatalf("no kept object says why: %+v", r.Kept)
 			}
 		})
 	}

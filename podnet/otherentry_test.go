@@ -4,19 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestNoDELActsOnAnAddressAnotherAttachmentHas: on a network whose IPAM is
 // not host-local (no reservation file to ask), a leaked attachment of A
-// whose address its IPAM freed and gave to a live pod B since: B's cache
+// whose address its IPAM freed and gave to a pod B since: B's newer cache
 // entry has the address in its result. A's DEL would pass A's result on as
 // prevResult, and a plugin that acts by its addresses (the reference
 // firewall plugin removes the CNI-FORWARD rules of every IP in it) would
 // act on B's: it is refused, and no plugin runs. A loopback address, which
 // every sandbox's loopback attachment has, or another address, is no
-// conflict: the DEL runs.
+// conflict: the DEL runs; nor is an older entry's (of two stale entries of
+// one address the newer goes first; the plan keeps A for a live B's).
 func TestNoDELActsOnAnAddressAnotherAttachmentHas(t *testing.T) {
 	setIPs := func(t *testing.T, path string, ips ...string) {
 		rewriteEntry(t, path, func(m map[string]any) {
@@ -30,12 +33,14 @@ func TestNoDELActsOnAnAddressAnotherAttachmentHas(t *testing.T) {
 	for i, tc := range []struct {
 		rule    string
 		a, b    []string // the addresses of A's and B's results
+		bOlder  bool     // B's entry older than A's
 		refused bool
 	}{
-		{"B has A's address now: refused", []string{"10.30.0.7/16"}, []string{"10.30.0.7/16"}, true},
-		{"B has A's second address now: refused", []string{"10.30.0.7/16", "fd00::7/64"}, []string{"fd00::7/64"}, true},
-		{"B has another address: the DEL runs", []string{"10.30.0.7/16"}, []string{"10.30.0.8/16"}, false},
-		{"both have a loopback address: the DEL runs", []string{"127.0.0.1/8", "::1/128"}, []string{"127.0.0.1/8", "::1/128"}, false},
+		{"B has A's address now: refused", []string{"10.30.0.7/16"}, []string{"10.30.0.7/16"}, false, true},
+		{"B has A's second address now: refused", []string{"10.30.0.7/16", "fd00::7/64"}, []string{"fd00::7/64"}, false, true},
+		{"B has another address: the DEL runs", []string{"10.30.0.7/16"}, []string{"10.30.0.8/16"}, false, false},
+		{"both have a loopback address: the DEL runs", []string{"127.0.0.1/8", "::1/128"}, []string{"127.0.0.1/8", "::1/128"}, false, false},
+		{"B's older entry has A's address: the DEL runs", []string{"10.30.0.7/16"}, []string{"10.30.0.7/16"}, true, false},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			ctx := context.Background()
@@ -53,6 +58,12 @@ func TestNoDELActsOnAnAddressAnotherAttachmentHas(t *testing.T) {
 			att := onlyAttachment(t, cfg, n, a)
 			setIPs(t, att.CacheFile, tc.a...)
 			setIPs(t, onlyAttachment(t, cfg, n, b).CacheFile, tc.b...)
+			if tc.bOlder {
+				old := time.Now().Add(-time.Hour)
+				if err := os.Chtimes(onlyAttachment(t, cfg, n, b).CacheFile, old, old); err != nil {
+					t.Fatal(err)
+				}
+			}
 			att = onlyAttachment(t, cfg, n, a)
 			before := len(n.pluginCalls(t))
 			err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).DeleteAttachment(ctx, att)

@@ -438,24 +438,21 @@ func ipsStillItsOwn(n Network, a Attachment) error {
 	return nil
 }
 
-// ipsInNoOtherEntry checks that no other cache entry in cacheDir (any
+// ipsInNoOtherEntry checks that no newer cache entry in cacheDir (any
 // network's) has an address of a's cached result in its own: the DEL passes
 // a's result on as prevResult, and some plugins act by its addresses (the
 // reference firewall plugin removes the rules of every IP in it). An IPAM
 // other than host-local (ipsStillItsOwn) may have freed a's address and
-// given it to a live pod since. Loopback addresses, which every sandbox's
-// loopback attachment has, are no one's; nor are the sandbox's own on its
-// other networks. An entry that cannot be read is passed over: it is no
-// positive sign.
+// given it to a pod since (one that gets the same address each time, as a
+// StatefulSet's with a fixed IP, too), whose entry is then newer. An older
+// entry cannot hold an address given after a's: two stale entries of one
+// address are taken newest first (OtherHolder), never each waiting for the
+// other. Loopback addresses, which every sandbox's loopback attachment has,
+// are no one's; nor are the sandbox's own on its other networks. An entry
+// that cannot be read is passed over: it is no positive sign.
 func ipsInNoOtherEntry(ctx context.Context, cacheDir string, a Attachment) error {
-	var mine []string
-	for _, ip := range a.IPs {
-		if addr, err := netip.ParseAddr(ip); err == nil && !addr.IsLoopback() {
-			mine = append(mine, addr.String())
-		}
-	}
-	if len(mine) == 0 {
-		return nil
+	if SharedAddress(a, a) == "" {
+		return nil // no address anyone else can have
 	}
 	dir := filepath.Join(cacheDir, "results")
 	entries, err := dirlist.Read(ctx, dir)
@@ -468,17 +465,40 @@ func ipsInNoOtherEntry(ctx context.Context, cacheDir string, a Attachment) error
 			continue
 		}
 		other, reason, err := readCacheEntry(path, e.Name())
-		if err != nil || reason != "" || other.ContainerID == a.ContainerID {
+		if err != nil || reason != "" || other.ContainerID == a.ContainerID || !Newer(other, a) {
 			continue // the same sandbox's attachment on another network is as stale
 		}
-		for _, ip := range other.IPs {
-			if addr, err := netip.ParseAddr(ip); err == nil && slices.Contains(mine, addr.String()) {
-				return fmt.Errorf("%s, an address of its cached result, is in the result of %s's attachment on network %s (%s) now: the DEL would act on another pod's address",
-					ip, other.ContainerID, other.Network, path)
-			}
+		if ip := SharedAddress(a, other); ip != "" {
+			return fmt.Errorf("%s, an address of its cached result, is in the result of %s's newer attachment on network %s (%s) now: the DEL would act on that pod's address",
+				ip, other.ContainerID, other.Network, path)
 		}
 	}
 	return nil
+}
+
+// Newer reports whether b's cache entry is newer than a's: written later,
+// or at the same time with the greater container ID (an order, so that of
+// two entries sharing an address exactly one is the newer).
+func Newer(b, a Attachment) bool {
+	return b.ModTime.After(a.ModTime) || b.ModTime.Equal(a.ModTime) && b.ContainerID > a.ContainerID
+}
+
+// SharedAddress returns an address that is in both a's and b's cached
+// results ("" when none), loopback addresses aside: every sandbox's
+// loopback attachment has them, and they are no one's.
+func SharedAddress(a, b Attachment) string {
+	for _, ip := range a.IPs {
+		addr, err := netip.ParseAddr(ip)
+		if err != nil || addr.IsLoopback() {
+			continue
+		}
+		for _, other := range b.IPs {
+			if o, err := netip.ParseAddr(other); err == nil && o.Unmap() == addr.Unmap() {
+				return ip
+			}
+		}
+	}
+	return ""
 }
 
 // attachmentChange says how cur differs from the listed a ("" when it does
