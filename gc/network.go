@@ -51,9 +51,13 @@ func (p *planner) tooYoung(modTime time.Time) string {
 	if modTime.IsZero() || min <= 0 { // 0: no floor, only leak_grace
 		return ""
 	}
-	if p.in.Now.Sub(modTime) < min {
+	switch age := p.in.Now.Sub(modTime); {
+	case age < 0:
+		return fmt.Sprintf("dated %s ahead of the clock (a clock set back?): its age cannot be told, and network.min_age (%s) counts from its time",
+			(-age).Round(time.Second), min)
+	case age < min:
 		return fmt.Sprintf("made %s ago, less than network.min_age (%s): it may be a sandbox's being set up (nothing names it yet); looked at again once older, whatever leak_grace says",
-			p.in.Now.Sub(modTime).Round(time.Second), min)
+			age.Round(time.Second), min)
 	}
 	return ""
 }

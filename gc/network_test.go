@@ -479,7 +479,7 @@ func TestANetworkObjectYoungerThanTheMinimumAgeIsKept(t *testing.T) {
 			ns := netns(cniName("g"), false)
 			ns.ModTime = ahead
 			l.Netns = append(l.Netns, ns)
-		}, nil, "less than network.min_age (2m0s)"},
+		}, nil, "dated 1h0m0s ahead of the clock"},
 		{"a young reservation is kept", func(l *podnet.Listing) {
 			r := reservation("g", "10.0.0.9")
 			r.ModTime = young

@@ -981,7 +981,8 @@ func (l *Loop) finish(r PassResult, view *podstate.View) {
 			if !t.pod.TornDown {
 				l.saidNotTornDown[t.pod.UID] = true
 				why := "a sandbox went from the runtime without an NRI stop or removal"
-				if slices.ContainsFunc(t.pod.Sandboxes, func(sb podstate.Sandbox) bool { return sb.Removal == podstate.RemovedByRollback }) {
+				if !slices.ContainsFunc(t.pod.Sandboxes, func(sb podstate.Sandbox) bool { return sb.Removal == podstate.RemovedByAbsence }) &&
+					slices.ContainsFunc(t.pod.Sandboxes, func(sb podstate.Sandbox) bool { return sb.Removal == podstate.RemovedByRollback }) {
 					why = "a sandbox never seen in the runtime's store was removed: a RunPodSandbox rolled back, which kubelet retries"
 				}
 				notTornDown = "; not seen torn down (" + why + "): its kubelet pod dir, and the pod cgroup while that stands, are left to kubelet"

@@ -168,6 +168,9 @@ func (m *model) apply(ev Event) {
 		sb.removal = RemovedByEvent
 		if !m.stored(sb) {
 			sb.removal = RemovedByRollback // never in the store: a failed start, stopped or not
+			if ev.At.After(p.lastLife) {
+				p.lastLife = ev.At // a start, told or not
+			}
 		}
 	default:
 		c := m.container(p, ev.SandboxID, ev.ContainerID, ev.ContainerName, SourceEvent, ev.At)
@@ -404,6 +407,9 @@ func (m *model) forget(now time.Time) {
 	}
 	for id, c := range m.ctrs {
 		if c.state == ContainerRemoved && now.Sub(c.since) >= m.retention {
+			if sb := m.sandboxes[c.sandbox]; sb != nil && sb.pod == c.pod {
+				sb.stored = true
+			}
 			delete(m.ctrs, id)
 		}
 	}

@@ -125,7 +125,12 @@ func (s *State) Apply(ev Event) error {
 		if !s.stored(sb) {
 			// Never in the runtime's store: a failed start rolled back,
 			// stopped first or not, not a teardown (RemovedByRollback).
+			// A start, too, which this plugin may not have been told
+			// (a plugin ahead of it failed the hook): a life event.
 			sb.Removal = RemovedByRollback
+			if ev.At.After(p.lastLifeEvent) {
+				p.lastLifeEvent = ev.At
+			}
 		}
 		s.advanceSandbox(sb, SandboxRemoved, ev.At)
 		owner = s.pods[sb.PodUID]
@@ -182,7 +187,7 @@ func (s *State) stored(sb *Sandbox) bool {
 	if p := s.pods[sb.PodUID]; p != nil {
 		for _, c := range p.containers {
 			if c.SandboxID == sb.ID {
-				sb.Stored = true // kept when the container is forgotten
+				sb.Stored = true // latched: the container may be forgotten first (pruneContainers latches too)
 				return true
 			}
 		}
@@ -556,6 +561,9 @@ func (s *State) pruneContainers(in []*Container, now time.Time) []*Container {
 	out := in[:0]
 	for _, c := range in {
 		if c.State == ContainerRemoved && now.Sub(c.StateSince) >= s.retention {
+			if sb := s.sandboxes[c.SandboxID]; sb != nil && sb.PodUID == c.PodUID {
+				sb.Stored = true // what the container showed outlives it (stored)
+			}
 			delete(s.containers, c.ID)
 			continue
 		}

@@ -235,3 +235,35 @@ func TestSynchronizeBringsBackASandboxRemovedAfterAStop(t *testing.T) {
 		t.Fatalf("pod is %s, torn down %v, though Synchronize reports its sandbox", p.Phase, p.TornDown)
 	}
 }
+
+// TestAContainerForgottenKeepsItsSandboxStored: a container made in a
+// sandbox shows the sandbox was in containerd's store; when the container's
+// record is forgotten (removed for the retention, while listings failed),
+// the sandbox's later removal is still evidence of a teardown, not taken
+// for a start rolled back.
+func TestAContainerForgottenKeepsItsSandboxStored(t *testing.T) {
+	s := New(time.Hour)
+	mustApply(t, s, podEvent(RunPodSandbox, "u", "s1", 0), ctrEvent(CreateContainer, "u", "s1", "c1", time.Second),
+		ctrEvent(StopContainer, "u", "s1", "c1", time.Minute), ctrEvent(RemoveContainer, "u", "s1", "c1", time.Minute))
+	s.Forget(t0.Add(2 * time.Hour))
+	if p, _ := s.Pod("u"); len(p.Containers) != 0 {
+		t.Fatalf("the container is still known: the test proves nothing")
+	}
+	mustApply(t, s, podEvent(StopPodSandbox, "u", "s1", 2*time.Hour), podEvent(RemovePodSandbox, "u", "s1", 2*time.Hour))
+	if p, _ := s.Pod("u"); !p.TornDown || p.Sandboxes[0].Removal != RemovedByEvent {
+		t.Fatalf("torn down %v, removal %q; want true, %q", p.TornDown, p.Sandboxes[0].Removal, RemovedByEvent)
+	}
+}
+
+// TestARollbackIsALifeEvent: a start rolled back is kubelet starting the
+// pod, though this plugin may never have been told its RunPodSandbox (a
+// plugin ahead of it failed the hook, and containerd told the others only
+// the stop and the removal): its removal is a life event, which aborts a
+// step planned before it and starts the pod's grace clocks again.
+func TestARollbackIsALifeEvent(t *testing.T) {
+	s := New(0)
+	mustApply(t, s, podEvent(StopPodSandbox, "u", "x1", time.Minute), podEvent(RemovePodSandbox, "u", "x1", time.Minute+time.Millisecond))
+	if p, _ := s.Pod("u"); !p.LastLifeEvent.Equal(t0.Add(time.Minute + time.Millisecond)) {
+		t.Fatalf("last life event %v, want the rollback's removal", p.LastLifeEvent)
+	}
+}

@@ -259,7 +259,8 @@ type PodView struct {
 	// Orphan: the pod was first learned from a CRI listing, not from NRI.
 	Orphan    bool
 	FirstSeen time.Time
-	// LastLifeEvent is the last RunPodSandbox or PostStartContainer seen.
+	// LastLifeEvent is the last RunPodSandbox or PostStartContainer seen, or
+	// the removal of a start rolled back (RemovedByRollback: a start too).
 	LastLifeEvent time.Time
 	// RemovedSince is when the phase became Removed (zero otherwise).
 	RemovedSince time.Time

@@ -137,7 +137,6 @@ func trips(ts []gc.Trip) []Trip {
 	return out
 }
 
-// Build turns a plan into a Report.
 // AddNotLookedFor adds to LeaksNotLooked the leaks the pass could not look
 // for while the rest went on (housekeeping.PassResult.NotLookedFor).
 func (r *Report) AddNotLookedFor(parts []string) {
@@ -151,6 +150,7 @@ func (r *Report) AddNotLookedFor(parts []string) {
 	r.LeaksNotLooked = strings.Join(all, "; ")
 }
 
+// Build turns a plan into a Report.
 func Build(now time.Time, snap cri.Snapshot, plan gc.Result, blocked string) Report {
 	r := Report{GeneratedAt: now, Blocked: blocked, Leaks: plan.Leaks, Budget: trips(plan.Trips), Skipped: pods(plan.Skipped),
 		Sources: Sources{Listing: listingTrust(plan), Oracle: oracleTrust(plan)},
