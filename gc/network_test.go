@@ -459,37 +459,32 @@ func TestANetnsRemovalDependsOnTheDELOfEveryUnownedAttachmentThatRanInIt(t *test
 // tell ran in stays with it.
 func TestANetworkObjectYoungerThanTheMinimumAgeIsKept(t *testing.T) {
 	young, old, ahead := now.Add(-10*time.Second), now.Add(-2*time.Minute), now.Add(time.Hour)
+	// An unused netns of g, and g's reservation with no cache entry, made at.
+	netnsMadeAt := func(at time.Time) func(l *podnet.Listing) {
+		return func(l *podnet.Listing) {
+			ns := netns(cniName("g"), false)
+			ns.ModTime = at
+			l.Netns = append(l.Netns, ns)
+		}
+	}
+	reservedAt := func(at time.Time) func(l *podnet.Listing) {
+		return func(l *podnet.Listing) {
+			r := reservation("g", "10.0.0.9")
+			r.ModTime = at
+			l.Reservations = append(l.Reservations, r)
+		}
+	}
 	for _, tc := range []struct {
 		rule string
 		add  func(l *podnet.Listing)
 		want []string // network steps proposed
 		kept string   // a kept reason's words, when none is
 	}{
-		{"a young netns is kept", func(l *podnet.Listing) {
-			ns := netns(cniName("g"), false)
-			ns.ModTime = young
-			l.Netns = append(l.Netns, ns)
-		}, nil, "made 10s ago, less than network.min_age (2m0s)"},
-		{"an old netns is removed", func(l *podnet.Listing) {
-			ns := netns(cniName("g"), false)
-			ns.ModTime = old
-			l.Netns = append(l.Netns, ns)
-		}, []string{"remove-netns " + cniName("g")}, ""},
-		{"a netns dated ahead of the clock is kept", func(l *podnet.Listing) {
-			ns := netns(cniName("g"), false)
-			ns.ModTime = ahead
-			l.Netns = append(l.Netns, ns)
-		}, nil, "dated 1h0m0s ahead of the clock"},
-		{"a young reservation is kept", func(l *podnet.Listing) {
-			r := reservation("g", "10.0.0.9")
-			r.ModTime = young
-			l.Reservations = append(l.Reservations, r)
-		}, nil, "made 10s ago"},
-		{"an old reservation is released", func(l *podnet.Listing) {
-			r := reservation("g", "10.0.0.9")
-			r.ModTime = old
-			l.Reservations = append(l.Reservations, r)
-		}, []string{"release-ip /var/lib/cni/networks/pods/10.0.0.9"}, ""},
+		{"a young netns is kept", netnsMadeAt(young), nil, "made 10s ago, less than network.min_age (2m0s)"},
+		{"an old netns is removed", netnsMadeAt(old), []string{"remove-netns " + cniName("g")}, ""},
+		{"a netns dated ahead of the clock is kept", netnsMadeAt(ahead), nil, "dated 1h0m0s ahead of the clock"},
+		{"a young reservation is kept", reservedAt(young), nil, "made 10s ago"},
+		{"an old reservation is released", reservedAt(old), []string{"release-ip /var/lib/cni/networks/pods/10.0.0.9"}, ""},
 		{"a young attachment and the old netns it ran in are kept", func(l *podnet.Listing) {
 			a := attachment("g", netnsDir+"/"+cniName("g"))
 			a.ModTime = young
