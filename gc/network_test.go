@@ -467,6 +467,15 @@ func TestANetworkObjectYoungerThanTheMinimumAgeIsKept(t *testing.T) {
 			l.Netns = append(l.Netns, ns)
 		}
 	}
+	// g's attachment, made at, and the unused netns it ran in, made at ns.
+	attachedAt := func(at, nsAt time.Time) func(l *podnet.Listing) {
+		return func(l *podnet.Listing) {
+			a := attachment("g", netnsDir+"/"+cniName("g"))
+			a.ModTime = at
+			netnsMadeAt(nsAt)(l)
+			l.Attachments = append(l.Attachments, a)
+		}
+	}
 	reservedAt := func(at time.Time) func(l *podnet.Listing) {
 		return func(l *podnet.Listing) {
 			r := reservation("g", "10.0.0.9")
@@ -485,20 +494,9 @@ func TestANetworkObjectYoungerThanTheMinimumAgeIsKept(t *testing.T) {
 		{"a netns dated ahead of the clock is kept", netnsMadeAt(ahead), nil, "dated 1h0m0s ahead of the clock"},
 		{"a young reservation is kept", reservedAt(young), nil, "made 10s ago"},
 		{"an old reservation is released", reservedAt(old), []string{"release-ip /var/lib/cni/networks/pods/10.0.0.9"}, ""},
-		{"a young attachment and the old netns it ran in are kept", func(l *podnet.Listing) {
-			a := attachment("g", netnsDir+"/"+cniName("g"))
-			a.ModTime = young
-			ns := netns(cniName("g"), false)
-			ns.ModTime = old
-			l.Attachments, l.Netns = append(l.Attachments, a), append(l.Netns, ns)
-		}, nil, "its DEL must come first"},
-		{"an old attachment and its netns are reclaimed", func(l *podnet.Listing) {
-			a := attachment("g", netnsDir+"/"+cniName("g"))
-			a.ModTime = old
-			ns := netns(cniName("g"), false)
-			ns.ModTime = old
-			l.Attachments, l.Netns = append(l.Attachments, a), append(l.Netns, ns)
-		}, []string{"remove-cni-attachment /var/lib/cni/results/pods-g-eth0", "remove-netns " + cniName("g")}, ""},
+		{"a young attachment and the old netns it ran in are kept", attachedAt(young, old), nil, "its DEL must come first"},
+		{"an old attachment and its netns are reclaimed", attachedAt(old, old),
+			[]string{"remove-cni-attachment /var/lib/cni/results/pods-g-eth0", "remove-netns " + cniName("g")}, ""},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			in := networkInput()
