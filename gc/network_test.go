@@ -467,7 +467,7 @@ func TestANetworkObjectYoungerThanTheMinimumAgeIsKept(t *testing.T) {
 			l.Netns = append(l.Netns, ns)
 		}
 	}
-	// g's attachment, made at, and the unused netns it ran in, made at ns.
+	// g's attachment, made at, and the unused netns it ran in, made at nsAt.
 	attachedAt := func(at, nsAt time.Time) func(l *podnet.Listing) {
 		return func(l *podnet.Listing) {
 			a := attachment("g", netnsDir+"/"+cniName("g"))
