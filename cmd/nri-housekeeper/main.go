@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -290,6 +291,12 @@ func (v *strictValue) IsBoolFlag() bool {
 	return ok && b.IsBoolFlag()
 }
 
+// isDir reports whether path is a directory (following symlinks).
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
 func configCommand(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case len(args) == 1 && isHelpFlag(args[0]),
@@ -314,6 +321,14 @@ func configCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		for _, n := range cfg.Notices { // deprecated keys: still valid
 			fmt.Fprintln(stderr, "warning: "+n)
+		}
+		// The text is valid; a log file run cannot open here is said, not
+		// failed: the file may be checked away from the node it is for.
+		if cfg.Log.Target == config.TargetFile {
+			if dir := filepath.Dir(cfg.Log.File); !isDir(dir) {
+				fmt.Fprintf(stderr, "warning: log.file %s: its directory %s does not exist here: run would exit 2 on this machine (create it, or mind it on the node this file is for)\n",
+					cfg.Log.File, dir)
+			}
 		}
 		fmt.Fprintf(stdout, "%s: OK\n", args[1])
 		return 0

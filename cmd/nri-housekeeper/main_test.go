@@ -600,3 +600,29 @@ func TestTheLongestStepCoversACNIDelWaitingItsTurn(t *testing.T) {
 		t.Fatalf("longest step %s with the network, want at least %s and %s", got, 2*podnet.StepTimeout, without)
 	}
 }
+
+// TestConfigCheckWarnsOfALogFileWhoseDirIsMissing: config check validates
+// the text, which may be meant for another node, so a log.file whose
+// directory does not exist here is a warning (run would exit 2 here), not
+// a problem; one whose directory exists says nothing.
+func TestConfigCheckWarnsOfALogFileWhoseDirIsMissing(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		file string
+		warn bool
+	}{
+		{filepath.Join(dir, "missing", "nri-housekeeper.log"), true},
+		{filepath.Join(dir, "nri-housekeeper.log"), false},
+	} {
+		path := filepath.Join(t.TempDir(), "c.toml")
+		if err := os.WriteFile(path, []byte("[log]\ntarget = \"file\"\nfile = \""+tc.file+"\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"config", "check", path}, &stdout, &stderr)
+		warned := strings.Contains(stderr.String(), "warning: log.file "+tc.file+": its directory "+filepath.Dir(tc.file)+" does not exist here")
+		if code != 0 || stdout.String() != path+": OK\n" || warned != tc.warn {
+			t.Errorf("%s: exit %d, stdout %q, warned %v (want %v); stderr:\n%s", tc.file, code, stdout.String(), warned, tc.warn, stderr.String())
+		}
+	}
+}
