@@ -188,7 +188,8 @@ Flags:
 const configHelp = `Usage:
   nri-housekeeper config check FILE   validate a configuration file: every problem
                                       with its line and key (exit 1), deprecated
-                                      keys as warnings, "FILE: OK" (exit 0)
+                                      keys and a log.file whose directory is
+                                      missing here as warnings, "FILE: OK" (exit 0)
   nri-housekeeper config example      print the documented example configuration:
                                       every key, its default and what it does
 `
