@@ -114,8 +114,8 @@ func (s *State) Apply(ev Event) error {
 			owner = s.pods[sb.PodUID]
 			break
 		}
-		if sb.State == SandboxRemoved && sb.Removal != RemovedByEvent {
-			// The removal is NRI's claim from now on: a newer listing
+		if sb.State == SandboxRemoved {
+			// Removed by an absence: the removal is NRI's claim from now on: a newer listing
 			// that still shows the sandbox SettleTime later corrects
 			// it, as any event's (listSandbox), rather than leaving a
 			// listed sandbox Removed, and its pod torn down, for good.
