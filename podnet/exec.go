@@ -183,7 +183,7 @@ func sameInRoot(root, path string) error {
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 		return refuse(path, "network.exec_root %s has no such file: mount it into this pod at the node's path", root)
 	}
-	if errors.Is(err, unix.ENOSYS) {
+	if openat2Blocked(err) {
 		return noResolveInRoot(root, path)
 	}
 	if err != nil {
@@ -204,10 +204,10 @@ func openRoot(root string) (int, error) {
 	return dir, nil
 }
 
-// noResolveInRoot refuses path on a kernel without openat2's
-// RESOLVE_IN_ROOT (statInRoot failed with ENOSYS).
+// noResolveInRoot refuses path where openat2's RESOLVE_IN_ROOT is not
+// available (statInRoot failed with ENOSYS or EPERM: openat2Blocked).
 func noResolveInRoot(root, path string) error {
-	return refuse(path, "this kernel cannot resolve a path in network.exec_root %s as the chrooted plugin would (openat2 RESOLVE_IN_ROOT, Linux 5.6): set network.exec_root = \"\"", root)
+	return refuse(path, "a path in network.exec_root %s cannot be resolved as the chrooted plugin would: openat2 (RESOLVE_IN_ROOT) is not available here (a kernel before Linux 5.6, or a seccomp filter that blocks it); allow openat2, or set network.exec_root = \"\"", root)
 }
 
 // statInRoot stats path resolved as a process chrooted into root (open as
@@ -243,7 +243,7 @@ func findInRoot(root, plugin string, dirs []string) (string, error) {
 		switch {
 		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 			continue
-		case errors.Is(err, unix.ENOSYS):
+		case openat2Blocked(err):
 			return "", noResolveInRoot(root, path)
 		case err != nil:
 			return "", fmt.Errorf("looking for plugin %s in network.exec_root %s: %w", plugin, root, err)

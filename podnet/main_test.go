@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if os.Getenv(openat2BlockedEnv) != "" {
+		return m.Run() // a child of TestWhereSeccompBlocksOpenat2NoNamespaceIsTakenForGone: it runs no plugin
+	}
 	dir, err := os.MkdirTemp("", "podnet-plugins-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -73,8 +73,9 @@ func NetnsMountsUnseen(runtimePID int, netnsDir string) string {
 	defer unix.Close(root)
 	thereDir, there, err := mountOfDir(fmt.Sprintf("/proc/%d/mountinfo", runtimePID), func(p string) (int, error) {
 		fd, err := unix.Openat2(root, p, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
-		if errors.Is(err, unix.ENOSYS) {
-			// Before Linux 5.6: through the root's magic link, where an
+		if openat2Blocked(err) {
+			// Before Linux 5.6, or under a seccomp filter that blocks
+			// openat2: through the root's magic link, where an
 			// absolute symlink resolves in this process's root instead;
 			// the directory found must then be the same one as here
 			// (below), and its mount one of the runtime's.
@@ -206,8 +207,8 @@ func NetnsMountedForRuntime(runtimePID int, path string) string {
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		return ""
-	case errors.Is(err, unix.ENOSYS):
-		return fmt.Sprintf("whether %s is mounted in containerd's (process %d) view cannot be told: this kernel has no openat2 (Linux 5.6)", path, runtimePID)
+	case openat2Blocked(err):
+		return fmt.Sprintf("whether %s is mounted in containerd's (process %d) view cannot be told: openat2 is not available here (%v: a kernel before Linux 5.6, or a seccomp filter that blocks it, such as systemd's RestrictSUIDSGID=yes)", path, runtimePID, err)
 	case err != nil:
 		return fmt.Sprintf("whether %s is mounted in containerd's (process %d) view cannot be told (%v)", path, runtimePID, err)
 	}
@@ -220,4 +221,13 @@ func NetnsMountedForRuntime(runtimePID int, path string) string {
 		return fmt.Sprintf("%s is a namespace mount in containerd's (process %d) view, though not here: a pod may still run in it", path, runtimePID)
 	}
 	return ""
+}
+
+// openat2Blocked says whether err is openat2 being unavailable rather than
+// an answer: ENOSYS from a kernel before Linux 5.6 or from systemd's
+// RestrictSUIDSGID= filter (248+), EPERM from that filter before 248 or
+// from a SystemCallFilter= without it. Either way no answer is taken from
+// it: the callers refuse, or fall back to a path they check another way.
+func openat2Blocked(err error) bool {
+	return errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM)
 }

@@ -401,7 +401,7 @@ func (r *Reclaimer) hostLocalDirInRoot(dir string) error {
 	switch {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 		return nil
-	case errors.Is(err, unix.ENOSYS):
+	case openat2Blocked(err):
 		return noResolveInRoot(r.execRoot, dir)
 	case err != nil:
 		return fmt.Errorf("checking %s in network.exec_root %s: %w", dir, r.execRoot, err)

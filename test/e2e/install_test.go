@@ -852,10 +852,11 @@ func TestInstallSystemdUnitKeepsWhatThePluginNeeds(t *testing.T) {
 		}
 	}
 	// Each of these makes /sys/fs/cgroup read-only, takes the network,
-	// changes who the plugin is, or hides processes (a netns in use would
-	// look unused).
+	// changes who the plugin is, hides processes (a netns in use would
+	// look unused), or blocks openat2 (RestrictSUIDSGID: every CNI DEL of a
+	// namespace not mounted here would be refused).
 	for _, k := range []string{"Service.ProtectKernelTunables", "Service.ProtectControlGroups", "Service.PrivateNetwork",
-		"Service.ProtectProc", "Service.ProcSubset",
+		"Service.ProtectProc", "Service.ProcSubset", "Service.RestrictSUIDSGID",
 		"Service.User", "Service.DynamicUser", "Service.PrivateUsers", "Service.ReadOnlyPaths", "Service.InaccessiblePaths",
 		"Service.StandardError", "Service.StandardOutput"} {
 		if v, ok := keys[k]; ok {
