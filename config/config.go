@@ -120,7 +120,7 @@ type NRI struct {
 
 // Runtime is the [runtime] section: containerd's CRI and API endpoint.
 type Runtime struct {
-	Endpoint   string        // endpoint; "unix://" + absolute path
+	Endpoint   string        // endpoint; "unix://" + clean absolute path
 	Namespace  string        // namespace; a containerd namespace name
 	RPCTimeout time.Duration // rpc_timeout; > 0
 }

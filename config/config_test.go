@@ -55,8 +55,37 @@ var badConfigs = []struct {
 	{"a_key_with_letters_swapped", "[housekeeping]\nperoid = \"5s\"\n", "housekeeping.peroid", 2, "unknown key; did you mean period?"},
 	{"a_section_misspelt", "[cgroup]\nenabled = false\n", "cgroup", 1, "unknown section; did you mean cgroups?"},
 	{"a_key_like_none", "[logs]\nfoo = 1\n", "logs.foo", 2, "unknown key (keys of [logs]: pod_logs_dir, container_logs_dir)"},
-	{"unquoted_duration", "[housekeeping]\nperiod = 30s\n", "housekeeping.period", 2, `invalid TOML: expected newline but got U+0073 's'; a duration is a string: period = "30s"`},
-	{"unquoted_compound_duration_with_a_comment", "[housekeeping]\nleak_grace = 1h30m # grace\n", "housekeeping.leak_grace", 2, `a duration is a string: leak_grace = "1h30m"`},
+	{"unquoted_duration", "[housekeeping]\nperiod = 30s\n", "housekeeping.period", 2, `a duration is a string: period = "30s" (invalid TOML: expected newline but got U+0073 's')`},
+	{"unquoted_compound_duration_with_a_comment", "[housekeeping]\nleak_grace = 1h30m # grace\n", "housekeeping.leak_grace", 2, `a duration is a string: leak_grace = "1h30m" (invalid TOML: `},
+	{"duration_out_of_range_is_not_a_syntax_error", "[housekeeping]\nperiod = \"9999999h\"\n", "housekeeping.period", 2,
+		`duration "9999999h" is out of range: a Go duration is at most 2562047h47m16.854775807s (about 292 years), either sign; give a shorter one`},
+	{"negative_duration_out_of_range_is_not_a_syntax_error", "[orphans]\nstop_timeout = \"-9999999h\"\n", "orphans.stop_timeout", 2, `duration "-9999999h" is out of range`},
+	{"duration_of_too_many_nanoseconds_is_out_of_range", "[containers]\nmin_age = \"99999999999999999999ns\"\n", "containers.min_age", 2, `duration "99999999999999999999ns" is out of range`},
+
+	// A word without quotes: the hint comes first, the parser's words (about
+	// the number, true, false, nan or inf it tried to read) after it.
+	{"unquoted_string_action", "[orphans]\naction = stop\n", "orphans.action", 2, `a string is quoted: action = "stop" (invalid TOML: incomplete number)`},
+	{"unquoted_string_target", "[log]\ntarget = file\n", "log.target", 2, `a string is quoted: target = "file" (invalid TOML: expected 'false')`},
+	{"unquoted_string_source", "[pods]\nsource = none\n", "pods.source", 2, `a string is quoted: source = "none" (invalid TOML: expected 'nan')`},
+	{"unquoted_string_level", "[log]\nlevel = error\n", "log.level", 2, `a string is quoted: level = "error" (invalid TOML: unable to parse float`},
+	{"unquoted_string_with_a_comment", "[log]\nlevel = warn # quieter\n", "log.level", 2, `a string is quoted: level = "warn" (invalid TOML: `},
+	{"unquoted_string_of_a_dotted_key_as_written", "log.level = info\n", "log.level", 1, `a string is quoted: log.level = "info" (invalid TOML: `},
+	{"unquoted_string_path", "[runtime]\nendpoint = /run/containerd/containerd.sock\n", "runtime.endpoint", 2,
+		`a string is quoted: endpoint = "/run/containerd/containerd.sock" (invalid TOML: `},
+	{"unquoted_string_of_digits", "[nri]\nplugin_index = 05\n", "nri.plugin_index", 2, `a string is quoted: plugin_index = "05" (invalid TOML: `},
+	{"boolean_in_upper_case", "dry_run = True\n", "dry_run", 1, `a boolean is true or false, lower case: dry_run = true (invalid TOML: incomplete number)`},
+	{"boolean_as_yes", "dry_run = yes\n", "dry_run", 1, `a boolean is true or false, lower case: dry_run = true or dry_run = false (invalid TOML: incomplete number)`},
+	{"boolean_as_off_in_a_section", "[cgroups]\nenabled = off\n", "cgroups.enabled", 2, `a boolean is true or false, lower case: enabled = true or enabled = false (invalid TOML: `},
+
+	// A character no message shows, in any string (see also
+	// TestEveryStringKeyRefusesACharacterNoMessageShows).
+	{"string_with_a_zero_width_space", "[metrics]\naddress = \"127.0.0.1:9560\u200b\"\n", "metrics.address", 2,
+		`"127.0.0.1:9560\u200b" contains U+200B, an invisible format character: remove it`},
+	{"string_with_a_byte_order_mark", "[log]\nlevel = \"\ufeffinfo\"\n", "log.level", 2, `contains U+FEFF, an invisible format character`},
+	{"path_with_a_bidi_override", "[pods]\nkubelet_root = \"/var/lib/\u202ekubelet\"\n", "pods.kubelet_root", 2, `contains U+202E, an invisible format character`},
+	{"path_with_a_control_character", "[log]\nfile = \"/var/log/a\\u0007.log\"\n", "log.file", 2, `contains U+0007, a non-printable character: remove it`},
+	{"string_with_a_no_break_space_inside", "[nri]\nplugin_name = \"nri\u00a0housekeeper\"\n", "nri.plugin_name", 2, `contains U+00A0, white space other than a plain space: remove it`},
+	{"duration_with_a_zero_width_space", "[housekeeping]\nperiod = \"30s\\u200b\"\n", "housekeeping.period", 2, `"30s\u200b" contains U+200B, an invisible format character`},
 	{"bad_duration_no_unit", "[orphans]\nstop_timeout = \"10\"\n", "orphans.stop_timeout", 2, `invalid duration "10"`},
 	{"bad_duration_empty", "[runtime]\nrpc_timeout = \"\"\n", "runtime.rpc_timeout", 2, `invalid duration ""`},
 	{"negative_duration_startup_delay", "[housekeeping]\nstartup_delay = \"-1s\"\n", "housekeeping.startup_delay", 2, `must not be negative, got "-1s"`},
@@ -74,6 +103,12 @@ var badConfigs = []struct {
 	{"endpoint_with_a_query", "[runtime]\nendpoint = \"unix:///run/containerd/containerd.sock?x=1\"\n", "runtime.endpoint", 2, `gRPC reads it as a URL`},
 	{"endpoint_with_a_fragment", "[runtime]\nendpoint = \"/run/containerd/containerd.sock#a\"\n", "runtime.endpoint", 2, `gRPC reads it as a URL`},
 	{"endpoint_with_an_escape", "[runtime]\nendpoint = \"unix:///run/a%20b.sock\"\n", "runtime.endpoint", 2, `a % starts an escape`},
+	{"endpoint_with_a_trailing_slash_is_not_clean", "[runtime]\nendpoint = \"unix:///run/containerd/containerd.sock/\"\n", "runtime.endpoint", 2,
+		`must be a clean path (no trailing /, no // and no . or .. elements), such as "unix:///run/containerd/containerd.sock"; got "unix:///run/containerd/containerd.sock/"`},
+	{"endpoint_with_a_double_slash_is_not_clean", "[runtime]\nendpoint = \"/run/containerd//containerd.sock\"\n", "runtime.endpoint", 2,
+		`must be a clean path (no trailing /, no // and no . or .. elements), such as "unix:///run/containerd/containerd.sock"; got "unix:///run/containerd//containerd.sock"`},
+	{"endpoint_with_a_dot_element_is_not_clean", "[runtime]\nendpoint = \"unix:///run/containerd/./containerd.sock\"\n", "runtime.endpoint", 2,
+		`must be a clean path (no trailing /, no // and no . or .. elements), such as "unix:///run/containerd/containerd.sock"`},
 
 	// leak_grace is at least the period (unless one of them is invalid itself).
 	{"leak_grace_shorter_than_period", "[housekeeping]\nperiod = \"1m\"\nleak_grace = \"59s\"\n", "housekeeping.leak_grace", 3, `must be at least housekeeping.period (1m0s), got "59s": an object would be acted on the first time a pass sees it`},
@@ -893,5 +928,35 @@ func TestAnUnquotedValueOfAnotherKeyGetsNoDurationHint(t *testing.T) {
 	_, err := Parse([]byte("[budget]\nmax_per_pass = 3m\n"), testSource)
 	if err == nil || !strings.Contains(err.Error(), "budget.max_per_pass: invalid TOML") || strings.Contains(err.Error(), "a duration is a string") {
 		t.Fatalf("err = %v; want the TOML error at budget.max_per_pass, with no duration hint", err)
+	}
+}
+
+// TestEveryStringKeyRefusesACharacterNoMessageShows: a zero width space
+// pasted into a value (or a U+FEFF, a bidi control) is invisible in every
+// message that quotes the value later ("no such file"), so it is refused
+// at its key, naming its code point, whatever the key.
+func TestEveryStringKeyRefusesACharacterNoMessageShows(t *testing.T) {
+	def := Default()
+	for _, sec := range schema(&def) {
+		for _, f := range sec.fields {
+			var v string
+			switch p := f.ptr.(type) {
+			case *string:
+				v = *p
+			case *time.Duration:
+				v = p.String()
+			default:
+				continue
+			}
+			key := sec.key(f.name)
+			t.Run(key, func(t *testing.T) {
+				text := "[" + sec.name + "]\n" + f.name + " = \"" + v + "\u200b\"\n"
+				_, err := Parse([]byte(text), testSource)
+				ps := Problems(err)
+				if len(ps) != 1 || ps[0].Key != key || ps[0].Line != 2 || !strings.Contains(ps[0].Msg, "contains U+200B, an invisible format character") {
+					t.Fatalf("%q: got %v; want one problem at %s, line 2, naming U+200B", text, err, key)
+				}
+			})
+		}
 	}
 }

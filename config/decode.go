@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
@@ -422,6 +424,9 @@ func (d *decoder) set(key string, f field, v any) {
 			d.add(key, "%s starts or ends with white space: remove it", quote(s))
 			return
 		}
+		if !d.visible(key, s) {
+			return
+		}
 		*p = s
 	case *time.Duration:
 		s, ok := v.(string)
@@ -429,8 +434,17 @@ func (d *decoder) set(key string, f field, v any) {
 			d.add(key, "expected a duration string such as \"30s\" or \"5m\", got %s", describe(v))
 			return
 		}
+		if !d.visible(key, s) {
+			return
+		}
 		dur, err := time.ParseDuration(s)
-		if err != nil {
+		switch {
+		case err != nil && goDuration.MatchString(s):
+			// time.ParseDuration calls a value too large for it invalid too.
+			d.add(key, "duration %s is out of range: a Go duration is at most %s (about 292 years), either sign; give a shorter one",
+				quote(s), time.Duration(math.MaxInt64))
+			return
+		case err != nil:
 			d.add(key, "invalid duration %s (use Go duration syntax such as \"30s\", \"5m\"; units ns, us, ms, s, m, h)", quote(s))
 			return
 		}
@@ -440,39 +454,87 @@ func (d *decoder) set(key string, f field, v any) {
 	}
 }
 
-// unquotedDurationValue is a duration written without quotes (period = 30s).
-var unquotedDurationValue = regexp.MustCompile(`^[^=#"']+=\s*([0-9]+(?:\.[0-9]+)?(?:ns|us|µs|ms|s|m|h)(?:[0-9]+(?:\.[0-9]+)?(?:ns|us|µs|ms|s|m|h))*)\s*(?:#.*)?$`)
-
-// unquotedDuration returns the value of line (1-based) of data when it is
-// a duration written without quotes.
-func unquotedDuration(data []byte, line int) (string, bool) {
-	lines := strings.Split(string(data), "\n")
-	if line < 1 || line > len(lines) {
-		return "", false
+// visible records a problem of key, and returns false, when its string
+// value s holds a character no message shows: "no such file" would then
+// quote a path that looks right.
+func (d *decoder) visible(key, s string) bool {
+	r, what, hidden := hiddenRune(s)
+	if hidden {
+		d.add(key, "%s contains %U, %s: remove it (retype the value if it was pasted)", quote(s), r, what)
 	}
-	m := unquotedDurationValue.FindStringSubmatch(strings.TrimSpace(lines[line-1]))
-	if m == nil {
-		return "", false
-	}
-	return m[1], true
+	return !hidden
 }
 
-// isDurationKey says whether key (dotted) is one of the schema's durations.
-func isDurationKey(key string) bool {
+// unquotedValue is a key/value line whose value is one word written without
+// quotes, brackets or braces (action = stop, period = 30s # a comment): its
+// first group is the key as written, its second the word.
+var unquotedValue = regexp.MustCompile(`^([^=#"'\[\]]+?)\s*=\s*([^\s=#"'\[\]{},]+)\s*(?:#.*)?$`)
+
+// goDuration is the syntax time.ParseDuration accepts, besides "0": a value
+// of this syntax that it refuses is out of range.
+var goDuration = regexp.MustCompile(`^[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+$`)
+
+// unquotedHint returns what to write instead when line (1-based) of data,
+// where go-toml failed, sets key (dotted) to a word without quotes: a string
+// or a duration is quoted, a boolean is true or false in lower case. It
+// returns "" for another line or key, and for a word that a duration key
+// would refuse quoted too.
+func unquotedHint(data []byte, line int, key string) string {
+	lines := strings.Split(string(data), "\n")
+	if line < 1 || line > len(lines) {
+		return ""
+	}
+	m := unquotedValue.FindStringSubmatch(strings.TrimSpace(lines[line-1]))
+	f, ok := schemaField(key)
+	if m == nil || !ok {
+		return ""
+	}
+	written, word := m[1], m[2]
+	switch f.ptr.(type) {
+	case *time.Duration:
+		if goDuration.MatchString(word) {
+			return fmt.Sprintf("a duration is a string: %s = %q", written, word)
+		}
+	case *string:
+		return fmt.Sprintf("a string is quoted: %s = %q", written, word)
+	case *bool:
+		if lower := strings.ToLower(word); lower == "true" || lower == "false" {
+			return fmt.Sprintf("a boolean is true or false, lower case: %s = %s", written, lower)
+		}
+		return fmt.Sprintf("a boolean is true or false, lower case: %s = true or %s = false", written, written)
+	}
+	return ""
+}
+
+// schemaField returns the field of key (dotted), if it is one of the
+// schema's keys.
+func schemaField(key string) (field, bool) {
 	for _, sec := range schema(&Config{}) {
 		for _, f := range sec.fields {
-			if _, ok := f.ptr.(*time.Duration); ok && sec.key(f.name) == key {
-				return true
+			if sec.key(f.name) == key {
+				return f, true
 			}
 		}
 	}
-	return false
+	return field{}, false
 }
 
-// lastPart is the last dotted part of a key ("period" of
-// "housekeeping.period").
-func lastPart(key string) string {
-	return key[strings.LastIndex(key, ".")+1:]
+// hiddenRune returns the first rune of s that a message or a terminal does
+// not show as itself, and what it is: a format character (unicode.Cf, such
+// as U+200B ZERO WIDTH SPACE or U+FEFF, which pasted text brings), white
+// space other than a plain space, or another non-printable character.
+func hiddenRune(s string) (rune, string, bool) {
+	for _, r := range s {
+		switch {
+		case unicode.Is(unicode.Cf, r):
+			return r, "an invisible format character", true
+		case r != ' ' && unicode.IsSpace(r):
+			return r, "white space other than a plain space", true
+		case !unicode.IsPrint(r):
+			return r, "a non-printable character", true
+		}
+	}
+	return 0, "", false
 }
 
 // tomlError records err, returned by go-toml for data, with its line.
@@ -482,9 +544,10 @@ func (d *decoder) tomlError(data []byte, err error) {
 	if errors.As(err, &de) {
 		line, _ := de.Position()
 		key := syntaxKey(data, line)
-		if v, ok := unquotedDuration(data, line); ok && isDurationKey(key) {
-			// The likeliest slip in a file of durations.
-			msg += fmt.Sprintf("; a duration is a string: %s = %q", lastPart(key), v)
+		if hint := unquotedHint(data, line, key); hint != "" {
+			// The parser's own words are about the number or the
+			// true/false/nan/inf it tried to read the word as.
+			msg = hint + " (" + msg + ")"
 		}
 		d.addAt(line, key, "%s", msg)
 		return

@@ -74,6 +74,11 @@ func validate(p *problems, c Config) {
 		// the one written.
 		p.add("runtime.endpoint", "invalid endpoint %s: gRPC reads it as a URL (a ? or # starts its query or fragment, a %% starts an escape), and would dial another path; "+
 			"give the socket's path alone, such as \"unix:///run/containerd/containerd.sock\"", quote(ep))
+	case filepath.Clean(ep[len(UnixScheme):]) != ep[len(UnixScheme):]:
+		// A trailing / makes the dial fail with "not a directory", a
+		// message about another problem than the one written.
+		p.add("runtime.endpoint", "must be a clean path (no trailing /, no // and no . or .. elements), such as %s; got %s",
+			quote(UnixScheme+filepath.Clean(ep[len(UnixScheme):])), quote(ep))
 	}
 	if ns := c.Runtime.Namespace; len(ns) > 76 || !namespace.MatchString(ns) {
 		p.add("runtime.namespace", "invalid namespace %s (expected a containerd namespace such as \"k8s.io\": letters and digits separated by single . _ or -, at most 76 characters)", quote(ns))

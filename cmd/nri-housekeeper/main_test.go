@@ -50,7 +50,7 @@ func TestConfigCheckRejectsBadFilesNamingKeyAndLine(t *testing.T) {
 		{"relative kubelet root", "[pods]\nkubelet_root = \"var/lib/kubelet\"\n", ":2: pods.kubelet_root:"},
 		{"tcp endpoint", "[runtime]\nendpoint = \"tcp://127.0.0.1:1\"\n", ":2: runtime.endpoint:"},
 		{"bad plugin index", "[nri]\nplugin_index = \"1\"\n", ":2: nri.plugin_index:"},
-		{"syntax error", "dry_run = tru\n", ":1: dry_run: invalid TOML"},
+		{"syntax error", "dry_run = tru\n", ":1: dry_run: a boolean is true or false, lower case"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "bad.toml")
