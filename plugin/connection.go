@@ -42,10 +42,14 @@ type ConnectOptions struct {
 
 // Run serves NRI until ctx ends. Pre-registered (launched by containerd), it
 // returns when the connection is lost: the inherited fd cannot be redialled
-// and containerd relaunches its plugins when it restarts. External, it
+// and containerd relaunches its plugins when it restarts; nil once the
+// plugin had registered, an error when it never did. External, it
 // reconnects with backoff for as long as ctx lives; every new connection
 // starts with a Synchronize, which triggers a fresh listing.
 func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
+	// The handlers' last lines are written before the caller goes on to
+	// exit; a log that does not take them within the bound loses them.
+	defer p.log.flush(handlerLogFlush)
 	if PreRegistered() {
 		c := p.newConnection()
 		s, err := stub.New(c, stub.WithOnClose(c.lost), stub.WithLogger(stubLogger{p.log}))
@@ -60,7 +64,14 @@ func (p *Plugin) Run(ctx context.Context, opts ConnectOptions) error {
 		case p.stats.Registrations.Load() == 0:
 			return fmt.Errorf("registering over the NRI connection containerd passed: %w", err)
 		}
-		return fmt.Errorf("NRI connection to containerd lost (containerd relaunches pre-registered plugins when it restarts): %w", err)
+		// containerd closing the connection it passed is how a launched
+		// plugin's life ends (containerd going away; it launches the plugin
+		// again when it starts): no error, but said, since a containerd
+		// that dropped the plugin and runs on (a request past its NRI
+		// timeout) leaves the node without housekeeping until it restarts.
+		p.log.log.WithField("reason", fmt.Sprint(err)).Warn("containerd closed the NRI connection it passed: exiting. " +
+			"containerd launches the plugin again when it starts; if containerd is still running, it dropped the plugin (see its log), and housekeeping stops until containerd restarts")
+		return nil
 	}
 
 	stubOpts := []stub.Option{

@@ -73,8 +73,9 @@ Signals:
   to it before they ran.
 
 Exit status of run: 0 stopped by a signal, or (pre-registered) containerd
-closed the connection it passed; 1 that connection failed before the plugin
-registered over it, or ended with an error; 2 the configuration, the log
+closed the connection it passed (said in the log: containerd may have
+dropped the plugin); 1 that connection failed before the plugin registered
+over it; 2 the configuration, the log
 target or the metrics address cannot be used (the message names which).
 
 Configuration keys, defaults and meaning: 'nri-housekeeper config example'.
