@@ -203,7 +203,7 @@ func New(build BuildInfo) *Metrics {
 		}, []string{labelSource}),
 		degraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: nameDegraded,
-			Help: "1 while a part of housekeeping fails while the rest goes on, else 0: network (the network side cannot read its sources: network leaks are not looked for) or state-file (housekeeping.state_file cannot be written: a restart would forget the pods seen torn down and the budgeted steps of the last hour).",
+			Help: "1 while a part of housekeeping fails while the rest goes on, else 0: network (the network side cannot read its sources: network leaks are not looked for), state-file (housekeeping.state_file cannot be written: a restart would forget the pods seen torn down and the budgeted steps of the last hour) or cgroups (the pod cgroups cannot be listed, or cgroups.root is in no cgroup hierarchy while sandboxes are Ready: pod cgroups are not cleaned).",
 		}, []string{labelPart}),
 		criDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    nameCRIDuration,
@@ -287,8 +287,9 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // ObservePass records one housekeeping pass that ended at at (zero: now).
 // result is PassOK, PassSkippedNotReady (planned, but the readiness gate was
-// closed) or PassListingFailed. A pass with a fresh listing (ok or
-// skipped_not_ready) sets the last-successful-pass timestamp: the loop is
+// closed), PassListingUntrusted (the listing disagreed with NRI: no plan) or
+// PassListingFailed. A pass with a fresh listing (ok, skipped_not_ready or
+// listing_untrusted) sets the last-successful-pass timestamp: the loop is
 // alive and sees the runtime, even while it may not act.
 func (m *Metrics) ObservePass(result string, duration time.Duration, at time.Time) {
 	result = m.passResults.pick(result)

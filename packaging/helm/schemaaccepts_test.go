@@ -10,6 +10,9 @@ import "testing"
 func TestValuesTheSchemaAcceptsRenderAConfigThePluginAccepts(t *testing.T) {
 	for name, vals := range map[string]map[string]any{
 		"cgroupMountpoint with a trailing slash": {"cgroupMountpoint": "/sys/fs/cgroup/"},
+		// A quoted boolean (helm --set-string): the plugin refused
+		// remove_orphaned = "false" (TestBooleansGivenAsStrings).
+		"a boolean config key as a string": {"config": map[string]any{"pod_dirs": map[string]any{"remove_orphaned": "false"}, "dry_run": "true"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out := mustRender(t, vals) // schema and templates accept it

@@ -35,7 +35,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{- define "nri-housekeeper.serviceAccountName" -}}
-{{- if .Values.serviceAccount.create }}
+{{- if eq (toString .Values.serviceAccount.create) "true" }}
 {{- default (include "nri-housekeeper.fullname" .) .Values.serviceAccount.name }}
 {{- else }}
 {{- default "default" .Values.serviceAccount.name }}
@@ -53,9 +53,33 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Where the plugin finds its configuration in the container. */}}
 {{- define "nri-housekeeper.configDir" -}}/etc/nri-housekeeper{{- end }}
 
-{{/* Whether the kubelet pods dir is mounted read-only. */}}
+{{/*
+A boolean value as "true" or "false": (list KEY VALUE DEFAULT). VALUE is a
+boolean or the string "true" or "false" (helm --set-string, a quoted YAML
+value), null is DEFAULT; anything else fails the render, naming KEY. Every
+boolean decision goes through eq (toString VALUE) "true", never plain
+truthiness: the string "false" is truthy. tomlValue writes the strings of
+the plugin's boolean keys as TOML booleans, so the mounts decided here and
+the config the plugin reads agree.
+*/}}
+{{- define "nri-housekeeper.bool" -}}
+{{- $key := index . 0 }}{{ $v := index . 1 }}
+{{- if kindIs "invalid" $v }}{{ $v = index . 2 }}{{ end }}
+{{- if not (and (or (kindIs "bool" $v) (kindIs "string" $v)) (has (toString $v) (list "true" "false"))) }}
+{{- fail (printf "%s: expected a boolean (true or false), got %s %s" $key (kindOf $v) (toJson $v)) }}
+{{- end }}
+{{- if eq (toString $v) "true" }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{/* Whether the kubelet pods dir is mounted read-only: unless config.pod_dirs.remove_orphaned. */}}
 {{- define "nri-housekeeper.podsReadOnly" -}}
-{{- if dig "pod_dirs" "remove_orphaned" false (default dict .Values.config) }}false{{ else }}true{{ end }}
+{{- $remove := dig "pod_dirs" "remove_orphaned" false (default dict .Values.config) }}
+{{- if eq (include "nri-housekeeper.bool" (list "config.pod_dirs.remove_orphaned" $remove false)) "true" }}false{{ else }}true{{ end }}
+{{- end }}
+
+{{/* Whether config.dry_run is on: "true" or "false". */}}
+{{- define "nri-housekeeper.dryRun" -}}
+{{- include "nri-housekeeper.bool" (list "config.dry_run" (dig "dry_run" false (default dict .Values.config)) false) }}
 {{- end }}
 
 {{/*
@@ -63,8 +87,8 @@ Whether the network side is on: network.enabled, unless the config turns it
 off (config.network.enabled: false). "true" or "false".
 */}}
 {{- define "nri-housekeeper.networkEnabled" -}}
-{{- $cfgOn := ne (toString (dig "network" "enabled" true (default dict .Values.config))) "false" }}
-{{- if and .Values.network.enabled $cfgOn }}true{{ else }}false{{ end }}
+{{- $cfgOn := include "nri-housekeeper.bool" (list "config.network.enabled" (dig "network" "enabled" true (default dict .Values.config)) true) }}
+{{- if and (eq (toString .Values.network.enabled) "true") (eq $cfgOn "true") }}true{{ else }}false{{ end }}
 {{- end }}
 
 {{/*
@@ -138,14 +162,19 @@ for integer keys.
 One TOML value. The plugin's only number keys are listed here: whole numbers
 are written as integers, and a number given as a string (helm --set turns
 0.25 into "0.25") is written as a number. A number for any other key is
-written as a string (helm --set turns plugin_index=20 into 20). Booleans and
+written as a string (helm --set turns plugin_index=20 into 20). So are its
+boolean keys: a boolean, or the string "true" or "false" (helm --set-string,
+a quoted YAML value), is written as a TOML boolean, anything else fails the
+render (the plugin would refuse it: a crash loop). Other booleans and
 strings are written as they are.
 */}}
 {{- define "nri-housekeeper.tomlValue" -}}
 {{- $key := index . 0 }}{{ $v := index . 1 }}
 {{- $numberKeys := list "housekeeping.max_parallel" "containers.max_per_pod_container" "containers.max_containers" "budget.max_per_pass" "budget.max_fraction" "budget.min_per_pass" "budget.max_per_hour" }}
+{{- $boolKeys := list "dry_run" "cgroups.enabled" "pod_dirs.remove_orphaned" "network.enabled" }}
 {{- $isNumber := or (kindIs "float64" $v) (kindIs "int" $v) (kindIs "int64" $v) }}
-{{- if and (has $key $numberKeys) (kindIs "string" $v) (regexMatch "^-?[0-9]+(\\.[0-9]+)?$" $v) }}{{ $v }}
+{{- if has $key $boolKeys }}{{ include "nri-housekeeper.bool" (list (printf "config.%s" $key) $v false) }}
+{{- else if and (has $key $numberKeys) (kindIs "string" $v) (regexMatch "^-?[0-9]+(\\.[0-9]+)?$" $v) }}{{ $v }}
 {{- else if and $isNumber (has $key $numberKeys) }}
 {{- if eq (float64 $v) (float64 (int64 $v)) }}{{ int64 $v }}{{ else }}{{ $v }}{{ end }}
 {{- else if $isNumber }}{{ if eq (float64 $v) (float64 (int64 $v)) }}{{ int64 $v | toString | toJson }}{{ else }}{{ $v | toString | toJson }}{{ end }}
@@ -161,7 +190,8 @@ cannot use it: cgroups disabled, or the cgroupfs driver set.
 */}}
 {{- define "nri-housekeeper.systemdRunDir" -}}
 {{- $cgroups := dig "cgroups" dict (default dict .Values.config) -}}
-{{- if and .Values.systemdRunDir (ne (toString (dig "enabled" true $cgroups)) "false") (ne (toString (dig "driver" "auto" $cgroups)) "cgroupfs") -}}
+{{- $enabled := include "nri-housekeeper.bool" (list "config.cgroups.enabled" (dig "enabled" true $cgroups) true) -}}
+{{- if and .Values.systemdRunDir (eq $enabled "true") (ne (toString (dig "driver" "auto" $cgroups)) "cgroupfs") -}}
 {{- clean .Values.systemdRunDir -}}
 {{- end -}}
 {{- end }}
