@@ -7,8 +7,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 )
 
 func TestAutoTargetUsesJournaldWhenItsSocketExists(t *testing.T) {
@@ -171,10 +173,30 @@ func TestFileTargetErrorNamesThePath(t *testing.T) {
 		{"missing directory is not created", filepath.Join(dir, "nope", "x.log"), []string{filepath.Join(dir, "nope", "x.log"), "does not exist"}},
 		{"path is a directory", dir, []string{dir, "is a directory"}},
 		{"no file given", "", []string{"log.file"}},
+		// The open of a FIFO no one reads would wait for ever: the plugin
+		// would hang at its start while config check says OK.
+		{"a FIFO no one reads is no log file, and its open does not wait", fifo(t, filepath.Join(dir, "fifo")), []string{"fifo", "not a regular file"}},
+		{"a device loses every line", os.DevNull, []string{os.DevNull, "character device", "not a regular file"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			logger, closeFn, err := New(Options{Target: TargetFile, File: tt.file})
+			type result struct {
+				logger  *logrus.Logger
+				closeFn func() error
+				err     error
+			}
+			done := make(chan result, 1)
+			go func() {
+				logger, closeFn, err := New(Options{Target: TargetFile, File: tt.file})
+				done <- result{logger, closeFn, err}
+			}()
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("New(log.file = %q) still waits after 5s", tt.file)
+			}
+			logger, closeFn, err := r.logger, r.closeFn, r.err
 			if err == nil {
 				closeFn()
 				t.Fatal("New succeeded")
@@ -267,4 +289,13 @@ func TestInvalidOptionsAreErrorsNamingTheKey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fifo makes a FIFO at path, for a log.file that is one.
+func fifo(t *testing.T, path string) string {
+	t.Helper()
+	if err := unix.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -613,6 +613,7 @@ func TestConfigCheckWarnsOfALogFileWhoseDirIsMissing(t *testing.T) {
 	}{
 		{filepath.Join(dir, "missing", "nri-housekeeper.log"), true},
 		{filepath.Join(dir, "nri-housekeeper.log"), false},
+		{os.DevNull, true}, // not a regular file: run refuses it
 	} {
 		path := filepath.Join(t.TempDir(), "c.toml")
 		if err := os.WriteFile(path, []byte("[log]\ntarget = \"file\"\nfile = \""+tc.file+"\"\n"), 0o644); err != nil {
@@ -620,7 +621,8 @@ func TestConfigCheckWarnsOfALogFileWhoseDirIsMissing(t *testing.T) {
 		}
 		var stdout, stderr bytes.Buffer
 		code := run([]string{"config", "check", path}, &stdout, &stderr)
-		warned := strings.Contains(stderr.String(), "warning: log.file "+tc.file+": its directory "+filepath.Dir(tc.file)+" does not exist here")
+		warned := strings.Contains(stderr.String(), "warning: log.file "+tc.file+": its directory "+filepath.Dir(tc.file)+" does not exist here") ||
+			strings.Contains(stderr.String(), "warning: log.file "+tc.file+": it is a character device here, not a regular file: run would exit 2")
 		if code != 0 || stdout.String() != path+": OK\n" || warned != tc.warn {
 			t.Errorf("%s: exit %d, stdout %q, warned %v (want %v); stderr:\n%s", tc.file, code, stdout.String(), warned, tc.warn, stderr.String())
 		}
