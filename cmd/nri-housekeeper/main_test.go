@@ -9,7 +9,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -531,6 +535,72 @@ func TestALaunchedPluginsFirstLinesGoWhereItsConfigurationSays(t *testing.T) {
 			t.Errorf("the default target lacks the held line:\n%s", got)
 		}
 	})
+}
+
+// TestALineLoggedWhileHeldLinesAreReleasedIsNotLost: an NRI handler may log
+// while the held logger is pointed at its configured target; its line is
+// written (twice at worst), never dropped on the way between the two.
+func TestALineLoggedWhileHeldLinesAreReleasedIsNotLost(t *testing.T) {
+	dir := t.TempDir()
+	for round := range 200 {
+		file := filepath.Join(dir, fmt.Sprintf("configured-%d.log", round))
+		log, held := logging.NewHeld()
+		var logged atomic.Int64
+		var releasing atomic.Bool
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			for n := int64(0); ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for n >= 500 && !releasing.Load() {
+					runtime.Gosched() // the held logger keeps 1,000
+				}
+				log.WithField("n", n).Info("handler line")
+				logged.Store(n + 1)
+				runtime.Gosched()
+			}
+		}()
+		// Lines before the release (at most 500: the held logger keeps
+		// 1,000), during it, and after it.
+		waitLogged := func(n int64) {
+			for logged.Load() < n {
+				runtime.Gosched()
+			}
+		}
+		waitLogged(50)
+		releasing.Store(true)
+		configured := logging.Options{Target: logging.TargetFile, File: file}
+		closeLog := releaseHeld(log, held, &configured, logging.Options{Target: logging.TargetFile, File: filepath.Join(dir, "default.log")})
+		waitLogged(logged.Load() + 50)
+		close(stop)
+		<-done
+		if err := closeLog(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The held logger drops what it cannot keep, and says how many.
+		dropped := 0
+		if m := regexp.MustCompile(`(\d+) log entries from before the log target was known were dropped`).FindSubmatch(b); m != nil {
+			dropped, _ = strconv.Atoi(string(m[1]))
+		}
+		lines, missing := logged.Load(), []int64(nil)
+		for n := range lines {
+			if !strings.Contains(string(b), fmt.Sprintf(" n=%d\n", n)) {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) > dropped {
+			t.Fatalf("round %d: %d of %d lines, logged while the held lines were released, are in neither target (the held logger dropped %d), first n=%d",
+				round, len(missing), lines, dropped, missing[0])
+		}
+	}
 }
 
 // A listing that fails says what to check: a socket nothing listens on

@@ -394,10 +394,15 @@ func reconfigureLogger(log *logrus.Logger, opts logging.Options) (func() error, 
 	if err != nil {
 		return nil, err
 	}
-	log.ReplaceHooks(configured.Hooks)
+	// Output first, hooks last: a line logged meanwhile (an NRI handler's)
+	// still finds the hook that holds lines, or the new hooks; with the
+	// hooks replaced first it went to the held logger's discarded output.
+	// At worst it is written twice (here, and again when held lines are
+	// released), never lost.
+	log.SetLevel(configured.GetLevel())
 	log.SetFormatter(configured.Formatter)
 	log.SetOutput(configured.Out)
-	log.SetLevel(configured.GetLevel())
+	log.ReplaceHooks(configured.Hooks)
 	return closeFn, nil
 }
 
