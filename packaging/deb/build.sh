@@ -108,11 +108,23 @@ if [ "$GOARCH" != "$("$GO" env GOHOSTARCH)" ]; then
 	host=$stage/host/nri-housekeeper
 fi
 
-{
-	cat <<'EOF'
+# The conffile sets no key: every key is optional, and one written at its
+# default would pin that default across upgrades that change it. It holds
+# only what rarely changes, so that dpkg seldom asks about an edited copy;
+# the documented list of every key is the example beside README.Debian.
+cat >"$stage/config.toml" <<'EOF'
 # nri-housekeeper configuration, external mode: read by the systemd service
 # nri-housekeeper.service (nri-housekeeper run --config
 # /etc/nri-housekeeper/config.toml), which connects to containerd's NRI socket.
+#
+# Every key is optional: set here only what you change. Each key, its
+# default and its meaning:
+#   /usr/share/doc/nri-housekeeper/config.example.toml
+#   nri-housekeeper config example
+# For instance:
+#   dry_run = true
+#   [housekeeping]
+#   leak_grace = "10m"
 #
 # A dpkg conffile: your changes are kept on upgrades. Check a change, then
 # apply it:
@@ -121,11 +133,10 @@ fi
 # Logs: journalctl -t nri-housekeeper (log.target = "auto" finds journald).
 # The service cannot write below /usr, /boot or /etc, does not see /home or
 # /root, and has its own /tmp: keep configured paths (log.file, ...) in /var.
-#
 EOF
-	"$host" config example
-} >"$stage/config.toml"
 "$host" config check "$stage/config.toml" >/dev/null
+"$host" config example >"$stage/config.example.toml"
+"$host" config check "$stage/config.example.toml" >/dev/null
 
 # The pre-registered configuration, exactly as `make install` writes it.
 "$here/../install/install.sh" config BINARY="$host" >"$stage/10-nri-housekeeper.conf"

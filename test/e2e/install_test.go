@@ -495,6 +495,7 @@ var debPaths = map[string]string{
 	"./usr/share/doc/":                 "drwxr-xr-x",
 	"./usr/share/doc/nri-housekeeper/": "drwxr-xr-x",
 	"./usr/share/doc/nri-housekeeper/README.Debian":       "-rw-r--r--",
+	"./usr/share/doc/nri-housekeeper/config.example.toml": "-rw-r--r--",
 	"./usr/share/nri-housekeeper/":                        "drwxr-xr-x",
 	"./usr/share/nri-housekeeper/10-nri-housekeeper.conf": "-rw-r--r--",
 }
@@ -682,9 +683,18 @@ func TestDebPackageInstallsAndRemovesCleanly(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(v), "nri-housekeeper ") {
 		t.Fatalf("nri-housekeeper version: %q, %v", v, err)
 	}
-	for _, f := range []string{"/etc/nri-housekeeper/config.toml", "/usr/share/nri-housekeeper/10-nri-housekeeper.conf"} {
+	for _, f := range []string{"/etc/nri-housekeeper/config.toml", "/usr/share/nri-housekeeper/10-nri-housekeeper.conf",
+		"/usr/share/doc/nri-housekeeper/config.example.toml"} {
 		if out, err := exec.Command("/usr/bin/nri-housekeeper", "config", "check", f).CombinedOutput(); err != nil {
 			t.Fatalf("config check %s: %v\n%s", f, err, out)
+		}
+	}
+	// The conffile sets no key: one written at its default would pin it
+	// across an upgrade that changes the default, and every change to the
+	// example's comments would make dpkg ask about an edited copy.
+	for i, ln := range strings.Split(readFile(t, "/etc/nri-housekeeper/config.toml"), "\n") {
+		if ln = strings.TrimSpace(ln); ln != "" && !strings.HasPrefix(ln, "#") {
+			t.Errorf("the conffile sets something, line %d: %q", i+1, ln)
 		}
 	}
 	unit := readFile(t, "/lib/systemd/system/nri-housekeeper.service")
