@@ -253,7 +253,7 @@ func Default() Config {
 		},
 		Orphans: Orphans{
 			Action:      OrphansActionReport,
-			StopTimeout: time.Second,
+			StopTimeout: 2 * time.Second,
 		},
 		Budget: Budget{
 			MaxPerPass:  3,

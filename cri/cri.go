@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -161,7 +162,60 @@ type Container struct {
 	State     ContainerState
 	CreatedAt time.Time
 	Labels    map[string]string
+	// Kill is how kubelet stops the container when it has no pod object
+	// for it (its container GC stopping an UNKNOWN container), from the
+	// annotations kubelet puts on every container.
+	Kill KillSpec
 }
+
+// KillSpec is what kubelet's killContainer reads from a container's
+// annotations when it restores the pod from them (kubelet v1.37
+// kuberuntime labels.go getContainerInfoFromAnnotations,
+// setTerminationGracePeriod).
+type KillSpec struct {
+	// Grace is the pod's deletion grace period, else its termination grace
+	// period; 0 when neither annotation is there (kubelet then gives its
+	// minimum, 2 s).
+	Grace time.Duration
+	// Unreadable says why a grace annotation that is there cannot be read
+	// ("" when none is unreadable).
+	Unreadable string
+	// PreStop: the container has a preStop hook, which kubelet runs before
+	// the stop.
+	PreStop bool
+}
+
+// Annotations kubelet puts on every container it creates (v1.37
+// kuberuntime labels.go).
+const (
+	annotationDeletionGrace    = "io.kubernetes.pod.deletionGracePeriod"
+	annotationTerminationGrace = "io.kubernetes.pod.terminationGracePeriod"
+	annotationPreStop          = "io.kubernetes.container.preStopHandler"
+)
+
+// killSpec reads a container's KillSpec from its annotations.
+func killSpec(annotations map[string]string) KillSpec {
+	var k KillSpec
+	_, k.PreStop = annotations[annotationPreStop]
+	for _, key := range []string{annotationDeletionGrace, annotationTerminationGrace} {
+		v, ok := annotations[key]
+		if !ok {
+			continue
+		}
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || secs < 0 || secs > int64(maxGraceSeconds) {
+			k.Unreadable = fmt.Sprintf("annotation %s = %q is not a number of seconds from 0 to %d", key, v, maxGraceSeconds)
+			return k
+		}
+		k.Grace = time.Duration(secs) * time.Second
+		return k
+	}
+	return k
+}
+
+// maxGraceSeconds bounds a grace period read from an annotation, so that it
+// converts to a time.Duration (a pod's grace period is an int64 of seconds).
+const maxGraceSeconds = 1 << 32
 
 // Malformed is a listing entry that could not be read. It is never acted
 // on, but what can be read of it still counts: containerd lists a container
@@ -314,7 +368,7 @@ func convertContainer(c *runtimeapi.Container) (Container, string) {
 	}
 	return Container{
 		ID: c.Id, SandboxID: c.PodSandboxId, Name: c.Metadata.Name, Attempt: c.Metadata.Attempt,
-		State: state, CreatedAt: time.Unix(0, c.CreatedAt), Labels: c.Labels,
+		State: state, CreatedAt: time.Unix(0, c.CreatedAt), Labels: c.Labels, Kill: killSpec(c.Annotations),
 	}, ""
 }
 

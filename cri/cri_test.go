@@ -110,3 +110,46 @@ func TestAnIDListedTwiceIsMalformed(t *testing.T) {
 		t.Fatalf("malformed =\n%s\nwant\n%s", strings.Join(got, "\n"), want)
 	}
 }
+
+// TestAContainersKillSpecIsReadAsKubeletReadsIt: the grace period and preStop
+// hook kubelet restores from a container's annotations when it kills it
+// without its pod (v1.37 getContainerInfoFromAnnotations,
+// setTerminationGracePeriod): the deletion grace period first, else the
+// termination grace period; an annotation that is there but cannot be read
+// is said, not taken for none.
+func TestAContainersKillSpecIsReadAsKubeletReadsIt(t *testing.T) {
+	for _, tc := range []struct {
+		rule        string
+		annotations map[string]string
+		want        KillSpec
+		unreadable  string
+	}{
+		{"no annotations", nil, KillSpec{}, ""},
+		{"the termination grace period", map[string]string{annotationTerminationGrace: "30"}, KillSpec{Grace: 30 * time.Second}, ""},
+		{"the deletion grace period before the termination one",
+			map[string]string{annotationTerminationGrace: "30", annotationDeletionGrace: "5"}, KillSpec{Grace: 5 * time.Second}, ""},
+		{"a deletion grace period of 0", map[string]string{annotationDeletionGrace: "0", annotationTerminationGrace: "30"}, KillSpec{}, ""},
+		{"a preStop hook", map[string]string{annotationPreStop: `{"exec":{"command":["sleep","5"]}}`}, KillSpec{PreStop: true}, ""},
+		{"a grace that is not a number", map[string]string{annotationTerminationGrace: "30s"}, KillSpec{}, `io.kubernetes.pod.terminationGracePeriod = "30s"`},
+		{"a negative grace", map[string]string{annotationDeletionGrace: "-1"}, KillSpec{}, `io.kubernetes.pod.deletionGracePeriod = "-1"`},
+		{"a grace too large for a duration", map[string]string{annotationTerminationGrace: "99999999999999"}, KillSpec{}, "99999999999999"},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			c, bad := convertContainer(&runtimeapi.Container{Id: "c1", PodSandboxId: "s1", Metadata: &runtimeapi.ContainerMetadata{Name: "app"},
+				State: runtimeapi.ContainerState_CONTAINER_UNKNOWN, CreatedAt: 1, Annotations: tc.annotations})
+			if bad != "" {
+				t.Fatal(bad)
+			}
+			got := c.Kill
+			if tc.unreadable != "" {
+				if !strings.Contains(got.Unreadable, tc.unreadable) {
+					t.Fatalf("unreadable %q, want it to name %s", got.Unreadable, tc.unreadable)
+				}
+				got.Unreadable = ""
+			}
+			if got != tc.want {
+				t.Fatalf("kill spec %+v, want %+v", c.Kill, tc.want)
+			}
+		})
+	}
+}

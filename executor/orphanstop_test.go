@@ -19,7 +19,7 @@ import (
 // must therefore not reach StopPodSandbox while the sandbox holds a
 // container the plan did not stop gracefully itself: a listed entry that
 // cannot be read ("never acted on, and still holds its sandbox", README),
-// an UNKNOWN container (which the plan stopped with kubelet's 2 s grace,
+// an UNKNOWN container (which the plan stopped with its pod's grace,
 // but in the RemoveContainer wave, after the StopSandbox wave), or a
 // running container without kubelet's labels, which the planner's pods
 // do not include.

@@ -45,7 +45,7 @@ func (r *stopRecorder) RemovePodSandbox(_ context.Context, id string) error {
 }
 
 // Case 9 of the safety review: an UNKNOWN container of a gone pod is stopped
-// with kubelet's 2 s minimum grace and removed right after, as kubelet's
+// with its pod's grace (at least kubelet's 2 s) and removed right after, as kubelet's
 // container GC does (killContainer, then removeContainer); its sandbox goes
 // in the same pass.
 func TestAnUnknownContainerIsStoppedThenRemovedInTheSamePass(t *testing.T) {

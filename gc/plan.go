@@ -395,13 +395,36 @@ func (p *planner) capContainers(units map[string][]*containerInfo, live []string
 	}
 }
 
-// UnknownStopTimeout is the stop timeout of an UNKNOWN container: kubelet's
-// minimum grace period (minimumGracePeriodInSeconds).
+// UnknownStopTimeout is the least stop timeout of an UNKNOWN container:
+// kubelet's minimum grace period (minimumGracePeriodInSeconds).
 const UnknownStopTimeout = 2 * time.Second
+
+// UnknownStopMaxGrace is the longest grace an UNKNOWN container's stop is
+// given; one whose pod asks for more is left to kubelet (a step that long
+// would hold a pass, and a slot of it, for as long).
+const UnknownStopMaxGrace = 2 * time.Minute
+
+// unknownStopGrace is the grace kubelet's container GC gives an UNKNOWN
+// container (killContainer with no pod object: the pod's deletion grace
+// period, else its termination grace period, from the container's
+// annotations, at least 2 s), or why the plugin cannot stop it as kubelet
+// would: kubelet runs the container's preStop hook first (an exec in it,
+// an HTTP call to the pod, a sleep), which the plugin does not.
+func unknownStopGrace(k cri.KillSpec) (time.Duration, string) {
+	switch {
+	case k.Unreadable != "":
+		return 0, k.Unreadable
+	case k.PreStop:
+		return 0, "it has a preStop hook, which kubelet runs before stopping it and this plugin cannot"
+	case k.Grace > UnknownStopMaxGrace:
+		return 0, fmt.Sprintf("its pod's grace period (%s) is longer than the %s a stop of the plugin waits", k.Grace, UnknownStopMaxGrace)
+	}
+	return max(k.Grace, UnknownStopTimeout), ""
+}
 
 // evictContainer proposes removing a dead container. One in state UNKNOWN
 // may still have processes: as kubelet's container GC does, it is stopped
-// (with kubelet's minimum grace) and removed right after, in one step.
+// (with its pod's grace period) and removed right after, in one step.
 func (p *planner) evictContainer(c *containerInfo, rule, reason string) {
 	a := Action{Kind: RemoveContainer, Rule: rule, Reason: reason, Pod: c.pod,
 		Key: "container/" + c.ID, SandboxID: c.SandboxID, ContainerID: c.ID, ContainerName: c.Name,
@@ -410,9 +433,14 @@ func (p *planner) evictContainer(c *containerInfo, rule, reason string) {
 		a.Reason += "; its log file and rotations go first, as kubelet removes them"
 	}
 	if c.State == cri.ContainerUnknown {
-		a.StopFirst, a.Timeout = true, UnknownStopTimeout
-		a.Reason += "; state UNKNOWN: stopped first (2 s grace), then removed"
 		p.leaks[LeakUnknownCtr]++
+		grace, why := unknownStopGrace(c.Kill)
+		if why != "" {
+			p.keep("container "+c.ID, c.pod, "state UNKNOWN (it may run), not stopped as kubelet would stop it: %s; left to kubelet", why)
+			return
+		}
+		a.StopFirst, a.Timeout = true, grace
+		a.Reason += fmt.Sprintf("; state UNKNOWN: stopped first (%s grace, its pod's, as kubelet gives it), then removed", grace)
 	} else {
 		p.leaks[LeakContainer]++
 	}

@@ -797,3 +797,54 @@ func TestNoStepDependsOnOneThisPlanDoesNotPropose(t *testing.T) {
 		t.Fatalf("sandbox kept for %q, want its container named", got)
 	}
 }
+
+// TestAnUnknownContainerIsStoppedWithItsPodsGraceOrLeftToKubelet: kubelet's
+// container GC stops an UNKNOWN container with killContainer and no pod
+// object: the grace period it restores from the container's annotations
+// (the pod's deletion grace period, else its termination grace period; at
+// least 2 s), after running the container's preStop hook. The plugin gives
+// the same grace, and leaves to kubelet what it cannot stop as kubelet
+// would: a container with a preStop hook, an annotation it cannot read, a
+// grace longer than one step of it may wait.
+func TestAnUnknownContainerIsStoppedWithItsPodsGraceOrLeftToKubelet(t *testing.T) {
+	for _, tc := range []struct {
+		rule  string
+		kill  cri.KillSpec
+		grace time.Duration // 0: kept
+		kept  string
+	}{
+		{"no grace annotation: kubelet's minimum", cri.KillSpec{}, 2 * time.Second, ""},
+		{"the pod's termination grace period", cri.KillSpec{Grace: 30 * time.Second}, 30 * time.Second, ""},
+		{"a grace under kubelet's minimum is raised to it", cri.KillSpec{Grace: time.Second}, 2 * time.Second, ""},
+		{"a grace of 0 is raised to kubelet's minimum", cri.KillSpec{Grace: 0}, 2 * time.Second, ""},
+		{"a grace at the plugin's longest stop", cri.KillSpec{Grace: UnknownStopMaxGrace}, UnknownStopMaxGrace, ""},
+		{"a grace longer than a stop of the plugin waits is left to kubelet", cri.KillSpec{Grace: time.Hour}, 0, "longer than the 2m0s a stop of the plugin waits"},
+		{"a preStop hook, which kubelet runs first, is left to kubelet", cri.KillSpec{Grace: 30 * time.Second, PreStop: true}, 0, "preStop hook"},
+		{"an unreadable grace annotation is left to kubelet", cri.KillSpec{Unreadable: "annotation io.kubernetes.pod.terminationGracePeriod = \"x\" is not a number"}, 0, "is not a number"},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			c := ctr("c1", "s1", "u1", "app", cri.ContainerUnknown, time.Hour)
+			c.Kill = tc.kill
+			in := Input{Now: now, Policy: policy(), Oracle: present(),
+				Sandboxes:  []cri.Sandbox{sb("s1", "u1", false, time.Hour)},
+				Containers: []cri.Container{c}}
+			r := Plan(in)
+			if r.Leaks[LeakUnknownCtr] != 1 {
+				t.Errorf("leaks = %v, want the UNKNOWN container counted", r.Leaks)
+			}
+			if tc.grace == 0 {
+				if len(r.Actions) != 0 {
+					t.Fatalf("actions %v, want none: the container is kept, and its sandbox with it", due(r))
+				}
+				if len(r.Kept) == 0 || r.Kept[0].Object != "container c1" || !strings.Contains(r.Kept[0].Reason, tc.kept) || !strings.Contains(r.Kept[0].Reason, "left to kubelet") {
+					t.Fatalf("kept %+v, want the container kept saying %q", r.Kept, tc.kept)
+				}
+				return
+			}
+			same(t, "due", due(r), []string{"remove-container c1", "remove-sandbox s1"})
+			if a := r.Actions[0]; !a.StopFirst || a.Timeout != tc.grace {
+				t.Fatalf("stop first %v with %s, want %s", a.StopFirst, a.Timeout, tc.grace)
+			}
+		})
+	}
+}

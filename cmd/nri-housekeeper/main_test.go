@@ -22,6 +22,7 @@ import (
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
+	"github.com/nri-housekeeper/nri-housekeeper/gc"
 	"github.com/nri-housekeeper/nri-housekeeper/logging"
 	"github.com/nri-housekeeper/nri-housekeeper/podnet"
 )
@@ -664,6 +665,9 @@ func TestTheLongestStepCoversACNIDelWaitingItsTurn(t *testing.T) {
 	without := longestStep(cfg)
 	if want := cfg.Orphans.StopTimeout + cfg.Runtime.RPCTimeout; without < want {
 		t.Fatalf("longest step %s without the network, want at least an orphan stop's %s", without, want)
+	}
+	if want := gc.UnknownStopMaxGrace + cfg.Runtime.RPCTimeout; without < want {
+		t.Fatalf("longest step %s without the network, want at least an UNKNOWN container's longest stop, %s", without, want)
 	}
 	cfg.Network.Enabled = true
 	if got := longestStep(cfg); got < 2*podnet.StepTimeout || got < without {

@@ -62,6 +62,7 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	state := podstate.New(0)
 	waker := &loopWaker{}
 	configured := make(chan config.Config, 1)
+	var rejected atomic.Pointer[error] // why the configuration containerd passed cannot be used
 	var configure plugin.ConfigFunc
 	if preRegistered {
 		configure = func(text string) error {
@@ -69,9 +70,21 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 			if strings.TrimSpace(text) != "" {
 				var err error
 				if c, err = config.Parse([]byte(text), preRegisteredSource); err != nil {
+					rejected.Store(&err)
 					return err
 				}
 			}
+			// The log target is tried here, where a refusal still reaches
+			// containerd: found unusable once the plugin runs, it would
+			// leave the plugin logging elsewhere than configured, acting
+			// (run in external mode exits 2 on it).
+			_, closeTried, err := logging.New(logOptions(c, stderr))
+			if err != nil {
+				err = fmt.Errorf("%s: [log]: %w", preRegisteredSource, err)
+				rejected.Store(&err)
+				return err
+			}
+			_ = closeTried()
 			select {
 			case configured <- c:
 			default: // containerd configures a launched plugin once
@@ -102,6 +115,10 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 			source = preRegisteredSource
 		case err := <-nriDone:
 			closeLog = releaseHeld(log, held, nil, logOptions(initial, stderr))
+			if why := rejected.Load(); why != nil {
+				log.WithError(*why).Error("the configuration containerd passed cannot be used: containerd runs on without this plugin until it restarts; fix the plugin's conf.d file")
+				return 2
+			}
 			log.WithError(err).Error("NRI registration with containerd failed")
 			return 1
 		case <-ctx.Done():
@@ -340,7 +357,7 @@ func (w *loopWaker) Wake() {
 // another in the same namespace (or for host-local's lock), each bounded by
 // podnet.StepTimeout.
 func longestStep(cfg config.Config) time.Duration {
-	d := max(max(cfg.Orphans.StopTimeout, gc.UnknownStopTimeout)+cfg.Runtime.RPCTimeout, cri.RemoveSandboxTimeout(cfg.Runtime.RPCTimeout))
+	d := max(max(cfg.Orphans.StopTimeout, gc.UnknownStopMaxGrace)+cfg.Runtime.RPCTimeout, cri.RemoveSandboxTimeout(cfg.Runtime.RPCTimeout))
 	if cfg.Network.Enabled {
 		d = max(d, 2*podnet.StepTimeout)
 	}

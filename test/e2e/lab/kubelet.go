@@ -141,6 +141,9 @@ func ContainerConfig(p Pod, name string, attempt uint32, image string, args ...s
 		Annotations: map[string]string{
 			"io.kubernetes.container.restartCount":           fmt.Sprint(attempt),
 			"io.kubernetes.container.terminationMessagePath": "/dev/termination-log",
+			// The API server defaults a pod's grace period to 30 s, and
+			// kubelet writes it on every container.
+			"io.kubernetes.pod.terminationGracePeriod": "30",
 		},
 		LogPath: filepath.Join(name, fmt.Sprintf("%d.log", attempt)),
 		Linux: &runtimeapi.LinuxContainerConfig{
