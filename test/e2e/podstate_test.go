@@ -304,6 +304,12 @@ file = %q
 		t.Fatal(err)
 	}
 	waitFor(t, "the orphaned plugin exits", 5*time.Second, func() bool { return len(processes(exe)) == 0 })
+	// It says why it went, as a warning (containerd may have dropped it),
+	// not as an error of its own.
+	requireContains(t, "plugin log", readLog(), `level=warning msg="containerd closed the NRI connection it passed: exiting.`)
+	if strings.Contains(readLog(), "msg=exiting") {
+		t.Fatalf("the plugin logged containerd going away as its own error:\n%s", lastLines(readLog(), 8))
+	}
 	if _, err := l.RestartContainerd(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -312,6 +318,46 @@ file = %q
 		return strings.Count(readLog(), want) >= 2
 	})
 	t.Logf("plugin log excerpt:\n%s", lastLines(readLog(), 12))
+
+	// A [log] section the plugin cannot use (its file's dir is missing) is
+	// refused to containerd, as run exits 2 on it: the plugin neither logs
+	// elsewhere than configured nor acts.
+	missing := filepath.Join(dir, "no-such-dir", "plugin.log")
+	bad := strings.Replace(conf, fmt.Sprintf("file = %q", logFile), fmt.Sprintf("file = %q", missing), 1)
+	if err := os.WriteFile(filepath.Join(confDir, "10-nri-housekeeper.conf"), []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.KillContainerd(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the plugin exits with containerd", 5*time.Second, func() bool { return len(processes(exe)) == 0 })
+	restarted := time.Now()
+	if _, err := l.RestartContainerd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	containerdLog := func() string {
+		b, _ := os.ReadFile(l.ContainerdLog)
+		return string(b)
+	}
+	waitFor(t, "containerd says why it refused the plugin", 15*time.Second, func() bool {
+		return strings.Contains(containerdLog(), "containerd plugin config: [log]") && strings.Contains(containerdLog(), "no-such-dir")
+	})
+	waitFor(t, "the refused plugin is not running", 5*time.Second, func() bool { return len(processes(exe)) == 0 })
+	if _, err := os.Stat(missing); err == nil {
+		t.Fatalf("%s was made", missing)
+	}
+	t.Logf("refused %v after containerd's restart; containerd log:\n%s", time.Since(restarted).Round(time.Millisecond), lastLines(grepLines(containerdLog(), "no-such-dir"), 3))
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, ln := range strings.Split(s, "\n") {
+		if strings.Contains(ln, sub) {
+			out = append(out, ln)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func lastLines(s string, n int) string {
