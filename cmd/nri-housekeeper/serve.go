@@ -10,6 +10,7 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,16 +63,34 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	state := podstate.New(0)
 	waker := &loopWaker{}
 	configured := make(chan config.Config, 1)
-	var rejected atomic.Pointer[error] // why the configuration containerd passed cannot be used
+	var rejected atomic.Bool // the configuration containerd passed could not be used, and was refused
+	initial := cfg           // a launched plugin's: what it logs with until it is configured
+	// release points a launched plugin's held logger at its target (the
+	// configured one, or nil: the initial one) once, from the NRI
+	// handler's goroutine (reject) or this one.
+	var releaseOnce sync.Once
+	release := func(configured *logging.Options) {
+		releaseOnce.Do(func() { closeLog = releaseHeld(log, held, configured, logOptions(initial, stderr)) })
+	}
 	var configure plugin.ConfigFunc
 	if preRegistered {
+		// reject says why before the refusal goes back to containerd: it
+		// kills a launched plugin right after a Configure failed (nri
+		// v0.12.5 adaptation, plugin.start), and nri's stub closes the
+		// connection as it answers (containerd may log only "ttrpc:
+		// closed"), so a line said later, or held, dies with the process.
+		reject := func(err error) error {
+			rejected.Store(true)
+			release(nil)
+			log.WithError(err).Error("the configuration containerd passed cannot be used, and is refused: containerd runs on without this plugin until it restarts; fix the plugin's conf.d file")
+			return err
+		}
 		configure = func(text string) error {
 			c := config.Default()
 			if strings.TrimSpace(text) != "" {
 				var err error
 				if c, err = config.Parse([]byte(text), preRegisteredSource); err != nil {
-					rejected.Store(&err)
-					return err
+					return reject(err)
 				}
 			}
 			// The log target is tried here, where a refusal still reaches
@@ -80,9 +99,7 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 			// (run in external mode exits 2 on it).
 			_, closeTried, err := logging.New(logOptions(c, stderr))
 			if err != nil {
-				err = fmt.Errorf("%s: [log]: %w", preRegisteredSource, err)
-				rejected.Store(&err)
-				return err
+				return reject(fmt.Errorf("%s: [log]: %w", preRegisteredSource, err))
 			}
 			_ = closeTried()
 			select {
@@ -109,24 +126,22 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	mode := "external"
 	if preRegistered {
 		mode = "pre-registered"
-		initial := cfg
 		select {
 		case cfg = <-configured:
 			source = preRegisteredSource
 		case err := <-nriDone:
-			closeLog = releaseHeld(log, held, nil, logOptions(initial, stderr))
-			if why := rejected.Load(); why != nil {
-				log.WithError(*why).Error("the configuration containerd passed cannot be used: containerd runs on without this plugin until it restarts; fix the plugin's conf.d file")
-				return 2
+			if rejected.Load() {
+				return 2 // said by reject, which released the held lines
 			}
+			release(nil)
 			log.WithError(err).Error("NRI registration with containerd failed")
 			return 1
 		case <-ctx.Done():
-			closeLog = releaseHeld(log, held, nil, logOptions(initial, stderr))
+			release(nil)
 			return 0
 		}
 		opts := logOptions(cfg, stderr)
-		closeLog = releaseHeld(log, held, &opts, logOptions(initial, stderr))
+		release(&opts)
 	}
 	m.SetPeriod(cfg.Housekeeping.Period)
 	log.WithFields(logrus.Fields{

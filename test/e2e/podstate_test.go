@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-housekeeper/nri-housekeeper/logging"
 	"github.com/nri-housekeeper/nri-housekeeper/podstate"
 	"github.com/nri-housekeeper/nri-housekeeper/test/e2e/lab"
 )
@@ -339,14 +340,39 @@ file = %q
 		b, _ := os.ReadFile(l.ContainerdLog)
 		return string(b)
 	}
-	waitFor(t, "containerd says why it refused the plugin", 15*time.Second, func() bool {
-		return strings.Contains(containerdLog(), "containerd plugin config: [log]") && strings.Contains(containerdLog(), "no-such-dir")
-	})
+	// containerd logs the failed Configure; nri's stub (v0.12.5 Start)
+	// closes the connection as soon as a Configure failed, racing the
+	// answer that carries the reason, so containerd may only say "ttrpc:
+	// closed", and then SIGKILLs the plugin. The plugin says the reason
+	// before it answers, where a launched plugin logs before its
+	// configuration is known: journald, else /var/log/nri-housekeeper.log.
+	const failed = `failed to start pre-installed NRI plugin \"nri-housekeeper\": failed to configure plugin`
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(containerdLog(), failed); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("containerd does not say it refused the plugin within 15s; its NRI lines:\n%s", lastLines(grepLines(containerdLog(), "nri"), 15))
+		}
+	}
 	waitFor(t, "the refused plugin is not running", 5*time.Second, func() bool { return len(processes(exe)) == 0 })
+	reason := "containerd plugin config: [log]: log.file " + missing
+	said := grepLines(containerdLog(), failed)
+	switch {
+	case strings.Contains(said, reason):
+	case !strings.Contains(said, "ttrpc: closed"):
+		t.Fatalf("containerd's line names neither the reason nor a closed connection:\n%s", said)
+	default:
+		if _, err := os.Stat(logging.DefaultJournalSocket); err == nil {
+			t.Logf("containerd got the connection closed before the reason; the plugin said it to journald")
+			break
+		}
+		b, _ := os.ReadFile("/var/log/nri-housekeeper.log")
+		if said := grepLines(string(b), reason); !strings.Contains(said, "the configuration containerd passed cannot be used, and is refused") {
+			t.Fatalf("containerd got the connection closed before the reason, and /var/log/nri-housekeeper.log does not say it either:\n%s", lastLines(string(b), 5))
+		}
+	}
 	if _, err := os.Stat(missing); err == nil {
 		t.Fatalf("%s was made", missing)
 	}
-	t.Logf("refused %v after containerd's restart; containerd log:\n%s", time.Since(restarted).Round(time.Millisecond), lastLines(grepLines(containerdLog(), "no-such-dir"), 3))
+	t.Logf("refused %v after containerd's restart; containerd log:\n%s", time.Since(restarted).Round(time.Millisecond), lastLines(grepLines(containerdLog(), "failed to configure plugin"), 3))
 }
 
 // grepLines returns the lines of s that contain sub.
