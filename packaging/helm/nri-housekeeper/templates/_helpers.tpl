@@ -108,8 +108,8 @@ DaemonSet's mounts and ports set by the chart.
 {{- $v := .Values -}}
 {{- $cfg := deepCopy (default dict $v.config) -}}
 {{- $set := dict
-  "nri" (dict "socket" (printf "%s/%s" (trimSuffix "/" $v.nri.socketDir) $v.nri.socketName))
-  "runtime" (dict "endpoint" (printf "unix://%s/%s" (trimSuffix "/" $v.containerd.socketDir) $v.containerd.socketName))
+  "nri" (dict "socket" (clean (printf "%s/%s" $v.nri.socketDir $v.nri.socketName)))
+  "runtime" (dict "endpoint" (printf "unix://%s" (clean (printf "%s/%s" $v.containerd.socketDir $v.containerd.socketName))))
   "pods" (dict "kubelet_root" $v.kubelet.rootDir)
   "logs" (dict "pod_logs_dir" $v.kubelet.podLogsDir "container_logs_dir" $v.kubelet.containerLogsDir)
   "cgroups" (dict "mountpoint" (clean $v.cgroupMountpoint))
