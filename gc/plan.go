@@ -280,7 +280,7 @@ func (p *planner) containerRules() {
 			// It may run, in a pod that still runs: the pod's, and so
 			// orphans.action's (reported, or stopped with the pod and
 			// under its breaker), not the dead containers' rule, which
-			// would kill it with 2 s grace whatever orphans.action says.
+			// would stop it whatever orphans.action says.
 			if !p.in.Policy.StopOrphans || !liveGone[c.pod.UID][c.SandboxID] {
 				p.keep(containerObject(*c.Container), c.pod, "state UNKNOWN (it may run) in an orphaned live pod whose pod is gone: "+
 					"left with the pod to orphans.action (%q), removed once stopped", orphansAction(p.in.Policy.StopOrphans))
@@ -407,15 +407,16 @@ const UnknownStopMaxGrace = 2 * time.Minute
 // unknownStopGrace is the grace kubelet's container GC gives an UNKNOWN
 // container (killContainer with no pod object: the pod's deletion grace
 // period, else its termination grace period, from the container's
-// annotations, at least 2 s), or why the plugin cannot stop it as kubelet
-// would: kubelet runs the container's preStop hook first (an exec in it,
-// an HTTP call to the pod, a sleep), which the plugin does not.
+// annotations, at least 2 s), or why the plugin does not stop it.
+// Kubelet's GC also runs the container's preStop hook again first; the
+// plugin does not (an exec in it, an HTTP call to the pod): the container
+// is dead to kubelet, which stopped it, hook and all, when its pod was
+// deleted or the container restarted, and a stop that did not finish is
+// what leaves a container UNKNOWN. Its grace period is still given.
 func unknownStopGrace(k cri.KillSpec) (time.Duration, string) {
 	switch {
 	case k.Unreadable != "":
 		return 0, k.Unreadable
-	case k.PreStop:
-		return 0, "it has a preStop hook, which kubelet runs before stopping it and this plugin cannot"
 	case k.Grace > UnknownStopMaxGrace:
 		return 0, fmt.Sprintf("its pod's grace period (%s) is longer than the %s a stop of the plugin waits", k.Grace, UnknownStopMaxGrace)
 	}
@@ -436,11 +437,14 @@ func (p *planner) evictContainer(c *containerInfo, rule, reason string) {
 		p.leaks[LeakUnknownCtr]++
 		grace, why := unknownStopGrace(c.Kill)
 		if why != "" {
-			p.keep("container "+c.ID, c.pod, "state UNKNOWN (it may run), not stopped as kubelet would stop it: %s; left to kubelet", why)
+			p.keep(containerObject(*c.Container), c.pod, "state UNKNOWN (it may run), not stopped as kubelet would stop it: %s; left to kubelet", why)
 			return
 		}
 		a.StopFirst, a.Timeout = true, grace
 		a.Reason += fmt.Sprintf("; state UNKNOWN: stopped first (%s grace, its pod's, as kubelet gives it), then removed", grace)
+		if c.Kill.PreStop {
+			a.Reason += "; its preStop hook is not run again (kubelet ran it when it stopped the container)"
+		}
 	} else {
 		p.leaks[LeakContainer]++
 	}

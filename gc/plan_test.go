@@ -802,10 +802,10 @@ func TestNoStepDependsOnOneThisPlanDoesNotPropose(t *testing.T) {
 // container GC stops an UNKNOWN container with killContainer and no pod
 // object: the grace period it restores from the container's annotations
 // (the pod's deletion grace period, else its termination grace period; at
-// least 2 s), after running the container's preStop hook. The plugin gives
-// the same grace, and leaves to kubelet what it cannot stop as kubelet
-// would: a container with a preStop hook, an annotation it cannot read, a
-// grace longer than one step of it may wait.
+// least 2 s). The plugin gives the same grace (not the preStop hook, which
+// kubelet ran when it stopped the container), and leaves to kubelet what
+// it cannot stop as kubelet would: an annotation it cannot read, a grace
+// longer than one step of it may wait.
 func TestAnUnknownContainerIsStoppedWithItsPodsGraceOrLeftToKubelet(t *testing.T) {
 	for _, tc := range []struct {
 		rule  string
@@ -819,7 +819,7 @@ func TestAnUnknownContainerIsStoppedWithItsPodsGraceOrLeftToKubelet(t *testing.T
 		{"a grace of 0 is raised to kubelet's minimum", cri.KillSpec{Grace: 0}, 2 * time.Second, ""},
 		{"a grace at the plugin's longest stop", cri.KillSpec{Grace: UnknownStopMaxGrace}, UnknownStopMaxGrace, ""},
 		{"a grace longer than a stop of the plugin waits is left to kubelet", cri.KillSpec{Grace: time.Hour}, 0, "longer than the 2m0s a stop of the plugin waits"},
-		{"a preStop hook, which kubelet runs first, is left to kubelet", cri.KillSpec{Grace: 30 * time.Second, PreStop: true}, 0, "preStop hook"},
+		{"a preStop hook is not run again, its grace is given", cri.KillSpec{Grace: 30 * time.Second, PreStop: true}, 30 * time.Second, ""},
 		{"an unreadable grace annotation is left to kubelet", cri.KillSpec{Unreadable: "annotation io.kubernetes.pod.terminationGracePeriod = \"x\" is not a number"}, 0, "is not a number"},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
@@ -836,7 +836,7 @@ func TestAnUnknownContainerIsStoppedWithItsPodsGraceOrLeftToKubelet(t *testing.T
 				if len(r.Actions) != 0 {
 					t.Fatalf("actions %v, want none: the container is kept, and its sandbox with it", due(r))
 				}
-				if len(r.Kept) == 0 || r.Kept[0].Object != "container c1" || !strings.Contains(r.Kept[0].Reason, tc.kept) || !strings.Contains(r.Kept[0].Reason, "left to kubelet") {
+				if len(r.Kept) == 0 || !strings.HasPrefix(r.Kept[0].Object, "container c1 ") || !strings.Contains(r.Kept[0].Reason, tc.kept) || !strings.Contains(r.Kept[0].Reason, "left to kubelet") {
 					t.Fatalf("kept %+v, want the container kept saying %q", r.Kept, tc.kept)
 				}
 				return
@@ -844,6 +844,9 @@ func TestAnUnknownContainerIsStoppedWithItsPodsGraceOrLeftToKubelet(t *testing.T
 			same(t, "due", due(r), []string{"remove-container c1", "remove-sandbox s1"})
 			if a := r.Actions[0]; !a.StopFirst || a.Timeout != tc.grace {
 				t.Fatalf("stop first %v with %s, want %s", a.StopFirst, a.Timeout, tc.grace)
+			}
+			if a := r.Actions[0]; tc.kill.PreStop != strings.Contains(a.Reason, "preStop hook is not run again") {
+				t.Fatalf("reason %q: want it to say the preStop hook is not run again: %v", a.Reason, tc.kill.PreStop)
 			}
 		})
 	}

@@ -61,3 +61,27 @@ func TestAnOrphanedLivePodIsAWarningWhateverOrphansActionSays(t *testing.T) {
 		})
 	}
 }
+
+// TestAnUnknownContainerLeftToKubeletIsAWarningSaidOnce: a container the
+// plan leaves to kubelet (README: an unreadable grace annotation, a grace
+// over 2 minutes) has no step that could persist and be alerted on; where
+// kubelet's GC is what is stuck, it holds its pod for good. Said once while
+// it stays kept, again if kept anew.
+func TestAnUnknownContainerLeftToKubeletIsAWarningSaidOnce(t *testing.T) {
+	pod := gc.PodRef{UID: "u1", Namespace: "ns", Name: "web"}
+	plan := gc.Result{Kept: []gc.Kept{{Object: "container c1 (app)", Pod: pod,
+		Reason: "state UNKNOWN (it may run), not stopped as kubelet would stop it: its pod's grace period (1h0m0s) is longer than the 2m0s a stop of the plugin waits; left to kubelet"}}}
+	log, buf := testLogger()
+	loop := New(podstate.New(0), &fakeRuntime{}, Options{Period: time.Hour}, log)
+	for range 3 {
+		loop.logPlan(PassResult{Plan: plan})
+	}
+	if n := strings.Count(buf.String(), "level=warning"); n != 1 || !strings.Contains(buf.String(), "container c1 (app): state UNKNOWN") || !strings.Contains(buf.String(), "pod_uid=u1") {
+		t.Fatalf("%d warnings in 3 passes, want one naming the container and its pod:\n%s", n, buf.String())
+	}
+	loop.logPlan(PassResult{})
+	loop.logPlan(PassResult{Plan: plan})
+	if n := strings.Count(buf.String(), "level=warning"); n != 2 {
+		t.Errorf("%d warnings, want it said again when kept anew", n)
+	}
+}

@@ -74,6 +74,14 @@ func (l *Loop) logPlan(r PassResult) {
 	}
 	for _, k := range r.Plan.Kept {
 		switch {
+		case strings.HasPrefix(k.Object, "container ") && strings.Contains(k.Reason, "state UNKNOWN (it may run), not stopped"):
+			// Left to kubelet for good if kubelet's GC is what is stuck:
+			// said once, as nothing is proposed for it to persist.
+			key := "unknown-kept/" + k.Object + "/" + k.Pod.UID
+			if !seen[key] && !l.reported[key] {
+				l.log.WithFields(podFields(k.Pod)).Warn(k.Object + ": " + k.Reason)
+			}
+			seen[key] = true
 		case strings.HasPrefix(k.Object, "live pod "):
 			say(k.Pod, gc.RuleOrphanStop, "orphaned live pod: "+k.Reason)
 		case strings.HasPrefix(k.Reason, "orphaned live sandbox not stopped"):
