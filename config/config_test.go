@@ -960,3 +960,15 @@ func TestEveryStringKeyRefusesACharacterNoMessageShows(t *testing.T) {
 		}
 	}
 }
+
+// TestAWordOfAScriptThatJoinsWithZeroWidthCharactersIsKept: the zero-width
+// non-joiner and joiner are letters' business in Persian and Indic words,
+// not a paste's leftover: a path spelled with them is taken as written.
+func TestAWordOfAScriptThatJoinsWithZeroWidthCharactersIsKept(t *testing.T) {
+	for _, dir := range []string{"/var/log/نیم\u200cفاصله", "/var/log/क्\u200dष"} {
+		c, err := Parse([]byte(fmt.Sprintf("[logs]\npod_logs_dir = %q\n", dir)), "zw.toml")
+		if err != nil || c.Logs.PodLogsDir != dir {
+			t.Errorf("pod_logs_dir = %q: %v, got %q", dir, err, c.Logs.PodLogsDir)
+		}
+	}
+}

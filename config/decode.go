@@ -526,6 +526,9 @@ func schemaField(key string) (field, bool) {
 func hiddenRune(s string) (rune, string, bool) {
 	for _, r := range s {
 		switch {
+		case r == '\u200c' || r == '\u200d':
+			// Zero-width non-joiner and joiner: part of words in Persian
+			// and Indic scripts, not a paste's leftover.
 		case unicode.Is(unicode.Cf, r):
 			return r, "an invisible format character", true
 		case r != ' ' && unicode.IsSpace(r):

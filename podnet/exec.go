@@ -184,7 +184,7 @@ func sameInRoot(root, path string) error {
 		return refuse(path, "network.exec_root %s has no such file: mount it into this pod at the node's path", root)
 	}
 	if openat2Blocked(err) {
-		return noResolveInRoot(root, path)
+		return noResolveInRoot(root, path, err)
 	}
 	if err != nil {
 		return fmt.Errorf("checking %s in network.exec_root %s: %w", path, root, err)
@@ -206,8 +206,8 @@ func openRoot(root string) (int, error) {
 
 // noResolveInRoot refuses path where openat2's RESOLVE_IN_ROOT is not
 // available (statInRoot failed with ENOSYS or EPERM: openat2Blocked).
-func noResolveInRoot(root, path string) error {
-	return refuse(path, "a path in network.exec_root %s cannot be resolved as the chrooted plugin would: openat2 (RESOLVE_IN_ROOT) is not available here (a kernel before Linux 5.6, or a seccomp filter that blocks it); allow openat2, or set network.exec_root = \"\"", root)
+func noResolveInRoot(root, path string, err error) error {
+	return refuse(path, "a path in network.exec_root %s cannot be resolved as the chrooted plugin would: openat2 (RESOLVE_IN_ROOT) is not available here (%v: a kernel before Linux 5.6, or a seccomp filter or security module that blocks it); allow openat2, or set network.exec_root = \"\"", root, err)
 }
 
 // statInRoot stats path resolved as a process chrooted into root (open as
@@ -244,7 +244,7 @@ func findInRoot(root, plugin string, dirs []string) (string, error) {
 		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 			continue
 		case openat2Blocked(err):
-			return "", noResolveInRoot(root, path)
+			return "", noResolveInRoot(root, path, err)
 		case err != nil:
 			return "", fmt.Errorf("looking for plugin %s in network.exec_root %s: %w", plugin, root, err)
 		case st.Mode&unix.S_IFMT == unix.S_IFREG:

@@ -402,7 +402,7 @@ func (r *Reclaimer) hostLocalDirInRoot(dir string) error {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 		return nil
 	case openat2Blocked(err):
-		return noResolveInRoot(r.execRoot, dir)
+		return noResolveInRoot(r.execRoot, dir, err)
 	case err != nil:
 		return fmt.Errorf("checking %s in network.exec_root %s: %w", dir, r.execRoot, err)
 	}

@@ -96,12 +96,16 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 			// The log target is tried here, where a refusal still reaches
 			// containerd: found unusable once the plugin runs, it would
 			// leave the plugin logging elsewhere than configured, acting
-			// (run in external mode exits 2 on it).
-			_, closeTried, err := logging.New(logOptions(c, stderr))
-			if err != nil {
-				return reject(fmt.Errorf("%s: [log]: %w", preRegisteredSource, err))
+			// (run in external mode exits 2 on it). Only journald and file
+			// can fail; auto and stderr fall back, saying so (once, when
+			// set up for real).
+			if t := c.Log.Target; t == config.TargetJournald || t == config.TargetFile {
+				_, closeTried, err := logging.New(logOptions(c, stderr))
+				if err != nil {
+					return reject(fmt.Errorf("%s: [log]: %w", preRegisteredSource, err))
+				}
+				_ = closeTried()
 			}
-			_ = closeTried()
 			select {
 			case configured <- c:
 			default: // containerd configures a launched plugin once
@@ -130,10 +134,13 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 		case cfg = <-configured:
 			source = preRegisteredSource
 		case err := <-nriDone:
-			if rejected.Load() {
-				return 2 // said by reject, which released the held lines
+			release(nil) // a no-op after reject's; waits for it to end
+			switch {
+			case rejected.Load():
+				return 2 // said by reject
+			case err == nil:
+				return 0 // registered, then containerd closed the connection: said by Run
 			}
-			release(nil)
 			log.WithError(err).Error("NRI registration with containerd failed")
 			return 1
 		case <-ctx.Done():
