@@ -79,6 +79,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
 
 // SyslogIdentifier is the SYSLOG_IDENTIFIER of every journald entry:
@@ -408,53 +410,22 @@ func sameFile(cur fs.FileInfo, f *os.File) bool {
 }
 
 // openAppend opens path for appending (see openLogFile). Only a regular
-// file is a log: a FIFO would block the open (no reader) or every line (a
-// reader that stalls), a device such as /dev/null would lose every line.
-// O_NONBLOCK keeps the open itself from waiting on a FIFO; it does nothing
-// to a regular file's writes.
+// file is a log (regularfile.Open: a FIFO would block the open or every
+// line, a device such as /dev/null would lose every line); what is not is
+// refused unopened.
 func openAppend(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NONBLOCK, 0o640)
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err // the caller's message names the path
-		}
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return nil, fmt.Errorf("directory %s does not exist (it is not created): %w", filepath.Dir(path), err)
-		case errors.Is(err, unix.ENXIO):
-			return nil, fmt.Errorf("it is a FIFO or a socket, not a regular file (%w): name a file, which is created if missing", err)
-		}
-		return nil, err
+	f, _, err := regularfile.Open(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err == nil {
+		return f, nil
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		_ = f.Close()
-		return nil, err
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err // the caller's message names the path
 	}
-	if !fi.Mode().IsRegular() {
-		_ = f.Close()
-		return nil, fmt.Errorf("it is a %s, not a regular file (every line would be lost or could block): name a file, which is created if missing", FileKind(fi.Mode()))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("directory %s does not exist (it is not created): %w", filepath.Dir(path), err)
 	}
-	return f, nil
-}
-
-// FileKind names the type of a file that is not a regular one (for
-// messages about log.file).
-func FileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "FIFO"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeCharDevice != 0:
-		return "character device"
-	case m&fs.ModeDevice != 0:
-		return "block device"
-	}
-	return "special file"
+	return nil, err
 }
 
 // useText makes logger write text lines to w.

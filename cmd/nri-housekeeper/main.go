@@ -15,8 +15,8 @@ import (
 	"strings"
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
-	"github.com/nri-housekeeper/nri-housekeeper/logging"
 	"github.com/nri-housekeeper/nri-housekeeper/plugin"
+	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
 
 // version is set at build time: -ldflags "-X main.version=v0.1.0".
@@ -332,8 +332,8 @@ func configCommand(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "warning: log.file %s: its directory %s does not exist here: run would exit 2 on this machine (create it, or mind it on the node this file is for)\n",
 					cfg.Log.File, dir)
 			} else if fi, err := os.Stat(cfg.Log.File); err == nil && !fi.Mode().IsRegular() {
-				fmt.Fprintf(stderr, "warning: log.file %s: it is a %s here, not a regular file: run would exit 2 on this machine (name a file, which is created if missing)\n",
-					cfg.Log.File, logging.FileKind(fi.Mode()))
+				fmt.Fprintf(stderr, "warning: log.file %s: it is %s here, not a regular file: run would exit 2 on this machine (name a file, which is created if missing)\n",
+					cfg.Log.File, regularfile.TypeName(fi.Mode()))
 			}
 		}
 		fmt.Fprintf(stdout, "%s: OK\n", args[1])
