@@ -12,7 +12,8 @@ import (
 // and at any times, never panic the state, and it stays one a plan can rely
 // on: an event Apply refuses changes nothing; every record is in exactly one
 // pod, the pod of its UID; a pod with a Ready sandbox is Running; a pod is
-// TornDown only with every sandbox removed with evidence of a teardown; and
+// TornDown only with every sandbox removed with evidence of a teardown, or
+// rolled back before such a sandbox was first seen (teardownEvidenced); and
 // after a fresh listing every listed object has a record that is not
 // Removed (but by an NRI removal younger than SettleTime).
 func FuzzMalformedNRIDataKeepsTheStateConsistent(f *testing.F) {
@@ -133,14 +134,13 @@ func checkConsistent(t *testing.T, step int, v View) {
 		if p.UID == "" {
 			t.Fatalf("step %d: a pod with no UID: %+v", step, p)
 		}
-		ready, evidence := false, len(p.Sandboxes) > 0
+		ready := false
 		for _, sb := range p.Sandboxes {
 			if other, ok := sandboxes[sb.ID]; ok || sb.ID == "" || sb.PodUID != p.UID {
 				t.Fatalf("step %d: sandbox %q of pod %s (record says %s) also in pod %q", step, sb.ID, p.UID, sb.PodUID, other)
 			}
 			sandboxes[sb.ID] = p.UID
 			ready = ready || sb.State == SandboxReady
-			evidence = evidence && sb.State == SandboxRemoved && sb.Removal.Evidence()
 		}
 		for _, c := range p.Containers {
 			if other, ok := containers[c.ID]; ok || c.ID == "" || c.PodUID != p.UID {
@@ -151,8 +151,36 @@ func checkConsistent(t *testing.T, step int, v View) {
 		if ready && p.Phase != PhaseRunning {
 			t.Fatalf("step %d: pod %s has a Ready sandbox and is %s", step, p.UID, p.Phase)
 		}
-		if p.TornDown && (p.Phase != PhaseRemoved || !evidence) {
+		if p.TornDown && (p.Phase != PhaseRemoved || !teardownEvidenced(p.Sandboxes)) {
 			t.Fatalf("step %d: pod %s torn down: %+v", step, p.UID, p)
 		}
 	}
+}
+
+// teardownEvidenced is PodView.TornDown's rule, said sandbox by sandbox:
+// some sandbox was removed with evidence of a teardown, and every other one
+// was too, or is a start rolled back before such a sandbox was first seen
+// (an attempt kubelet retried), never one gone by a listing's absence.
+func teardownEvidenced(sandboxes []Sandbox) bool {
+	for _, sb := range sandboxes {
+		if sb.State != SandboxRemoved {
+			return false
+		}
+		if sb.Removal.Evidence() {
+			continue
+		}
+		retried := false
+		for _, later := range sandboxes {
+			retried = retried || later.Removal.Evidence() && sb.Removal == RemovedByRollback && sb.StateSince.Before(later.FirstSeen)
+		}
+		if !retried {
+			return false
+		}
+	}
+	for _, sb := range sandboxes {
+		if sb.Removal.Evidence() {
+			return true
+		}
+	}
+	return false
 }
