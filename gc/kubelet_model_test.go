@@ -120,8 +120,10 @@ func (cgc *containerGC) enforceMaxContainersPerEvictUnit(evictUnits containersBy
 	}
 }
 
-// removeOldestN is kubelet's: an UNKNOWN container is killed first and
-// then removed (the planner's StopFirst); the kill is taken to succeed.
+// removeOldestN is kubelet's: an UNKNOWN container is killed first, with
+// its pod's grace period, and then removed (the planner's StopFirst); the
+// kill is taken to succeed. The filter drops those the plugin leaves to
+// kubelet.
 func (cgc *containerGC) removeOldestN(containers []containerGCInfo, toRemove int) []containerGCInfo {
 	numToKeep := len(containers) - toRemove
 	if numToKeep > 0 {
@@ -275,9 +277,13 @@ func (f kubeletFilter) skipped(uid string) bool {
 // has kubelet's labels (README: "only objects with kubelet's labels ...
 // are ever touched"), its pod is not skipped, and it is not an UNKNOWN
 // container of an orphaned live pod (README: "left with the pod to
-// orphans.action").
+// orphans.action") or one whose pod's grace period cannot be read or is
+// longer than UnknownStopMaxGrace (README: "left to kubelet").
 func (f kubeletFilter) container(c cri.Container) bool {
 	id, ok := podstate.KubeletPod(c.Labels)
+	if c.State == cri.ContainerUnknown && (c.Kill.Unreadable != "" || c.Kill.Grace > UnknownStopMaxGrace) {
+		return false
+	}
 	return ok && !f.skipped(id.UID) && !(c.State == cri.ContainerUnknown && f.liveGone(id.UID))
 }
 

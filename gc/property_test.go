@@ -89,6 +89,15 @@ func randomInput(seed int64, pods int) Input {
 			if rng.Intn(15) == 0 {
 				c.Labels = nil
 			}
+			switch rng.Intn(6) { // the pod's grace, from the container's annotations
+			case 0:
+				c.Kill.Unreadable = "annotation io.kubernetes.pod.terminationGracePeriod = \"x\" is not a number"
+			case 1:
+				c.Kill.Grace = UnknownStopMaxGrace + time.Duration(rng.Intn(2)+1)*time.Second
+			case 2, 3:
+				c.Kill.Grace = time.Duration(rng.Intn(5)) * 30 * time.Second // 0 to 2m
+			}
+			c.Kill.PreStop = rng.Intn(3) == 0
 			if rng.Intn(12) == 0 { // listed, but unreadable (containerd's UNKNOWN with no creation time)
 				m := cri.Malformed{Kind: "container", ID: c.ID, Reason: "no creation time", SandboxID: c.SandboxID, PodUID: uid}
 				if rng.Intn(4) == 0 {
@@ -508,8 +517,16 @@ func checkContract(t *testing.T, in Input, r Result) {
 			if c.State == cri.ContainerRunning && !(a.Kind == StopContainer && in.Policy.StopOrphans && gone) {
 				fail("touches a RUNNING container (stop orphans %v, pod gone %v)", in.Policy.StopOrphans, gone)
 			}
-			if a.Kind == RemoveContainer && c.State == cri.ContainerUnknown && (!a.StopFirst || a.Timeout < 2*time.Second) {
-				fail("removes an UNKNOWN container without stopping it first with kubelet's minimum grace")
+			if a.Kind == RemoveContainer && c.State == cri.ContainerUnknown {
+				// kubelet's GC stops it with its pod's grace (at least 2 s);
+				// one whose grace cannot be read, or is longer than a stop of
+				// the plugin waits, is left to kubelet.
+				switch {
+				case c.Kill.Unreadable != "" || c.Kill.Grace > UnknownStopMaxGrace:
+					fail("removes an UNKNOWN container whose grace is %s (unreadable %q): it is left to kubelet", c.Kill.Grace, c.Kill.Unreadable)
+				case !a.StopFirst || a.Timeout != max(c.Kill.Grace, 2*time.Second):
+					fail("removes an UNKNOWN container stopped first %v with %s, its pod's grace %s (at least 2s)", a.StopFirst, a.Timeout, c.Kill.Grace)
+				}
 			}
 			if a.Kind == RemoveContainer && a.RemoveLogFiles == gone {
 				// kubelet's removeContainer removes a container's log files
