@@ -40,6 +40,13 @@ lint:
 unit:
 	$(GO) test -race -count=1 ./...
 
+# fuzz_run NAME,PACKAGE,COUNT fuzzes one target; it fails when PACKAGE has no
+# fuzz target NAME (go test -fuzz matching none passes, fuzzing nothing).
+define fuzz_run
+	@[ "$$($(GO) test -list '^$(1)$$' $(2) | grep -cx '$(1)')" = 1 ] || { echo "make fuzz: no fuzz target $(1) in $(2)"; exit 1; }
+	$(GO) test -run '^$$' -fuzz '^$(1)$$' -fuzztime $(or $(FUZZTIME),$(3)) $(2)
+endef
+
 # Short fuzz runs of the config parser and of the planner's safety contract
 # (about 20 s each here); longer locally with make fuzz FUZZTIME=10m. By
 # default they are counts, not durations: go1.26's fuzz coordinator can fail
@@ -47,20 +54,19 @@ unit:
 # failing input (golang/go#75804, fixed in go1.27).
 FUZZTIME ?=
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(or $(FUZZTIME),300000x) ./config/
-	$(GO) test -run '^$$' -fuzz '^FuzzPlanKeepsTheSafetyContract$$' -fuzztime $(or $(FUZZTIME),10000x) ./gc/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNeverPanics$$' -fuzztime $(or $(FUZZTIME),100000x) ./statefile/
-	# The runtime data the plugin reads: the mount table, libcni's cache,
+	$(call fuzz_run,FuzzParse,./config/,300000x)
+	$(call fuzz_run,FuzzPlanKeepsTheSafetyContract,./gc/,10000x)
+	$(call fuzz_run,FuzzDecodeNeverPanics,./statefile/,100000x)
+	# The runtime data the plugin reads: the mount table (nodefs), libcni's cache,
 	# host-local's reservations, cgroup.procs, containerd's records, CRI
 	# listings and NRI's reports (each found a defect when first run).
-	$(GO) test -run '^$$' -fuzz '^FuzzParseMountLine$$' -fuzztime $(or $(FUZZTIME),50000x) ./podnet/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseCacheEntry$$' -fuzztime $(or $(FUZZTIME),50000x) ./podnet/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseReservation$$' -fuzztime $(or $(FUZZTIME),50000x) ./podnet/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseMountInfoLine$$' -fuzztime $(or $(FUZZTIME),50000x) ./nodefs/
-	$(GO) test -run '^$$' -fuzz '^FuzzParsePids$$' -fuzztime $(or $(FUZZTIME),50000x) ./podcgroups/
-	$(GO) test -run '^$$' -fuzz '^FuzzCriNetNSPath$$' -fuzztime $(or $(FUZZTIME),50000x) ./cri/
-	$(GO) test -run '^$$' -fuzz '^FuzzConvert$$' -fuzztime $(or $(FUZZTIME),50000x) ./cri/
-	$(GO) test -run '^$$' -fuzz '^FuzzMalformedNRIDataKeepsTheStateConsistent$$' -fuzztime $(or $(FUZZTIME),10000x) ./podstate/
+	$(call fuzz_run,FuzzParseCacheEntry,./podnet/,50000x)
+	$(call fuzz_run,FuzzParseReservation,./podnet/,50000x)
+	$(call fuzz_run,FuzzParseMountInfoLine,./nodefs/,50000x)
+	$(call fuzz_run,FuzzParsePids,./podcgroups/,50000x)
+	$(call fuzz_run,FuzzCriNetNSPath,./cri/,50000x)
+	$(call fuzz_run,FuzzConvert,./cri/,50000x)
+	$(call fuzz_run,FuzzMalformedNRIDataKeepsTheStateConsistent,./podstate/,10000x)
 
 # The alerting rules: promtool checks them and runs their unit tests
 # (alerts_test.yaml). prometheus-tools installs Debian's prometheus package
