@@ -3,7 +3,10 @@ package cri
 import (
 	"encoding/json"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -80,7 +83,9 @@ func FuzzParseNetworkStatus(f *testing.F) {
 // FuzzConvert: CRI listings of any shape are never a panic; every entry is
 // either converted or set apart as malformed with a reason, and a converted
 // entry has what the planner relies on: an ID listed once, a creation time,
-// and for a container its sandbox's ID.
+// and for a container its sandbox's ID and the grace period kubelet would
+// stop it with (the pod's deletion grace period, else its termination grace
+// period; unreadable, naming the annotation, when not 0 to 2^32 seconds).
 func FuzzConvert(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add([]byte{})
@@ -89,8 +94,21 @@ func FuzzConvert(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// Each entry takes 4 bytes: which ID (from a few, so that some
 		// repeat), whether it has metadata, its creation time's sign and
-		// its state (out of range too).
+		// its state (out of range too) with, for a container, its grace
+		// annotations.
 		ids := []string{"", "a", "b", "c"}
+		graces := []map[string]string{
+			nil,
+			{annotationDeletionGrace: "30"},
+			{annotationTerminationGrace: "0", annotationPreStop: "{}"},
+			{annotationTerminationGrace: "-1"},
+			{annotationDeletionGrace: "abc", annotationTerminationGrace: "30"},
+			{annotationDeletionGrace: "5", annotationTerminationGrace: "x"},
+			{annotationTerminationGrace: "4294967296"},
+			{annotationTerminationGrace: "4294967297", annotationPreStop: ""},
+			{annotationDeletionGrace: "99999999999999999999"},
+			{annotationTerminationGrace: " 30"},
+		}
 		next := func(i int) byte {
 			if i < len(data) {
 				return data[i]
@@ -113,7 +131,8 @@ func FuzzConvert(f *testing.F) {
 				pods = append(pods, p)
 				continue
 			}
-			c := &runtimeapi.Container{Id: id, PodSandboxId: ids[next(i+1)%4], CreatedAt: created, State: runtimeapi.ContainerState(state), Labels: labels}
+			c := &runtimeapi.Container{Id: id, PodSandboxId: ids[next(i+1)%4], CreatedAt: created, State: runtimeapi.ContainerState(state), Labels: labels,
+				Annotations: graces[int(next(i+3)/6)%len(graces)]}
 			if meta {
 				c.Metadata = &runtimeapi.ContainerMetadata{Name: "c"}
 			}
@@ -134,11 +153,21 @@ func FuzzConvert(f *testing.F) {
 			seen[s.ID] = true
 		}
 		seen = map[string]bool{}
+		annotations := map[string]map[string]string{}
+		for _, c := range ctrs {
+			if c != nil {
+				annotations[c.Id] = c.Annotations
+			}
+		}
 		for _, c := range containers {
 			if c.ID == "" || c.SandboxID == "" || seen[c.ID] || c.CreatedAt.UnixNano() <= 0 {
 				t.Fatalf("container %+v", c)
 			}
 			seen[c.ID] = true
+			if want := wantKill(annotations[c.ID]); c.Kill.Grace != want.Grace || c.Kill.PreStop != want.PreStop ||
+				(c.Kill.Unreadable == "") != (want.Unreadable == "") || !strings.Contains(c.Kill.Unreadable, want.Unreadable) {
+				t.Fatalf("container %s with annotations %q: kill %+v, want %+v", c.ID, annotations[c.ID], c.Kill, want)
+			}
 		}
 		for _, m := range bad {
 			if m.Reason == "" || m.Kind != "sandbox" && m.Kind != "container" {
@@ -146,4 +175,29 @@ func FuzzConvert(f *testing.F) {
 			}
 		}
 	})
+}
+
+// wantKill is kubelet's reading of a container's grace annotations: the
+// deletion grace period when it is there, else the termination grace
+// period; a value that is not a number of seconds from 0 to 2^32 makes it
+// unreadable (Unreadable here is the annotation's name, which the reason
+// must name).
+func wantKill(annotations map[string]string) KillSpec {
+	_, preStop := annotations[annotationPreStop]
+	k := KillSpec{PreStop: preStop}
+	key := annotationDeletionGrace
+	if _, ok := annotations[key]; !ok {
+		key = annotationTerminationGrace
+	}
+	v, ok := annotations[key]
+	if !ok {
+		return k
+	}
+	secs, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || secs < 0 || secs > 1<<32 {
+		k.Unreadable = key
+		return k
+	}
+	k.Grace = time.Duration(secs) * time.Second
+	return k
 }
