@@ -12,8 +12,9 @@ import (
 // and at any times, never panic the state, and it stays one a plan can rely
 // on: an event Apply refuses changes nothing; every record is in exactly one
 // pod, the pod of its UID; a pod with a Ready sandbox is Running; a pod is
-// TornDown only with every sandbox removed with evidence of a teardown, or
-// rolled back before such a sandbox was first seen (teardownEvidenced); and
+// TornDown when, and only when, it is Removed and every sandbox was removed
+// with evidence of a teardown, or rolled back before such a sandbox was
+// first seen (teardownEvidenced); and
 // after a fresh listing every listed object has a record that is not
 // Removed (but by an NRI removal younger than SettleTime).
 func FuzzMalformedNRIDataKeepsTheStateConsistent(f *testing.F) {
@@ -151,8 +152,8 @@ func checkConsistent(t *testing.T, step int, v View) {
 		if ready && p.Phase != PhaseRunning {
 			t.Fatalf("step %d: pod %s has a Ready sandbox and is %s", step, p.UID, p.Phase)
 		}
-		if p.TornDown && (p.Phase != PhaseRemoved || !teardownEvidenced(p.Sandboxes)) {
-			t.Fatalf("step %d: pod %s torn down: %+v", step, p.UID, p)
+		if want := p.Phase == PhaseRemoved && teardownEvidenced(p.Sandboxes); p.TornDown != want {
+			t.Fatalf("step %d: pod %s torn down %v, want %v: %+v", step, p.UID, p.TornDown, want, p)
 		}
 	}
 }

@@ -31,8 +31,9 @@ import (
 //     NRI reported by RunPodSandbox less than SettleTime ago;
 //   - a pod's phase comes from its records; RemovedSince is when it became
 //     Removed, zero otherwise; TornDown needs every sandbox removed with
-//     evidence; pods Removed for the retention are forgotten, and Removed
-//     records after the retention.
+//     evidence, or rolled back before such a sandbox was first seen; pods
+//     Removed for the retention are forgotten, and Removed records after
+//     the retention.
 type model struct {
 	retention time.Duration
 	op        int // ordinal of the last step: a record changed at op > a listing's start is newer
