@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pelletier/go-toml/v2"
 	"golang.org/x/sys/unix"
 )
 
@@ -896,8 +897,14 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data, "fuzz")
 		if err == nil {
-			if err := c.Validate(); err != nil {
-				t.Fatalf("Parse accepted a config that Validate rejects: %v", err)
+			// What was taken, written back as TOML under the current
+			// keys, reads the same: no value is read into a key other
+			// than its own, changed on the way, or taken only in the
+			// spelling it came in.
+			again, err := Parse(render(t, c), "fuzz")
+			c.Notices, again.Notices = nil, nil
+			if err != nil || !reflect.DeepEqual(c, again) {
+				t.Fatalf("Parse took %+v, which written back reads as %+v, %v", c, again, err)
 			}
 			return
 		}
@@ -920,6 +927,40 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// render writes c as TOML, every key of the schema under its current name
+// (durations in Go's syntax, as the keys take them).
+func render(t *testing.T, c Config) []byte {
+	doc := map[string]any{}
+	for _, sec := range schema(&c) {
+		table := doc
+		if sec.name != "" {
+			table = map[string]any{}
+			doc[sec.name] = table
+		}
+		for _, f := range sec.fields {
+			switch p := f.ptr.(type) {
+			case *bool:
+				table[f.name] = *p
+			case *int:
+				table[f.name] = *p
+			case *float64:
+				table[f.name] = *p
+			case *string:
+				table[f.name] = *p
+			case *time.Duration:
+				table[f.name] = p.String()
+			default:
+				t.Fatalf("schema field %s has type %T", sec.key(f.name), f.ptr)
+			}
+		}
+	}
+	out, err := toml.Marshal(doc)
+	if err != nil {
+		t.Fatalf("render %+v: %v", c, err)
+	}
+	return out
 }
 
 // The hint to quote a duration is given for duration keys only: quoted,
