@@ -160,6 +160,7 @@ func randomInput(seed int64, pods int) Input {
 	}
 	// Half the time the network side is on.
 	if rng.Intn(2) == 0 {
+		in.Policy.NetworkMinAge = time.Duration(rng.Intn(3)) * 30 * time.Second
 		in.Network = randomNetwork(rng, in)
 	}
 	// Some steps were taken already this hour (retries).
@@ -209,6 +210,9 @@ func randomNetwork(rng *rand.Rand, in Input) *NetworkInput {
 	for _, m := range in.Unreadable {
 		owners = append(owners, m.ID, m.SandboxID)
 	}
+	if rng.Intn(2) == 0 { // a sandbox only a listed container names
+		owners = append(owners, "missing-sandbox")
+	}
 	for i := range 2 + rng.Intn(6) {
 		id := fmt.Sprintf("gone%d", i) // nobody knows these
 		if i%3 == 0 {
@@ -247,6 +251,19 @@ func randomNetwork(rng *rand.Rand, in Input) *NetworkInput {
 		}
 		return n.NetnsDir + "/" + name
 	}
+	// modTime: unknown, well past network.min_age, just made, or ahead of
+	// the clock.
+	modTime := func() time.Time {
+		switch rng.Intn(5) {
+		case 0:
+			return time.Time{}
+		case 1:
+			return now.Add(-time.Duration(rng.Intn(60)) * time.Second)
+		case 2:
+			return now.Add(time.Duration(1+rng.Intn(60)) * time.Second)
+		}
+		return now.Add(-time.Duration(60+rng.Intn(3600)) * time.Second)
+	}
 	ip := 0
 	for _, owner := range owners {
 		if owner == "" {
@@ -254,13 +271,23 @@ func randomNetwork(rng *rand.Rand, in Input) *NetworkInput {
 		}
 		network := []string{"pods", "other"}[rng.Intn(2)]
 		if rng.Intn(3) != 0 {
+			// Its cached result: an address of its own, one an earlier
+			// attachment had (a freed address handed out again, a fixed
+			// IP), loopback.
+			var ips []string
+			switch rng.Intn(4) {
+			case 0:
+				ips = []string{fmt.Sprintf("10.1.0.%d", 1+rng.Intn(4)), "127.0.0.1"}
+			case 1, 2:
+				ips = []string{fmt.Sprintf("10.2.0.%d", len(n.Listing.Attachments))}
+			}
 			n.Listing.Attachments = append(n.Listing.Attachments, podnet.Attachment{Network: network, ContainerID: owner, IfName: "eth0",
-				NetNS: netns(), CacheFile: "/var/lib/cni/results/" + network + "-" + owner + "-eth0"})
+				NetNS: netns(), CacheFile: "/var/lib/cni/results/" + network + "-" + owner + "-eth0", ModTime: modTime(), IPs: ips})
 		}
 		if rng.Intn(2) == 0 {
 			ip++
 			n.Listing.Reservations = append(n.Listing.Reservations, podnet.Reservation{Network: network, IP: fmt.Sprintf("10.0.0.%d", ip),
-				Path: fmt.Sprintf("/var/lib/cni/networks/%s/10.0.0.%d", network, ip), Owner: owner, IfName: "eth0"})
+				Path: fmt.Sprintf("/var/lib/cni/networks/%s/10.0.0.%d", network, ip), Owner: owner, IfName: "eth0", ModTime: modTime()})
 		}
 		if rng.Intn(10) == 0 {
 			n.Listing.Unreadable = append(n.Listing.Unreadable, podnet.Unreadable{Kind: "cni-attachment", Path: "/var/lib/cni/results/x-" + owner, Owner: owner})
@@ -273,13 +300,15 @@ func randomNetwork(rng *rand.Rand, in Input) *NetworkInput {
 		if rng.Intn(4) == 0 {
 			continue // not mounted here: gone, or not seen from here
 		}
-		n.Listing.Netns = append(n.Listing.Netns, podnet.Netns{Path: fmt.Sprintf("/run/netns/cni-%08d-0000-4000-8000-000000000000", i), Inode: uint64(4026530000 + i), InUse: rng.Intn(3) == 0})
+		n.Listing.Netns = append(n.Listing.Netns, podnet.Netns{Path: fmt.Sprintf("/run/netns/cni-%08d-0000-4000-8000-000000000000", i), Inode: uint64(4026530000 + i), InUse: rng.Intn(3) == 0,
+			ModTime: modTime()})
 	}
 	if rng.Intn(3) == 0 {
 		n.NetnsUnseen = "this process may not see the namespaces containerd mounts"
 	}
 	for i := range 3 {
-		n.Listing.Netns = append(n.Listing.Netns, podnet.Netns{Path: fmt.Sprintf("/run/netns/cni-%08d-0000-4000-8000-000000000001", i), Inode: uint64(4026531000 + i)})
+		n.Listing.Netns = append(n.Listing.Netns, podnet.Netns{Path: fmt.Sprintf("/run/netns/cni-%08d-0000-4000-8000-000000000001", i), Inode: uint64(4026531000 + i),
+			ModTime: modTime()})
 	}
 	return n
 }
@@ -686,6 +715,7 @@ func checkNetwork(t *testing.T, in Input, r Result) {
 	}
 	for _, c := range in.Containers {
 		known[c.ID] = true
+		known[c.SandboxID] = true // its sandbox lives while it is listed
 	}
 	anonymous := false
 	for _, m := range in.Unreadable {
@@ -722,6 +752,15 @@ func checkNetwork(t *testing.T, in Input, r Result) {
 	for _, s := range in.Network.Records.Sandboxes {
 		usedNetns[s.NetNSPath] = true
 	}
+	planned := map[string]bool{}
+	for _, a := range steps {
+		planned[a.Key] = true
+	}
+	// young: made less than network.min_age ago, or dated ahead of the
+	// clock (its age cannot be told).
+	young := func(modTime time.Time) bool {
+		return in.Policy.NetworkMinAge > 0 && !modTime.IsZero() && in.Now.Sub(modTime) < in.Policy.NetworkMinAge
+	}
 	for _, a := range steps {
 		fail := func(format string, args ...any) {
 			t.Helper()
@@ -747,6 +786,18 @@ func checkNetwork(t *testing.T, in Input, r Result) {
 			if in.Network.NetnsUnseen != "" && !slices.ContainsFunc(in.Network.Listing.Netns, func(ns podnet.Netns) bool { return ns.Path == a.Attachment.NetNS }) {
 				fail("its netns is not mounted here, and this process may not see containerd's mounts")
 			}
+			if young(a.Attachment.ModTime) {
+				fail("its cache entry, of %s, is younger than network.min_age %s", a.Attachment.ModTime.Format(time.RFC3339), in.Policy.NetworkMinAge)
+			}
+			// Its DEL passes its cached result on: none of its addresses
+			// may be a known sandbox's, or a newer attachment's.
+			for _, b := range in.Network.Listing.Attachments {
+				if b.ContainerID != a.Attachment.ContainerID && (known[b.ContainerID] || podnet.Newer(b, *a.Attachment)) {
+					if ip := podnet.SharedAddress(*a.Attachment, b); ip != "" {
+						fail("its address %s is in the result of %s's attachment (known %v)", ip, b.ContainerID, known[b.ContainerID])
+					}
+				}
+			}
 		case ReleaseIPReservation:
 			if a.Reservation == nil || known[a.Reservation.Owner] {
 				fail("the reservation's owner is known")
@@ -757,12 +808,26 @@ func checkNetwork(t *testing.T, in Input, r Result) {
 			if foreign[a.Reservation.Network] {
 				fail("released by hand on a network another runtime uses")
 			}
+			if young(a.Reservation.ModTime) {
+				fail("reserved at %s, younger than network.min_age %s", a.Reservation.ModTime.Format(time.RFC3339), in.Policy.NetworkMinAge)
+			}
 		case RemoveNetns:
 			if a.Netns == nil || a.Netns.InUse || usedNetns[a.Path] {
 				fail("the netns is in use, recorded or named by a known owner's attachment")
 			}
 			if len(in.Network.Records.Unreadable) > 0 {
 				fail("removed while containerd has records whose netns cannot be read")
+			}
+			if young(a.Netns.ModTime) {
+				fail("made at %s, younger than network.min_age %s", a.Netns.ModTime.Format(time.RFC3339), in.Policy.NetworkMinAge)
+			}
+			// Every attachment that ran in it is DEL'd first: one kept
+			// keeps its namespace.
+			for _, b := range in.Network.Listing.Attachments {
+				del := fmt.Sprintf("cni-attachment/%s/%s/%s", b.Network, b.ContainerID, b.IfName)
+				if b.NetNS == a.Path && (!planned[del] || !slices.Contains(a.DependsOn, del)) {
+					fail("attachment %s ran in it, and its DEL is not planned before (planned %v)", del, planned[del])
+				}
 			}
 		}
 	}
