@@ -279,3 +279,31 @@ func TestTheCheckerKnowsEveryActionKind(t *testing.T) {
 		}
 	}
 }
+
+// A pod-dir leak the plugin did not see torn down is by design only when a
+// fault came near its teardown; with none, the plugin missed a teardown it
+// was there to see, and the leak is missing (a plugin that never marks a pod
+// torn down would otherwise pass every soak).
+func TestAnUnseenTeardownIsByDesignOnlyNearAFault(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	pod := &Pod{UID: "u", TeardownFrom: t0, TeardownUntil: t0.Add(6 * time.Second)}
+	at := func(from, until time.Duration) FaultRecord {
+		return FaultRecord{Kind: FaultPluginKill, Start: t0.Add(from), End: t0.Add(until)}
+	}
+	for _, tc := range []struct {
+		name   string
+		faults []FaultRecord
+		want   bool
+	}{
+		{"no fault", nil, false},
+		{"a plugin kill during the teardown", []FaultRecord{at(2*time.Second, 4*time.Second)}, true},
+		{"one that ended just before the stop", []FaultRecord{at(-20*time.Second, -5*time.Second)}, true},
+		{"one before the pass that logs the removal", []FaultRecord{at(6*time.Second+Period, 30*time.Second)}, true},
+		{"one long before", []FaultRecord{at(-time.Minute, -faultShadow-time.Second)}, false},
+		{"one long after", []FaultRecord{at(6*time.Second+Period+faultShadow+time.Second, time.Minute)}, false},
+	} {
+		if _, got := faultDuringTeardown(tc.faults, pod); got != tc.want {
+			t.Errorf("%s: disturbed %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

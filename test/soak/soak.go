@@ -811,9 +811,19 @@ func evaluate(s *Summary, plan Plan, tr *Truth, c *Check, leaks []*leakObj, reco
 		}
 		if at.IsZero() {
 			if o.podDir && !sawTornDown(c, o.pod, starts) {
+				f, disturbed := faultDuringTeardown(records, o.pod)
+				if !disturbed {
+					// No fault kept the plugin from seeing it: the
+					// plugin missed a teardown it was there to see.
+					r.Objects++
+					r.Missing++
+					r.Details = append(r.Details, fmt.Sprintf("MISSING %s: not seen torn down (%s-%s) though no fault came within %s of the teardown (runs that logged it Removed: %v)",
+						o.what, stamp(o.pod.TeardownFrom), stamp(o.pod.TeardownUntil), faultShadow, c.Removed[o.pod.UID]))
+					continue
+				}
 				r.ByDesign++
-				r.Details = append(r.Details, fmt.Sprintf("BY DESIGN %s (torn down %s-%s; no plugin run that started before it logged it Removed with torn_down=true: runs that did: %v)",
-					o.what, stamp(o.pod.TeardownFrom), stamp(o.pod.TeardownUntil), c.Removed[o.pod.UID]))
+				r.Details = append(r.Details, fmt.Sprintf("BY DESIGN %s (torn down %s-%s during fault %s %s-%s; no plugin run that started before it logged it Removed with torn_down=true: runs that did: %v)",
+					o.what, stamp(o.pod.TeardownFrom), stamp(o.pod.TeardownUntil), f.Kind, stamp(f.Start), stamp(f.End), c.Removed[o.pod.UID]))
 				continue
 			}
 			r.Objects++
@@ -876,6 +886,27 @@ func evaluate(s *Summary, plan Plan, tr *Truth, c *Check, leaks []*leakObj, reco
 	if pl.Healthz != 200 {
 		fail("/healthz is %d at the end", pl.Healthz)
 	}
+}
+
+// faultDuringTeardown returns a fault that may have kept the plugin from
+// seeing p torn down: one from faultShadow before its sandbox's stop to a
+// period and faultShadow after its removal (the pass that logs the pod
+// Removed, and writes its torn-down mark, comes after the removal).
+func faultDuringTeardown(records []FaultRecord, p *Pod) (FaultRecord, bool) {
+	from, until := p.TeardownFrom.Add(-faultShadow), p.TeardownUntil.Add(Period+faultShadow)
+	if p.TeardownUntil.IsZero() {
+		until = time.Now()
+	}
+	for _, f := range records {
+		end := f.End
+		if end.IsZero() {
+			end = time.Now()
+		}
+		if !f.Start.After(until) && !end.Before(from) {
+			return f, true
+		}
+	}
+	return FaultRecord{}, false
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -94,7 +94,8 @@ type ReclaimSummary struct {
 	// ByDesign: objects of pod-dir leaks the plugin may not reclaim: no run
 	// of it saw the pod torn down (it was down then, or was killed before
 	// the pass that would have marked it), and it only removes orphaned pod
-	// dirs of pods it saw torn down.
+	// dirs of pods it saw torn down. Only a teardown a fault came near
+	// counts here; one no fault came near is Missing.
 	ByDesign  int       `json:"by_design"`
 	LastFault time.Time `json:"last_fault"` // the end of the last fault
 	// Worst: the longest time from max(last fault, leak made) to an
