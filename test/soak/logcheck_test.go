@@ -306,4 +306,15 @@ func TestAnUnseenTeardownIsByDesignOnlyNearAFault(t *testing.T) {
 			t.Errorf("%s: disturbed %v, want %v", tc.name, got, tc.want)
 		}
 	}
+	// A fault long before the teardown, when an earlier sandbox of the pod
+	// was stopped (a sandbox restart), may have lost that sandbox's stop
+	// and removal: it went by absence, no evidence of a teardown.
+	restarted := &Pod{UID: "r", TeardownFrom: t0, TeardownUntil: t0.Add(6 * time.Second),
+		Sandboxes: []*Object{{ID: "old", Dead: t0.Add(-5 * time.Minute)}, {ID: "new", Dead: t0}}}
+	if _, got := faultDuringTeardown([]FaultRecord{at(-5*time.Minute-time.Second, -5*time.Minute+time.Second)}, restarted); !got {
+		t.Errorf("a fault at an earlier sandbox's stop: not disturbed, want disturbed")
+	}
+	if _, got := faultDuringTeardown([]FaultRecord{at(-3*time.Minute, -2*time.Minute)}, restarted); got {
+		t.Errorf("a fault away from every stop: disturbed, want not")
+	}
 }

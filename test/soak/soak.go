@@ -891,19 +891,31 @@ func evaluate(s *Summary, plan Plan, tr *Truth, c *Check, leaks []*leakObj, reco
 // faultDuringTeardown returns a fault that may have kept the plugin from
 // seeing p torn down: one from faultShadow before its sandbox's stop to a
 // period and faultShadow after its removal (the pass that logs the pod
-// Removed, and writes its torn-down mark, comes after the removal).
+// Removed, and writes its torn-down mark, comes after the removal), or as
+// near the stop of an earlier sandbox of the pod (a sandbox restart): a
+// sandbox whose stop and removal the plugin both missed went by absence,
+// which is no evidence of a teardown.
 func faultDuringTeardown(records []FaultRecord, p *Pod) (FaultRecord, bool) {
-	from, until := p.TeardownFrom.Add(-faultShadow), p.TeardownUntil.Add(Period+faultShadow)
-	if p.TeardownUntil.IsZero() {
+	type window struct{ from, until time.Time }
+	until := p.TeardownUntil
+	if until.IsZero() {
 		until = time.Now()
+	}
+	windows := []window{{p.TeardownFrom, until}}
+	for _, sb := range p.Sandboxes {
+		if !sb.Dead.IsZero() {
+			windows = append(windows, window{sb.Dead, sb.Dead})
+		}
 	}
 	for _, f := range records {
 		end := f.End
 		if end.IsZero() {
 			end = time.Now()
 		}
-		if !f.Start.After(until) && !end.Before(from) {
-			return f, true
+		for _, w := range windows {
+			if !f.Start.After(w.until.Add(Period+faultShadow)) && !end.Before(w.from.Add(-faultShadow)) {
+				return f, true
+			}
 		}
 	}
 	return FaultRecord{}, false
