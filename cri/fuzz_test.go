@@ -14,7 +14,7 @@ import (
 )
 
 // FuzzCriNetNSPath: a sandbox record's metadata extension never panics the
-// reader; a netns path read from it is absolute or none (a relative one
+// reader; a netns path read from it is absolute and clean, or none (another
 // would be compared with the namespaces of the netns dir in another
 // spelling), and none is read from an extension of another type or from
 // anything but containerd's v1 metadata.
@@ -22,6 +22,7 @@ func FuzzCriNetNSPath(f *testing.F) {
 	for _, s := range [][2]string{
 		{criMetadataType, `{"Version":"v1","Metadata":{"ID":"abc","NetNSPath":"/run/containerd/netns/cni-1"}}`},
 		{criMetadataType, `{"Version":"v1","Metadata":{"ID":"abc","NetNSPath":""}}`},
+		{criMetadataType, `{"Version":"v1","Metadata":{"NetNSPath":"/run//netns/./cni-1/"}}`},
 		{criMetadataType, `{"Metadata":{"NetNSPath":"cni-1"}}`},
 		{criMetadataType, `{"Metadata":null}`},
 		{criMetadataType, `null`},
@@ -36,8 +37,10 @@ func FuzzCriNetNSPath(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if got != "" && !filepath.IsAbs(got) {
-			t.Fatalf("%q %q: netns path %q", typeURL, value, got)
+		if got != "" && (!filepath.IsAbs(got) || got != filepath.Clean(got)) {
+			// Compared with the namespaces of the netns dir, which are
+			// clean: "/run/netns//cni-x" would be another one.
+			t.Fatalf("%q %q: netns path %q, not absolute and clean", typeURL, value, got)
 		}
 		if typeURL != criMetadataType && got != "" {
 			t.Fatalf("netns path %q read from an extension of type %q", got, typeURL)
