@@ -370,7 +370,7 @@ func TestOrphanedPodDirsAreRemovedWithKubeletsRules(t *testing.T) {
 	if !exists(filepath.Join(podDir(pending), "plugins", "kubernetes.io~csi")) {
 		t.Fatal("the dir of a pod never seen with a sandbox was touched")
 	}
-	if !strings.Contains(h.logs.String(), "orphaned pod dir that kubelet could not remove") || !strings.Contains(h.logs.String(), "pod_uid="+mounted) {
+	if logLine(h.logs.String(), "orphaned pod dir that kubelet could not remove", "pod_uid="+mounted) == "" {
 		t.Error("the refusal is not explained in the log")
 	}
 	// The pod dir is named by UID only; the plugin saw the pod torn down

@@ -362,7 +362,7 @@ func TestOrphanedLivePodAfterAContainerdCrash(t *testing.T) {
 			})
 			if action == "report" {
 				waitFor(t, "the orphan is reported", testGrace+5*time.Second, func() bool {
-					return strings.Contains(h.logs.String(), "orphaned live pod") && strings.Contains(h.logs.String(), "pod_uid="+p.UID)
+					return logLine(h.logs.String(), "orphaned live pod", "pod_uid="+p.UID) != ""
 				})
 				time.Sleep(testGrace + 2*testPeriod)
 				if !sandboxReady(t, node, sb) {

@@ -675,6 +675,12 @@ func TestKubeletCoexistenceUnderChurn(t *testing.T) {
 			t.Errorf("the plugin acted beside a healthy kubelet with its default config:\n%s", strings.Join(taken, "\n"))
 		}
 		longest, eligible := longestEligible(lines)
+		if eligible == 0 {
+			// "0 actions" holds of a plugin that never plans too: a deleted
+			// pod's NotReady sandbox and log dir are candidates until
+			// kubelet's GC (once a minute) takes them.
+			t.Errorf("no object was ever a leak candidate over %v of churn: the plugin did not plan", st.Took.Round(time.Second))
+		}
 		t.Logf("default config: %d actions over %v: %s; kubelet restarts %v; %d objects were eligible for a while, the longest for %v (leak_grace 5m)",
 			len(taken), st.Took.Round(time.Second), st, restarts, eligible, longest.Round(time.Second))
 	})
@@ -702,6 +708,12 @@ func TestKubeletCoexistenceUnderChurn(t *testing.T) {
 			if !a.Deferred() && !a.Aborted() {
 				done = append(done, a)
 			}
+		}
+		if len(done) == 0 {
+			// Every check above is over the actions taken: with none, it
+			// says nothing. A deleted pod's NotReady sandbox and log dir
+			// wait past a 15 s grace for kubelet's GC (once a minute).
+			t.Errorf("the plugin took no action over %v of churn with leak_grace %v", st.Took.Round(time.Second), grace)
 		}
 		errs, notFound := kubeletErrors(klog, needles(done))
 		for _, e := range errs {
@@ -1173,8 +1185,8 @@ func TestKubeletKilledThenContainerdRestarted(t *testing.T) {
 	t.Logf("kubelet killed %v after its GC tick, %v after the pod dir went; left of the deleted pod: sandbox %s (%s), %d containers, "+
 		"pod log dir %v, %d log links, %d cgroup dirs", killed.Sub(tick).Round(time.Millisecond), dirGone.Round(time.Millisecond),
 		left[0].Sandboxes[0].Id[:12], left[0].Sandboxes[0].State, len(left[0].Containers), exists(logDir), len(links), len(cgroups))
-	if !exists(logDir) || left[0].Ready() {
-		t.Fatalf("the deleted pod's log dir is gone or its sandbox still Ready: not what kubelet leaves before its GC")
+	if !exists(logDir) || left[0].Ready() || len(left[0].Containers) == 0 || len(links) == 0 {
+		t.Fatalf("the deleted pod's log dir is gone, its sandbox still Ready, or no container or log link is left: not what kubelet leaves before its GC")
 	}
 
 	// containerd restarts while kubelet is dead.

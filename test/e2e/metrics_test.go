@@ -80,6 +80,26 @@ next:
 	return -1
 }
 
+// sum adds up every series of name whose labels match (a counter's or a
+// gauge's value); -1 when the scrape has no such metric.
+func (s scrape) sum(name string, labels map[string]string) float64 {
+	f, ok := s[name]
+	if !ok {
+		return -1
+	}
+	total := 0.0
+next:
+	for _, m := range f.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
+				continue next
+			}
+		}
+		total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return total
+}
+
 // TestMetricsAndHealthOfTheRunningPlugin runs the binary in external mode,
 // reclaims the #107730 leak, and checks what a Prometheus scrape and the
 // health endpoints say, also across a containerd restart.

@@ -372,6 +372,7 @@ func TestAPodBeingCreatedIsNeverTouched(t *testing.T) {
 	// stopped and removed; made records the time each was first asked for.
 	var mu sync.Mutex
 	made := map[string]bool{}
+	madeNetns := map[string]string{} // netns path → the made pod's sandbox
 	var alive []string
 	deadline := time.Now().Add(15 * time.Second)
 	passes0, _ := h.loop.Passes()
@@ -382,8 +383,10 @@ func TestAPodBeingCreatedIsNeverTouched(t *testing.T) {
 		if err != nil {
 			t.Fatalf("creation %d: %v", n, err)
 		}
+		net := sandboxNet(t, l, sb)
 		mu.Lock()
 		made[sb] = true
+		madeNetns[net.netns] = sb
 		mu.Unlock()
 		if n%2 == 1 {
 			if _, err := l.Runtime().StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb}); err != nil {
@@ -417,6 +420,12 @@ func TestAPodBeingCreatedIsNeverTouched(t *testing.T) {
 		id := ta.action.ContainerID
 		if made[id] {
 			t.Errorf("%s %s at %s: a pod the test made", ta.action.Kind, id, ta.at.Format(time.RFC3339Nano))
+		}
+		// A namespace removal names the owner of an attachment that ran
+		// there, if any: a pod being made has none yet, so its path is
+		// what tells.
+		if sb, ok := madeNetns[ta.action.Path]; ok && ta.action.Kind == gc.RemoveNetns {
+			t.Errorf("%s %s at %s: the namespace of pod %s the test made", ta.action.Kind, ta.action.Path, ta.at.Format(time.RFC3339Nano), sb)
 		}
 		if ta.action.Kind != gc.RemoveNetns && !leakedIDs[id] {
 			t.Errorf("%s on %q, not a leaked sandbox", ta.action.Kind, id)

@@ -242,7 +242,7 @@ file = %q
 	}
 	log, _ := os.ReadFile(logFile)
 	for _, line := range strings.Split(string(log), "\n") {
-		for _, done := range []string{`msg="removed`, `msg="stopped`, `msg="killed`, `msg="reduced`} {
+		for _, done := range []string{`msg="removed`, `msg="stopped`, `msg="killed`, `msg="reduced`, `msg="deleted`, `msg="released`} {
 			if strings.Contains(line, done) {
 				t.Errorf("the plugin acted: %s", line)
 			}
@@ -369,7 +369,7 @@ func TestAnOrphanCgroupWhoseUIDComesBackIsNotTouched(t *testing.T) {
 	time.Sleep(3 * testPeriod)
 	requireUntouched(t, proc, paths, "a pod that came back")
 	logs := h.logs.String()
-	if !strings.Contains(logs, "not done: checked again right before it") || !strings.Contains(logs, "pod_uid="+back.UID) {
+	if logLine(logs, "not done: checked again right before it", "pod_uid="+back.UID) == "" {
 		t.Fatalf("the abort is not logged with its pod:\n%s", logs)
 	}
 }
