@@ -586,6 +586,9 @@ func TestDryRunChangesNothingAndLogsEveryWould(t *testing.T) {
 	}
 }
 
+// TestNoActionWhileTheRuntimeIsDown: while containerd is down a pass fails
+// and changes nothing, not even what needs no runtime (the log dir of a pod
+// deleted during the outage); once it is back the leak is reclaimed.
 func TestNoActionWhileTheRuntimeIsDown(t *testing.T) {
 	cleanupPods(t, node)
 	k := newKubelet(t, node)
@@ -593,6 +596,10 @@ func TestNoActionWhileTheRuntimeIsDown(t *testing.T) {
 	p := newPod(t, "during-outage")
 	k.admit(t, p)
 	sb, ctrs := runPod(t, node, p, 1)
+	logDir := node.PodLogDir(p)
+	if !exists(logDir) {
+		t.Fatalf("the pod has no log dir %s: the outage would prove nothing of it", logDir)
+	}
 	ctx := context.Background()
 	if err := node.KillContainerd(); err != nil {
 		t.Fatal(err)
@@ -609,6 +616,12 @@ func TestNoActionWhileTheRuntimeIsDown(t *testing.T) {
 	}
 	if !strings.Contains(h.logs.String(), "nothing is changed on partial data") {
 		t.Fatal("the skipped pass was not logged")
+	}
+	// The pod is gone and the runtime lists nothing: a pass that took the
+	// failed listing for an empty one would remove its log dir, which
+	// needs no runtime (its sandbox's removal would only fail).
+	if !exists(logDir) {
+		t.Fatal("the deleted pod's log dir was removed while the runtime was down")
 	}
 	if _, err := node.RestartContainerd(ctx); err != nil {
 		t.Fatal(err)
