@@ -56,17 +56,12 @@ func scrapeMetrics(t *testing.T, addr string) (scrape, string) {
 	return families, body
 }
 
+// value is the first series of name whose labels match (a counter's or a
+// gauge's value, a histogram's count); -1 when there is none.
 func (s scrape) value(name string, labels map[string]string) float64 {
-	f, ok := s[name]
-	if !ok {
-		return -1
-	}
-next:
-	for _, m := range f.GetMetric() {
-		for _, l := range m.GetLabel() {
-			if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
-				continue next
-			}
+	for _, m := range s[name].GetMetric() {
+		if !labelsMatch(m, labels) {
+			continue
 		}
 		switch {
 		case m.Counter != nil:
@@ -88,16 +83,22 @@ func (s scrape) sum(name string, labels map[string]string) float64 {
 		return -1
 	}
 	total := 0.0
-next:
 	for _, m := range f.GetMetric() {
-		for _, l := range m.GetLabel() {
-			if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
-				continue next
-			}
+		if labelsMatch(m, labels) {
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
-		total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 	}
 	return total
+}
+
+// labelsMatch: every label of m that labels names has the value it gives.
+func labelsMatch(m *dto.Metric, labels map[string]string) bool {
+	for _, l := range m.GetLabel() {
+		if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
+			return false
+		}
+	}
+	return true
 }
 
 // TestMetricsAndHealthOfTheRunningPlugin runs the binary in external mode,
