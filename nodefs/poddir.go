@@ -241,17 +241,25 @@ func RemoveOrphanedPodDir(ctx context.Context, kubeletRoot string, seen PodDir) 
 	if !exists {
 		return nil
 	}
-	if len(d.Blockers) > 0 {
-		return refuse(path, "kubelet's cleanup rules forbid it: %s", strings.Join(d.Blockers, "; "))
-	}
 	if seen.Path != path {
 		return refuse(path, "the pod dir the decision was made on is %q, not this one", seen.Path)
+	}
+	if len(d.Blockers) > 0 {
+		reason := fmt.Sprintf("kubelet's cleanup rules forbid it: %s", strings.Join(d.Blockers, "; "))
+		if len(seen.Blockers) == 0 {
+			// The decision saw none: what forbids it now (a volume
+			// mounted, a CSI file written) came since, so the pod dir
+			// changed, as below: kubelet may be setting a pod of that
+			// UID up again. Not a failure to retry and count.
+			return &RefusedError{Path: path, Changed: true, Reason: "it changed since it was inspected for the decision: " + reason}
+		}
+		return refuse(path, "%s", reason)
 	}
 	if changed := d.ChangedSince(seen); len(changed) > 0 {
 		return &RefusedError{Path: path, Changed: true, Reason: fmt.Sprintf(
 			"it changed since it was inspected for the decision (%s): kubelet may be setting up a pod of that UID again", strings.Join(changed, ", "))}
 	}
-	return wrapRemoving(path, p.removePodDir(ctx, uid, path))
+	return wrapRemoving(path, p.removePodDir(ctx, uid, path, d.Identities))
 }
 
 // ChangedSince lists, sorted, what d holds that seen, an earlier
@@ -480,16 +488,40 @@ func (in *inspector) identify(rel string, fi fileInfo) {
 	if in.d.Identities == nil {
 		in.d.Identities = make(map[string]string)
 	}
-	// The birth time alone where there is one: overlayfs over layers on
-	// different file systems (xino off) numbers a directory afresh each
-	// time it instantiates its inode again (after an eviction), so the
-	// number changes with nothing made again; the birth time is the upper
-	// layer's and holds.
-	id := "born " + fi.born
+	in.d.Identities[in.abs(rel)] = identity(fi)
+}
+
+// identity is a PodDir.Identities value. The birth time alone where there
+// is one: overlayfs over layers on different file systems (xino off)
+// numbers a directory afresh each time it instantiates its inode again
+// (after an eviction), so the number changes with nothing made again; the
+// birth time is the upper layer's and holds.
+func identity(fi fileInfo) string {
 	if fi.born == "" {
-		id = fmt.Sprintf("inode %d", fi.ino)
+		return fmt.Sprintf("inode %d", fi.ino)
 	}
-	in.d.Identities[in.abs(rel)] = id
+	return "born " + fi.born
+}
+
+// sameAsInspected refuses, as changed since the decision, the directory
+// open as fd at path unless inspected (PodDir.Identities) identified it,
+// and as what it is now. A nil inspected checks nothing.
+func sameAsInspected(inspected map[string]string, fd int, path string) error {
+	if inspected == nil {
+		return nil
+	}
+	was, ok := inspected[path]
+	if !ok {
+		return &RefusedError{Path: path, Changed: true, Reason: "it was made after the removal inspected the pod dir: kubelet may be setting up a pod of that UID again"}
+	}
+	fi, err := statAt(fd, "")
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	if now := identity(fi); now != was && identityKind(now) == identityKind(was) {
+		return &RefusedError{Path: path, Changed: true, Reason: "it was made again after the removal inspected the pod dir: kubelet may be setting up a pod of that UID again"}
+	}
+	return nil
 }
 
 func (in *inspector) addLeftover(rel string, fi fileInfo, depth int) {
@@ -786,13 +818,21 @@ func (in *inspector) scanDevices(podFd int) error {
 }
 
 // removePodDir runs the removal steps on a pod dir that inspected clean.
-func (p podsRoot) removePodDir(ctx context.Context, uid, path string) error {
+// inspected is that inspection's Identities: the walk takes no pod dir or
+// volume dir it did not identify, so a pod of that UID set up again
+// between the inspection and the walk is refused, not taken apart (nil:
+// not checked, for tests of the steps alone).
+func (p podsRoot) removePodDir(ctx context.Context, uid, path string, inspected map[string]string) error {
 	w := walker{ctx: ctx, root: p.info}
 	dir, fd, err := w.openChecked(p.fd, uid, path)
 	if err != nil || dir == nil {
 		return err
 	}
 	defer dir.Close()
+	if err := sameAsInspected(inspected, fd, path); err != nil {
+		return err
+	}
+	w.inspected = inspected
 
 	// 1 and 2: kubelet's removeOrphanedPodVolumeDirs. Any error stops here.
 	if err := w.rmdirTree(fd, podVolumesDir, path+"/"+podVolumesDir); err != nil {
@@ -912,6 +952,12 @@ func (w walker) rmdirTree(parentFd int, name, path string) error {
 		return err
 	}
 	defer dir.Close()
+	if w.inspected != nil && w.depth == volumeDirDepth {
+		// A volume dir: the one the removal's inspection identified.
+		if err := sameAsInspected(w.inspected, fd, path); err != nil {
+			return err
+		}
+	}
 	names, err := readNames(w.ctx, dir)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)

@@ -761,7 +761,7 @@ func TestPodDirStepsWithoutTheInspection(t *testing.T) {
 		cleanOrphan(t, pod)
 		mount(t, "tmpfs", filepath.Join(pod, emptyDirVol), "tmpfs")
 		p := openTestPods(t, n)
-		err := p.removePodDir(ctx, testUUID, pod)
+		err := p.removePodDir(ctx, testUUID, pod, nil)
 		wantRefused(t, err, filepath.Join(pod, emptyDirVol))
 		// kubelet's order: a volumes/ error stops before anything else.
 		mustExist(t, filepath.Join(pod, termMsg), filepath.Join(pod, fileSubpath), filepath.Join(pod, etcHosts))
@@ -1002,7 +1002,7 @@ func TestASubpathStepErrorStopsBeforeTheOneFilesystemRemoval(t *testing.T) {
 	cleanOrphan(t, pod)
 	writeFile(t, filepath.Join(pod, "volume-subpaths/config/app/2/data"), "keep")
 	p := openTestPods(t, n)
-	err := p.removePodDir(context.Background(), testUUID, pod)
+	err := p.removePodDir(context.Background(), testUUID, pod, nil)
 	wantRefused(t, err, filepath.Join(pod, "volume-subpaths/config/app/2"))
 	mustExist(t, filepath.Join(pod, "volume-subpaths/config/app/2/data"), filepath.Join(pod, etcHosts))
 }
@@ -1176,5 +1176,117 @@ func TestAPodDirInspectorFindsWhatInspectPodDirFinds(t *testing.T) {
 	}
 	if d, _ := in.Inspect(ctx, testUUID); len(d.MountPoints) != 1 || len(d.Blockers) == 0 {
 		t.Fatalf("the mounted volume: mount points %q, blockers %q; want it found and blocking", d.MountPoints, d.Blockers)
+	}
+}
+
+// TestWhatForbidsARemovalNewSinceTheDecisionIsAChange: the plan only
+// proposes a pod dir that inspected clean, so whatever forbids its removal
+// at the step (a volume mounted, a CSI file written, the pod dir made a
+// link) came since: a pod of that UID being set up again, an abort (no
+// backoff, no budget unit), not a failure. A pod dir the decision already
+// saw blocked stays a plain refusal.
+func TestWhatForbidsARemovalNewSinceTheDecisionIsAChange(t *testing.T) {
+	for _, tt := range []struct {
+		rule        string
+		change      func(t *testing.T, pod string)
+		seenBlocked bool
+		wantChanged bool
+	}{
+		{"a CSI vol_data.json written since", func(t *testing.T, pod string) {
+			writeFile(t, filepath.Join(pod, csiVol, "vol_data.json"), "{}")
+		}, false, true},
+		{"a volume mounted since", func(t *testing.T, pod string) {
+			mount(t, "tmpfs", filepath.Join(pod, projectedVol), "tmpfs")
+		}, false, true},
+		{"a block volume entry made since", func(t *testing.T, pod string) {
+			writeFile(t, filepath.Join(pod, blockVol), "")
+		}, false, true},
+		{"a blocker the decision saw", func(t *testing.T, pod string) {}, true, false},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			ctx := context.Background()
+			n := newKubeletNode(t)
+			pod := filepath.Join(n.pods, testUUID)
+			cleanOrphan(t, pod)
+			if tt.seenBlocked {
+				writeFile(t, filepath.Join(pod, csiVol, "vol_data.json"), "{}")
+			}
+			seen, err := InspectPodDir(ctx, n.root, testUUID)
+			if err != nil || (len(seen.Blockers) > 0) != tt.seenBlocked {
+				t.Fatalf("the decision's inspection: blockers %q, %v", seen.Blockers, err)
+			}
+			tt.change(t, pod)
+			err = RemoveOrphanedPodDir(ctx, n.root, seen)
+			var r *RefusedError
+			if !errors.As(err, &r) {
+				t.Fatalf("RemoveOrphanedPodDir = %v, want a refusal", err)
+			}
+			if r.ChangedSinceDecided() != tt.wantChanged {
+				t.Fatalf("refusal %q: changed since the decision %v, want %v", err, r.ChangedSinceDecided(), tt.wantChanged)
+			}
+			mustExist(t, filepath.Join(pod, etcHosts))
+		})
+	}
+}
+
+// TestTheRemovalWalkTakesNoVolumeDirItsInspectionDidNotSee: between the
+// removal's own inspection and its walk (milliseconds), kubelet may make
+// a volume dir of a pod of that UID set up again, or the pod dir anew; the
+// walk refuses them as changed, and removes nothing of the new volume.
+func TestTheRemovalWalkTakesNoVolumeDirItsInspectionDidNotSee(t *testing.T) {
+	for _, tt := range []struct {
+		rule   string
+		change func(t *testing.T, pod string)
+		mustBe string // a path the walk must leave
+	}{
+		{"a new volume dir", func(t *testing.T, pod string) {
+			mkdirAll(t, filepath.Join(pod, "volumes/kubernetes.io~empty-dir/new"))
+		}, "volumes/kubernetes.io~empty-dir/new"},
+		{"a new volume dir of a new plugin", func(t *testing.T, pod string) {
+			mkdirAll(t, filepath.Join(pod, "volumes/kubernetes.io~configmap/cfg"))
+		}, "volumes/kubernetes.io~configmap/cfg"},
+		{"a volume dir made again", func(t *testing.T, pod string) {
+			rmdirAll(t, filepath.Join(pod, projectedVol))
+			mkdirAll(t, filepath.Join(pod, projectedVol))
+		}, projectedVol},
+		{"the pod dir made again", func(t *testing.T, pod string) {
+			if err := os.RemoveAll(pod); err != nil {
+				t.Fatal(err)
+			}
+			cleanOrphan(t, pod)
+		}, emptyDirVol},
+	} {
+		t.Run(tt.rule, func(t *testing.T) {
+			ctx := context.Background()
+			n := newKubeletNode(t)
+			pod := filepath.Join(n.pods, testUUID)
+			cleanOrphan(t, pod)
+			p, path, err := openPods(n.root, testUUID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.close()
+			d, _, err := p.inspect(ctx, testUUID)
+			if err != nil || len(d.Blockers) > 0 {
+				t.Fatalf("the removal's inspection: %q, %v", d.Blockers, err)
+			}
+			if d.Identities[path] == "" || d.Identities[filepath.Join(pod, projectedVol)] == "" {
+				t.Fatalf("the inspection identified %v, not the pod dir and its volume dirs", d.Identities)
+			}
+			tt.change(t, pod)
+			err = p.removePodDir(ctx, testUUID, path, d.Identities)
+			var r *RefusedError
+			if !errors.As(err, &r) || !r.ChangedSinceDecided() {
+				t.Fatalf("removePodDir = %v, want a refusal as changed since", err)
+			}
+			mustExist(t, filepath.Join(pod, tt.mustBe), pod)
+		})
+	}
+}
+
+func rmdirAll(t *testing.T, path string) {
+	t.Helper()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -411,6 +411,9 @@ type walker struct {
 	// walker is: each level keeps an open directory and its path, so a
 	// tree deeper than maxRemoveDepth is refused, not walked.
 	depth int
+	// inspected, when not nil, is the pod dir removal's own inspection
+	// (PodDir.Identities): rmdirTree takes no volume dir it lacks.
+	inspected map[string]string
 }
 
 // maxRemoveDepth bounds how deep a removal walks, as maxVolumesDepth bounds
