@@ -343,6 +343,24 @@ func (t logTargets) podUID(l ContainerLogLink) string {
 	return d.UID
 }
 
+// dotDotAfterAName: path has a ".." that follows a name of its own (not
+// one that climbs from where a relative path starts, as ../pods/x does).
+func dotDotAfterAName(path string) bool {
+	named := false
+	for _, e := range strings.Split(path, "/") {
+		switch e {
+		case "", ".":
+		case "..":
+			if named {
+				return true
+			}
+		default:
+			named = true
+		}
+	}
+	return false
+}
+
 // maxLinkTargetDepth is how many levels below the pod logs dir a link's
 // target may be and still be examined; kubelet's are 3 levels deep.
 const maxLinkTargetDepth = 8
@@ -352,6 +370,11 @@ const maxLinkTargetDepth = 8
 // told without leaving the pod logs dir, following a symlink or entering
 // another file system.
 func (t logTargets) examine(linkDir, target string) (dangling bool, reason string) {
+	if dotDotAfterAName(target) {
+		// Cleaned, a/sym/../b names a/b; the kernel resolves sym first,
+		// wherever it points. kubelet writes no "..".
+		return false, fmt.Sprintf("target %s has a '..' after a name, which the kernel resolves through that name (perhaps a symlink): not examined", target)
+	}
 	abs := target
 	if !filepath.IsAbs(abs) {
 		abs = filepath.Join(linkDir, abs)

@@ -382,7 +382,19 @@ func TestContainerLogLinkTargetsAreOnlyExaminedInsideThePodLogsDir(t *testing.T)
 				writeFile(t, filepath.Join(base, "outside", "0.log"), "log")
 				return pods + "/" + testPodLogDir + "/../../outside/0.log"
 			},
-			wantReason: "target $BASE/outside/0.log points outside logs.pod_logs_dir ($PODS): not followed",
+			wantReason: "target $PODS/" + testPodLogDir + "/../../outside/0.log has a '..' after a name, which the kernel resolves through that name (perhaps a symlink): not examined",
+		},
+		{
+			rule: "a target with .. after a symlink is not examined: the kernel resolves the symlink first, the cleaned path does not",
+			setup: func(t *testing.T, _, pods string) string {
+				// sym/../gone/0.log is pods/a/gone/0.log to the kernel
+				// (and to kubelet's os.Stat), pods/gone/0.log cleaned.
+				mkdirAll(t, filepath.Join(pods, "a", "b"))
+				writeFile(t, filepath.Join(pods, "a", "gone", "0.log"), "log")
+				symlink(t, "a/b", filepath.Join(pods, "sym"))
+				return pods + "/sym/../gone/0.log"
+			},
+			wantReason: "target $PODS/sym/../gone/0.log has a '..' after a name, which the kernel resolves through that name (perhaps a symlink): not examined",
 		},
 		{
 			rule: "a relative target that resolves outside the pod logs dir is not followed",
