@@ -213,6 +213,9 @@ func (h host) destroy(ctx context.Context, pod PodCgroup) (Destroyed, error) {
 	if err := h.notSelf(procs); err != nil {
 		return d, err
 	}
+	if err := processesSince(pod, targets, procs); err != nil {
+		return d, err
+	}
 	if pod.Driver == DriverSystemd {
 		// kubelet's systemd cgroup manager stops the slice unit: systemd
 		// then stops the pod's scopes and removes the cgroups it manages.
@@ -321,20 +324,32 @@ func (h host) kill(ctx context.Context, pod PodCgroup, targets []target) (killed
 		if err := h.notSelf(left); err != nil {
 			return killed, err
 		}
+		if !killed {
+			// Nothing killed yet: processes in a pod cgroup planned
+			// empty are not this step's to kill (nor in its budget).
+			if err := processesSince(pod, targets, left); err != nil {
+				return killed, err
+			}
+		}
 		if pass == killPasses {
 			return killed, leftError(left, killErrs)
 		}
-		killed = true
 		killErrs = nil
+		written := false
 		if pass == 0 {
-			killed, errs := cgroupKill(targets)
+			var errs []error
+			written, errs = cgroupKill(targets)
 			killErrs = append(killErrs, errs...)
-			if !killed {
-				killErrs = append(killErrs, signalAll(left)...)
-			}
-		} else {
-			killErrs = append(killErrs, signalAll(left)...)
 		}
+		if !written {
+			sent, errs := signalAll(left)
+			killErrs = append(killErrs, errs...)
+			written = sent > 0
+		}
+		// Said only once a kill was written or sent: every PID listed may
+		// have been gone already (then nothing was done, and a change
+		// found next is a refusal, not a stop partway).
+		killed = killed || written
 		if err := sleep(ctx, killPassDelay); err != nil {
 			return killed, fmt.Errorf("killing the processes of pod cgroup %s: %w", targets[0].path, err)
 		}
@@ -408,12 +423,31 @@ func cgroupKill(targets []target) (killed bool, errs []error) {
 	return killed, errs
 }
 
-func signalAll(left []cgroupProcs) []error {
-	var errs []error
-	for _, cp := range left {
-		errs = append(errs, signal(cp)...)
+// processesSince refuses, as changed since the inspection, a pod cgroup
+// the inspection found no process in (pod.Procs, what the plan budgets a
+// kill by) that has some now: a process moved in, or a pod of that UID
+// started again in a child the inspection saw.
+func processesSince(pod PodCgroup, targets []target, procs []cgroupProcs) error {
+	if pod.Procs > 0 || len(procs) == 0 {
+		return nil
 	}
-	return errs
+	n := 0
+	for _, cp := range procs {
+		n += len(cp.pids)
+	}
+	return &RefusedError{Path: targets[0].path, Changed: true, Reason: fmt.Sprintf(
+		"%d process(es) in it now (%s first), none when it was inspected: not this step's to kill", n, procs[0].dir)}
+}
+
+// signalAll signals every process in left; sent is how many SIGKILLs
+// were delivered.
+func signalAll(left []cgroupProcs) (sent int, errs []error) {
+	for _, cp := range left {
+		n, e := signal(cp)
+		sent += n
+		errs = append(errs, e...)
+	}
+	return sent, errs
 }
 
 // signal sends SIGKILL to the processes listed in cp.dir, and never to an
@@ -436,25 +470,25 @@ func signalAll(left []cgroupProcs) []error {
 // PIDs are pinned pinBatch at a time, each batch checked against a fresh
 // read: a cgroup of a fork bomb would otherwise hold a descriptor per
 // process at once, and take the process's file limit from everything else.
-func signal(cp cgroupProcs) []error {
-	var errs []error
+func signal(cp cgroupProcs) (sent int, errs []error) {
 	for start := 0; start < len(cp.pids); start += pinBatch {
-		errs = append(errs, signalPinned(cp.dir, cp.pids[start:min(start+pinBatch, len(cp.pids))])...)
+		n, e := signalPinned(cp.dir, cp.pids[start:min(start+pinBatch, len(cp.pids))])
+		sent += n
+		errs = append(errs, e...)
 	}
-	return errs
+	return sent, errs
 }
 
 // pinBatch is how many pidfds signal holds at once.
 const pinBatch = 1024
 
 // signalPinned is signal for pids, listed in dir.
-func signalPinned(dir string, pids []int) []error {
+func signalPinned(dir string, pids []int) (sent int, errs []error) {
 	type proc struct {
 		pid int
 		fd  int // its pidfd, or -1 to signal it by PID
 	}
 	var procs []proc
-	var errs []error
 	defer func() {
 		for _, p := range procs {
 			if p.fd >= 0 {
@@ -480,7 +514,7 @@ func signalPinned(dir string, pids []int) []error {
 	}
 	listed, err := readPids(dir)
 	if err != nil {
-		return append(errs, err)
+		return 0, append(errs, err)
 	}
 	still := make(map[int]bool, len(listed))
 	for _, pid := range listed {
@@ -496,11 +530,14 @@ func signalPinned(dir string, pids []int) []error {
 		} else {
 			err = unix.Kill(p.pid, unix.SIGKILL)
 		}
-		if err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: it exited meanwhile
+		switch {
+		case err == nil:
+			sent++
+		case !errors.Is(err, unix.ESRCH): // ESRCH: it exited meanwhile
 			errs = append(errs, fmt.Errorf("SIGKILL PID %d in cgroup %s: %w", p.pid, dir, err))
 		}
 	}
-	return errs
+	return sent, errs
 }
 
 // leftError names the processes still alive after every pass, and why the

@@ -51,10 +51,12 @@ func dirs(t *testing.T, paths ...string) {
 
 // inspected is pod as an inspection leaves it: with the inode number of
 // each of its paths (0 for one that does not exist, which Destroy skips),
-// and the names of their child cgroups as Containers, unless given.
+// the number of processes in their trees, and the names of their child
+// cgroups as Containers, unless given.
 func inspected(t *testing.T, pod PodCgroup) PodCgroup {
 	t.Helper()
 	pod.Inodes = nil
+	pids := map[int]bool{}
 	var children []string
 	for _, p := range pod.Paths {
 		var ino uint64
@@ -64,6 +66,16 @@ func inspected(t *testing.T, pod PodCgroup) PodCgroup {
 			}
 		}
 		pod.Inodes = append(pod.Inodes, ino)
+		tree, _ := cgroupDirs(context.Background(), p, nil) // none for a path a test made odd (a symlink)
+		for _, d := range tree {
+			ps, err := readPids(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, pid := range ps {
+				pids[pid] = true
+			}
+		}
 		// The children, as Discover names them, unless the test gave them.
 		if entries, err := os.ReadDir(p); err == nil && pod.Containers == nil {
 			for _, e := range entries {
@@ -77,6 +89,7 @@ func inspected(t *testing.T, pod PodCgroup) PodCgroup {
 		slices.Sort(children)
 		pod.Containers = children
 	}
+	pod.Procs = len(pids)
 	return pod
 }
 
@@ -413,8 +426,8 @@ func TestSignalKillsThroughAPidfdOnlyThePIDsStillListed(t *testing.T) {
 	cp := cgroupProcs{dir: dir, pids: []int{left.cmd.Process.Pid, listed.cmd.Process.Pid}}
 
 	fdsBefore := openFDs(t)
-	if errs := signal(cp); len(errs) != 0 {
-		t.Fatalf("signal: %v", errs)
+	if sent, errs := signal(cp); len(errs) != 0 || sent != 1 {
+		t.Fatalf("signal: %d sent, %v; want the one still listed", sent, errs)
 	}
 	// The killed child's own pidfd (held by os.Process) may close meanwhile
 	// when it is reaped, so fewer is fine; more is a leaked pidfd.
@@ -936,5 +949,109 @@ func TestAChangeFoundAfterSystemdsStopIsNoRefusal(t *testing.T) {
 			t.Fatalf("systemd asked to stop %v, Destroyed %+v: the test proves nothing", stopped, d)
 		}
 		wantStoppedPartway(t, err, "made since the pod cgroup was inspected", child)
+	}
+}
+
+// TestDestroyKillsNothingInAPodCgroupInspectedEmpty: the plan budgets a
+// kill only for a pod cgroup the inspection found processes in; one that
+// has processes at the step (a process moved in, a pod of that UID started
+// again in a child the inspection saw) is refused as changed, killing and
+// removing nothing, with or without systemd.
+func TestDestroyKillsNothingInAPodCgroupInspectedEmpty(t *testing.T) {
+	for _, driver := range []Driver{DriverCgroupfs, DriverSystemd} {
+		t.Run(string(driver), func(t *testing.T) {
+			mp := t.TempDir()
+			rel, err := podRel(driver, "kubepods", QOSBurstable, uidA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(mp, "memory", rel)
+			cgroup(t, filepath.Join(p, ctrID))
+			pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: driver, Root: "kubepods", Paths: []string{p}})
+			if pod.Procs != 0 {
+				t.Fatalf("inspected with %d processes, want none", pod.Procs)
+			}
+			s := startSleeper(t)
+			cgroup(t, filepath.Join(p, ctrID), s.cmd.Process.Pid)
+			f := &fakeHost{}
+			_, err = f.host().destroy(context.Background(), pod)
+			var r *RefusedError
+			if !errors.As(err, &r) || !r.ChangedSinceDecided() || !strings.Contains(err.Error(), "none when it was inspected") {
+				t.Fatalf("destroy = %v, want a refusal as changed since the inspection", err)
+			}
+			if s.killedWithin(300*time.Millisecond) || !s.alive() {
+				t.Fatalf("PID %d, in a pod cgroup inspected empty, was killed", s.cmd.Process.Pid)
+			}
+			if len(f.units) != 0 {
+				t.Errorf("systemd was asked to stop %q before the refusal", f.units)
+			}
+			if !exists(filepath.Join(p, ctrID)) {
+				t.Errorf("%s was removed", p)
+			}
+		})
+	}
+}
+
+// TestAKillPassThatSentNothingIsNoKill: when every PID listed is gone
+// before its signal (nothing written, nothing sent), a change found at
+// the next pass is a refusal (an abort: nothing was done), not a stop
+// partway that says its processes were sent a kill.
+func TestAKillPassThatSentNothingIsNoKill(t *testing.T) {
+	mp := t.TempDir()
+	p := filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidA)
+	const gone = 2147483000 // above any pid_max: no such process
+	cgroup(t, filepath.Join(p, ctrID), gone)
+	pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{p}})
+	h := (&fakeHost{}).host()
+	checks := 0
+	version := h.cgroupVersion
+	h.cgroupVersion = func(hierarchy, path string) (Version, error) {
+		if checks++; checks == 2 { // the second kill pass's check: kubelet made a sandbox
+			if err := os.Mkdir(filepath.Join(p, "a-new-sandbox"), 0o755); err != nil {
+				t.Error(err)
+			}
+		}
+		return version(hierarchy, path)
+	}
+	_, err := h.destroy(context.Background(), pod)
+	var r *RefusedError
+	if !errors.As(err, &r) || !r.ChangedSinceDecided() {
+		t.Fatalf("destroy = %v, want a refusal as changed (no kill was sent)", err)
+	}
+}
+
+// TestTheWalkOfAPodCgroupStopsAtAMount: a cgroup's subdirectories are its
+// children, on its mount; something mounted below the pod cgroup (a bind
+// mount of another cgroup, another file system) is not walked: its
+// processes are not killed nor its dirs removed, and the error names it.
+func TestTheWalkOfAPodCgroupStopsAtAMount(t *testing.T) {
+	mp := t.TempDir()
+	p := filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidA)
+	nested := filepath.Join(p, ctrID, "nested")
+	dirs(t, nested)
+	if err := unix.Mount("tmpfs", nested, "tmpfs", 0, ""); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			t.Skipf("mounting not permitted: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(nested, unix.MNT_DETACH) })
+	pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{p}})
+	s := startSleeper(t)
+	cgroup(t, filepath.Join(nested, "other"), s.cmd.Process.Pid)
+	pod.Procs = 1 // as if the plan saw a process, so that only the mount refuses
+
+	if _, err := cgroupDirs(context.Background(), p, nil); err == nil || !strings.Contains(err.Error(), nested+" is a mount point") {
+		t.Fatalf("walking %s: %v, want the mount at %s named", p, err, nested)
+	}
+	_, err := (&fakeHost{}).host().destroy(context.Background(), pod)
+	if err == nil || !strings.Contains(err.Error(), nested) {
+		t.Fatalf("destroy = %v, want the mount named", err)
+	}
+	if s.killedWithin(300*time.Millisecond) || !s.alive() {
+		t.Fatalf("PID %d, in a cgroup mounted below the pod cgroup, was killed", s.cmd.Process.Pid)
+	}
+	if !exists(filepath.Join(nested, "other")) {
+		t.Errorf("a dir on the mount below the pod cgroup was removed")
 	}
 }

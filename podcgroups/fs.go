@@ -48,6 +48,10 @@ func cgroupTree(ctx context.Context, top string, buf []byte) ([]string, uint64, 
 	if err != nil {
 		return nil, 0, fmt.Errorf("cgroup %s: %w", top, err)
 	}
+	topMount, err := mountOf(top)
+	if err != nil {
+		return nil, 0, fmt.Errorf("cgroup %s: %w", top, err)
+	}
 	if buf == nil {
 		buf = make([]byte, direntBufSize)
 	}
@@ -64,10 +68,57 @@ func cgroupTree(ctx context.Context, top string, buf []byte) ([]string, uint64, 
 		}
 		slices.Sort(names)
 		for _, name := range names {
-			dirs = append(dirs, dirs[i]+"/"+name)
+			dir := dirs[i] + "/" + name
+			// A cgroup's subdirectories are its child cgroups, on its
+			// mount; anything mounted there (a bind mount of another
+			// cgroup, another file system) holds processes and dirs that
+			// are not this cgroup's to list, kill or remove.
+			m, err := mountOf(dir)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				continue
+			case err != nil:
+				return nil, 0, fmt.Errorf("cgroup %s: %w", dir, err)
+			case m.root || m.dev != topMount.dev || (m.id != 0 && topMount.id != 0 && m.id != topMount.id):
+				return nil, 0, fmt.Errorf("cgroup %s is a mount point or on another mount than %s (device %d:%d, mount %d; the cgroup's %d:%d, mount %d): not walked",
+					dir, top, unix.Major(m.dev), unix.Minor(m.dev), m.id, unix.Major(topMount.dev), unix.Minor(topMount.dev), topMount.id)
+			}
+			dirs = append(dirs, dir)
 		}
 	}
 	return dirs, ino, nil
+}
+
+// mount is where a path is mounted: its device, its mount ID (0 where the
+// kernel does not say: before Linux 5.8) and whether it is a mount root.
+type mount struct {
+	dev  uint64
+	id   uint64
+	root bool
+}
+
+// mountOf is path's mount, not following a symlink.
+func mountOf(path string) (mount, error) {
+	var stx unix.Statx_t
+	err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO|unix.STATX_MNT_ID, &stx)
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) { // no statx (or a filter denies it)
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			return mount{}, &fs.PathError{Op: "lstat", Path: path, Err: err}
+		}
+		return mount{dev: st.Dev}, nil
+	}
+	if err != nil {
+		return mount{}, &fs.PathError{Op: "statx", Path: path, Err: err}
+	}
+	m := mount{dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor)}
+	if stx.Mask&unix.STATX_MNT_ID != 0 {
+		m.id = stx.Mnt_id
+	}
+	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		m.root = stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+	}
+	return m, nil
 }
 
 // inode is the inode number of what fi describes.
