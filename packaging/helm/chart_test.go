@@ -695,6 +695,14 @@ func TestValues(t *testing.T) {
 			t.Errorf("config does not follow the values: %+v", cfg)
 		}
 	})
+	t.Run("no hostPID with the network and cgroups off", func(t *testing.T) {
+		o := decode(t, mustRender(t, map[string]any{"hostPID": false, "network": map[string]any{"enabled": false},
+			"config": map[string]any{"cgroups": map[string]any{"enabled": false}}}))
+		checkDaemonSet(t, o)
+		if o.ds.Spec.Template.Spec.HostPID || parseConfig(t, o).Cgroups.Enabled {
+			t.Errorf("hostPID %v, cgroups.enabled %v: want both off", o.ds.Spec.Template.Spec.HostPID, parseConfig(t, o).Cgroups.Enabled)
+		}
+	})
 	t.Run("network off: no CNI dir mounted", func(t *testing.T) {
 		for _, vals := range []map[string]any{
 			{"network": map[string]any{"enabled": false}},
@@ -883,26 +891,29 @@ func TestValues(t *testing.T) {
 		"unknown monitoring object":          {"monitoring": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}},
 		// The network side needs the node's network and PID namespaces and
 		// a privileged container (Bidirectional propagation).
-		"network without hostNetwork":     {"hostNetwork": false},
-		"network without hostPID":         {"hostPID": false},
-		"network not privileged":          {"securityContext": map[string]any{"privileged": false}},
-		"network without securityContext": {"securityContext": nil},
-		"relative netns dir":              {"network": map[string]any{"netnsDir": "run/netns"}},
-		"relative exec root":              {"network": map[string]any{"execRoot": "proc/1/root"}},
-		"unknown network key":             {"network": map[string]any{"dataDir": "/var/lib/cni/networks"}},
-		"network enabled not a boolean":   {"network": map[string]any{"enabled": "yes"}},
-		"two mounts at one path":          {"network": map[string]any{"binDir": "/etc/cni/net.d"}},
-		"netns dir is the containerd dir": {"network": map[string]any{"netnsDir": "/run/containerd/"}},
-		"cache dir is the pod logs dir":   {"network": map[string]any{"cacheDir": "/var/log/pods"}},
-		"netns dir in the cache dir":      {"network": map[string]any{"netnsDir": "/var/lib/cni/netns"}},
-		"netns dir in the NRI dir":        {"network": map[string]any{"netnsDir": "/var/run/nri/netns/"}},
-		"relative state dir":              {"stateDir": "var/lib/nri-housekeeper"},
-		"state dir is the node's root":    {"stateDir": "/"},
-		"state dir not a string":          {"stateDir": false},
-		"state dir is the pod logs dir":   {"stateDir": "/var/log/pods/"},
-		"state dir is the config dir":     {"stateDir": "/etc/nri-housekeeper"},
-		"netns dir in the state dir":      {"network": map[string]any{"netnsDir": "/var/lib/nri-housekeeper/netns"}},
-		"a chart section not a map":       {"config": map[string]any{"housekeeping": "30s"}},
+		"network without hostNetwork": {"hostNetwork": false},
+		"network without hostPID":     {"hostPID": false},
+		// Pod cgroups' processes are seen and killed by their node PIDs.
+		"cgroups without hostPID":             {"hostPID": false, "network": map[string]any{"enabled": false}},
+		"cgroups as a string without hostPID": {"hostPID": false, "network": map[string]any{"enabled": false}, "config": map[string]any{"cgroups": map[string]any{"enabled": "true"}}},
+		"network not privileged":              {"securityContext": map[string]any{"privileged": false}},
+		"network without securityContext":     {"securityContext": nil},
+		"relative netns dir":                  {"network": map[string]any{"netnsDir": "run/netns"}},
+		"relative exec root":                  {"network": map[string]any{"execRoot": "proc/1/root"}},
+		"unknown network key":                 {"network": map[string]any{"dataDir": "/var/lib/cni/networks"}},
+		"network enabled not a boolean":       {"network": map[string]any{"enabled": "yes"}},
+		"two mounts at one path":              {"network": map[string]any{"binDir": "/etc/cni/net.d"}},
+		"netns dir is the containerd dir":     {"network": map[string]any{"netnsDir": "/run/containerd/"}},
+		"cache dir is the pod logs dir":       {"network": map[string]any{"cacheDir": "/var/log/pods"}},
+		"netns dir in the cache dir":          {"network": map[string]any{"netnsDir": "/var/lib/cni/netns"}},
+		"netns dir in the NRI dir":            {"network": map[string]any{"netnsDir": "/var/run/nri/netns/"}},
+		"relative state dir":                  {"stateDir": "var/lib/nri-housekeeper"},
+		"state dir is the node's root":        {"stateDir": "/"},
+		"state dir not a string":              {"stateDir": false},
+		"state dir is the pod logs dir":       {"stateDir": "/var/log/pods/"},
+		"state dir is the config dir":         {"stateDir": "/etc/nri-housekeeper"},
+		"netns dir in the state dir":          {"network": map[string]any{"netnsDir": "/var/lib/nri-housekeeper/netns"}},
+		"a chart section not a map":           {"config": map[string]any{"housekeeping": "30s"}},
 	} {
 		t.Run("refused: "+name, func(t *testing.T) {
 			if out, err := render(t, vals); err == nil {
