@@ -380,7 +380,7 @@ do_install() {
 
 Next steps:
   * NRI must be enabled in containerd:
-      containerd config dump | grep -A4 'io.containerd.nri.v1.nri'
+      containerd config dump | grep -A8 'io.containerd.nri.v1.nri'
     should show disable = false, plugin_path = '$PLUGIN_DIR' and
     plugin_config_path = '$CONF_DIR'. containerd 2.x enables NRI by default;
     containerd 1.7 does not: set disable = false under

@@ -201,7 +201,7 @@ func TestMakeInstallIntoDestdirIsLaunchedByContainerd(t *testing.T) {
 		"installed "+bin+" (0755): nri-housekeeper ",
 		"installed "+conf+" (0644)",
 		"config check: "+conf+": OK",
-		"containerd config dump | grep -A4 'io.containerd.nri.v1.nri'",
+		"containerd config dump | grep -A8 'io.containerd.nri.v1.nri'",
 		"containerd 1.7 does not: set disable = false",
 		"containerd launches pre-registered plugins only when it starts")
 	requireMode(t, bin, 0o755)
