@@ -38,11 +38,11 @@ var badConfigs = []struct {
 	{"section_key_at_top_level", "max_parallel = 2\n", "max_parallel", 1, "did you mean housekeeping.max_parallel?"},
 
 	// Wrong types.
-	{"wrong_type_string_for_int", "[housekeeping]\nmax_parallel = \"4\"\n", "housekeeping.max_parallel", 2, `expected an integer, got string "4"`},
+	{"wrong_type_string_for_int", "[housekeeping]\nmax_parallel = \"4\"\n", "housekeeping.max_parallel", 2, `expected an integer, got string "4": write it without quotes, max_parallel = 4`},
 	{"wrong_type_float_for_int", "[budget]\nmax_per_pass = 1.5\n", "budget.max_per_pass", 2, "expected an integer, got float 1.5"},
 	{"wrong_type_int_for_duration", "[housekeeping]\nperiod = 30\n", "housekeeping.period", 2, `expected a duration string such as "30s" or "5m", got integer 30`},
 	{"wrong_type_string_for_bool", "dry_run = \"yes\"\n", "dry_run", 1, `expected a boolean (true or false), got string "yes"`},
-	{"wrong_type_int_for_string", "[nri]\nplugin_index = 10\n", "nri.plugin_index", 2, "expected a string, got integer 10"},
+	{"wrong_type_int_for_string", "[nri]\nplugin_index = 10\n", "nri.plugin_index", 2, `expected a string, got integer 10: quote it, plugin_index = "10"`},
 	{"wrong_type_string_for_float", "[budget]\nmax_fraction = \"10%\"\n", "budget.max_fraction", 2, `expected a number, got string "10%"`},
 	{"wrong_type_array_for_string", "[log]\nlevel = [\"info\"]\n", "log.level", 2, "expected a string, got an array"},
 	{"wrong_type_date_for_duration", "[containers]\nmin_age = 1979-05-27\n", "containers.min_age", 2, "got a date/time"},
@@ -196,6 +196,7 @@ var badConfigs = []struct {
 	{"relative_path_container_logs_dir", "[logs]\ncontainer_logs_dir = \"./containers\"\n", "logs.container_logs_dir", 2, "must be an absolute path"},
 	{"relative_path_cgroups_mountpoint", "[cgroups]\nmountpoint = \"sys/fs/cgroup\"\n", "cgroups.mountpoint", 2, "must be an absolute path"},
 	{"relative_path_nri_socket", "[nri]\nsocket = \"nri.sock\"\n", "nri.socket", 2, "must be an absolute path"},
+	{"endpoint_for_nri_socket", "[nri]\nsocket = \"unix:///var/run/nri/nri.sock\"\n", "nri.socket", 2, `must be an absolute path, got "unix:///var/run/nri/nri.sock": a path, not an endpoint; drop unix:// ("/var/run/nri/nri.sock")`},
 	{"relative_path_log_file", "[log]\ntarget = \"file\"\nfile = \"nri-housekeeper.log\"\n", "log.file", 3, "must be an absolute path"},
 	{"empty_path_kubelet_root", "[pods]\nkubelet_root = \"\"\n", "pods.kubelet_root", 2, `must be an absolute path, got ""`},
 	{"cgroups_root_dotdot", "[cgroups]\nroot = \"../kubepods\"\n", "cgroups.root", 2, "invalid cgroup root"},

@@ -395,7 +395,13 @@ func (d *decoder) set(key string, f field, v any) {
 	case *int:
 		i, ok := v.(int64)
 		if !ok {
-			d.add(key, "expected an integer, got %s", describe(v))
+			hint := ""
+			if str, isString := v.(string); isString {
+				if _, err := strconv.ParseInt(strings.TrimSpace(str), 10, 64); err == nil {
+					hint = fmt.Sprintf(": write it without quotes, %s = %s", lastKey(key), strings.TrimSpace(str))
+				}
+			}
+			d.add(key, "expected an integer, got %s%s", describe(v), hint)
 			return
 		}
 		if int64(int(i)) != i {
@@ -415,7 +421,14 @@ func (d *decoder) set(key string, f field, v any) {
 	case *string:
 		s, ok := v.(string)
 		if !ok {
-			d.add(key, "expected a string, got %s", describe(v))
+			hint := ""
+			switch x := v.(type) {
+			case int64:
+				hint = fmt.Sprintf(": quote it, %s = \"%d\"", lastKey(key), x)
+			case float64:
+				hint = fmt.Sprintf(": quote it, %s = \"%s\"", lastKey(key), strconv.FormatFloat(x, 'g', -1, 64))
+			}
+			d.add(key, "expected a string, got %s%s", describe(v), hint)
 			return
 		}
 		if s != strings.TrimSpace(s) {
@@ -760,6 +773,12 @@ func describe(v any) string {
 	default:
 		return "a date/time"
 	}
+}
+
+// lastKey is key's last element, as written in its section (max_parallel
+// of housekeeping.max_parallel).
+func lastKey(key string) string {
+	return key[strings.LastIndex(key, ".")+1:]
 }
 
 // quote quotes s for a message, shortening long values.

@@ -237,7 +237,11 @@ func oneOf(p *problems, key, v string, allowed ...string) {
 
 func absPath(p *problems, key, path string) {
 	if !filepath.IsAbs(path) || strings.ContainsRune(path, 0) {
-		p.add(key, "must be an absolute path, got %s", quote(path))
+		hint := ""
+		if rest, ok := strings.CutPrefix(path, "unix://"); ok && filepath.IsAbs(rest) {
+			hint = ": a path, not an endpoint; drop unix:// (" + quote(rest) + ")"
+		}
+		p.add(key, "must be an absolute path, got %s%s", quote(path), hint)
 	}
 }
 
