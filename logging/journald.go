@@ -67,6 +67,16 @@ func newJournalHook(socket string, fallback io.Writer, fallbackName string) (*jo
 	}, nil
 }
 
+// ProbeJournal checks that socket ("" means DefaultJournalSocket) is a
+// datagram socket this process may send to, without sending anything: what
+// log.target = "journald" needs at start.
+func ProbeJournal(socket string) error {
+	if socket == "" {
+		socket = DefaultJournalSocket
+	}
+	return probeJournal(socket)
+}
+
 // probeJournal checks that socket is a datagram socket this process may send to,
 // without sending anything.
 func probeJournal(socket string) error {

@@ -332,3 +332,48 @@ func TestReportStoppedBySignalDuringTheListingSaysSo(t *testing.T) {
 		t.Fatalf("exit %d, want 1 and stderr saying a signal stopped it:\n%s", code, tail(stderr.String(), 600))
 	}
 }
+
+// slowVersionRuntime answers Version (run's first CRI call) only once the
+// caller gave up, after closing asked.
+type slowVersionRuntime struct {
+	signalledRuntime
+	asked chan struct{}
+	once  *sync.Once
+}
+
+func (r slowVersionRuntime) Version(ctx context.Context, _ *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	r.once.Do(func() { close(r.asked) })
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+	}
+	return nil, ctx.Err()
+}
+
+// TestRunStoppedWhileItAsksTheRuntimeSaysNoFault: a stop that comes while
+// run asks the CRI runtime for its version (at start) ends that call; that
+// is the stop, not a fault of the runtime. It was logged as a warning
+// ("CRI runtime not reachable yet ... context canceled") in a clean stop.
+func TestRunStoppedWhileItAsksTheRuntimeSaysNoFault(t *testing.T) {
+	dir := t.TempDir()
+	rt := slowVersionRuntime{signalledRuntime: signalledRuntime{signalled: make(chan struct{})}, asked: make(chan struct{}), once: &sync.Once{}}
+	path := writeChildConfig(t, dir, serveRuntime(t, rt),
+		"state_file = \"\"\n", "[nri]\nsocket = \""+filepath.Join(dir, "nri.sock")+"\"\n[metrics]\naddress = \"\"\n")
+	c := startChild(t, "run", "--config", path)
+	select {
+	case <-rt.asked:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("run did not ask the runtime its version; stderr:\n%s", tail(c.Stderr(), 1500))
+	}
+	c.signal(t, syscall.SIGTERM)
+	if code := c.wait(t, 5*time.Second); code != 0 {
+		t.Errorf("run exited %d after SIGTERM, want 0", code)
+	}
+	stderr := c.Stderr()
+	if !strings.Contains(stderr, `msg="nri-housekeeper stopped"`) {
+		t.Fatalf("run did not say it stopped:\n%s", tail(stderr, 1500))
+	}
+	if strings.Contains(stderr, "CRI runtime not reachable") { // (no NRI socket here: that warning is due)
+		t.Errorf("a stop while asking the runtime is logged as a fault:\n%s", tail(stderr, 1500))
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/nri-housekeeper/nri-housekeeper/config"
+	"github.com/nri-housekeeper/nri-housekeeper/logging"
 	"github.com/nri-housekeeper/nri-housekeeper/plugin"
 	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
@@ -65,8 +66,9 @@ Modes:
 Signals:
   SIGTERM, SIGINT and SIGHUP stop run, report and once gracefully: the pass
   in progress is cut short at its next safe point and the state file is
-  written (report and a dry run never write it); run then exits 0, report
-  and once exit 1 when it cut their pass short. SIGHUP does not reload the
+  written (report and once --dry-run never write it; run with dry_run =
+  true does); run then exits 0, report and once exit 1 when it cut their
+  pass short. SIGHUP does not reload the
   configuration, which is read only at start: restart the plugin to apply
   a change. A second signal while it stops exits at once with status 1,
   without waiting for the pass to end (a read of a hung volume can hold
@@ -116,6 +118,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case len(args) == 1 && commandHelp[args[0]] != "":
 			return run([]string{args[0], "--help"}, stdout, stderr) // the same text, with the command's flags
+		case len(args) == 2 && args[0] == "config" && (args[1] == "check" || args[1] == "example"):
+			fmt.Fprint(stdout, configHelp)
+			return 0
 		}
 		fmt.Fprintf(stderr, "nri-housekeeper help: no help for %q; commands: run, report, once, config, version\n", strings.Join(args, " "))
 		return 2
@@ -189,9 +194,11 @@ Flags:
 
 const configHelp = `Usage:
   nri-housekeeper config check FILE   validate a configuration file: every problem
-                                      with its line and key (exit 1), deprecated
-                                      keys and a log.file whose directory is
-                                      missing here as warnings, "FILE: OK" (exit 0)
+                                      with its line and key (exit 1); deprecated
+                                      keys, and a log target this machine lacks (a
+                                      log.file whose directory is missing or that
+                                      is not a regular file, no journald socket
+                                      for "journald") as warnings; "FILE: OK" (exit 0)
   nri-housekeeper config example      print the documented example configuration:
                                       every key, its default and what it does
 `
@@ -318,7 +325,7 @@ func configCommand(args []string, stdout, stderr io.Writer) int {
 				}
 				fmt.Fprintf(stderr, "%s: %d problem(s); see 'nri-housekeeper config example' for every key\n", args[1], len(problems))
 			} else {
-				fmt.Fprintln(stderr, err)
+				fmt.Fprintf(stderr, "nri-housekeeper config check: %v\n", err)
 			}
 			return 1
 		}
@@ -334,6 +341,12 @@ func configCommand(args []string, stdout, stderr io.Writer) int {
 			} else if fi, err := os.Stat(cfg.Log.File); err == nil && !fi.Mode().IsRegular() {
 				fmt.Fprintf(stderr, "warning: log.file %s: it is %s here, not a regular file: run would exit 2 on this machine (name a file, which is created if missing)\n",
 					cfg.Log.File, regularfile.TypeName(fi.Mode()))
+			}
+		}
+		if cfg.Log.Target == config.TargetJournald {
+			if err := logging.ProbeJournal(""); err != nil {
+				fmt.Fprintf(stderr, "warning: log.target = %q: journald socket %s: %v here: run would exit 2 on this machine (use log.target = \"auto\", which falls back when journald is absent, or mind it on the node this file is for)\n",
+					cfg.Log.Target, logging.DefaultJournalSocket, err)
 			}
 		}
 		fmt.Fprintf(stdout, "%s: OK\n", args[1])

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -111,15 +112,9 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	r := loop.Pass(ctx)
 	stopped := ctx.Err() != nil // by SIGTERM, SIGINT or SIGHUP, before the pass ended
 	if r.Err != nil {
-		hint := ""
-		switch {
-		case stopped:
+		hint := listingFailedHint(r.Err, cfg.Runtime, os.Geteuid())
+		if stopped {
 			hint = fmt.Sprintf("; stopped by a signal (%v) while the runtime was listed: nothing was done", context.Cause(ctx))
-		case status.Code(r.Err) == codes.Unavailable:
-			hint = fmt.Sprintf("; is containerd running, and is runtime.endpoint (%s) its socket?", cfg.Runtime.Endpoint)
-		case status.Code(r.Err) == codes.DeadlineExceeded:
-			hint = fmt.Sprintf("; containerd did not answer within runtime.rpc_timeout (%s): is it hung, or is runtime.endpoint (%s) another server's socket?",
-				cfg.Runtime.RPCTimeout, cfg.Runtime.Endpoint)
 		}
 		fmt.Fprintf(stderr, "nri-housekeeper %s: %v%s\n", cmd, r.Err, hint)
 		return 1
@@ -191,4 +186,21 @@ func onceSummary(w io.Writer, outcomes []executor.Outcome, dryRun bool) (failed 
 	}
 	fmt.Fprintln(w)
 	return n[executor.Error]
+}
+
+// listingFailedHint is what to do about a pass whose runtime listing
+// failed with err, for a user of UID uid: "" when there is nothing to add.
+func listingFailedHint(err error, rt config.Runtime, uid int) string {
+	switch {
+	case status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "permission denied"):
+		return fmt.Sprintf("; runtime.endpoint (%s) refuses this user (UID %d): run this as root, as the plugin runs", rt.Endpoint, uid)
+	case status.Code(err) == codes.Unavailable:
+		return fmt.Sprintf("; is containerd running, and is runtime.endpoint (%s) its socket?", rt.Endpoint)
+	case status.Code(err) == codes.DeadlineExceeded:
+		// Each call waits its own rpc_timeout: the network side's (the
+		// runtime's CNI status) comes before the listing.
+		return fmt.Sprintf("; containerd did not answer within runtime.rpc_timeout (%s, each call): is it hung, or is runtime.endpoint (%s) another server's socket?",
+			rt.RPCTimeout, rt.Endpoint)
+	}
+	return ""
 }

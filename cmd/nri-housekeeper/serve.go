@@ -184,10 +184,13 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	defer client.Close()
 	if name, ver, err := client.Version(ctx); err != nil {
 		entry := log.WithError(err).WithField("endpoint", cfg.Runtime.Endpoint)
-		if preRegistered {
+		switch {
+		case ctx.Err() != nil:
+			// Stopped while asking: the stop, said already, not a fault.
+		case preRegistered:
 			// containerd launches its plugins before its CRI serves: expected.
 			entry.Info("CRI runtime not reachable yet (containerd is still starting); housekeeping retries")
-		} else {
+		default:
 			entry.Warn("CRI runtime not reachable yet: containerd may still be starting, or runtime.endpoint is not its socket; housekeeping retries")
 		}
 	} else {

@@ -460,6 +460,22 @@ exec "` + v1 + `" "$@"
 	}
 	requireContains(t, "the new example", readFile(t, conf+".example"), "# new in v2")
 
+	// An edit the new version accepts with a warning of what this node
+	// lacks (no journald here): the upgrade goes on and says it.
+	if _, err := os.Stat("/run/systemd/journal/socket"); err == nil {
+		t.Fatal("journald's socket exists here: the warning below cannot be shown")
+	}
+	journald := setTOML(edited, "log", "target", `"journald"`)
+	if err := os.WriteFile(conf, []byte(journald), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out = mustInstall("install", v2)
+	requireContains(t, "upgrade over a config that warns", out, "kept existing config "+conf,
+		"warning: "+conf+`: log.target = "journald": journald socket /run/systemd/journal/socket: no such file or directory here: run would exit 2`)
+	if err := os.WriteFile(conf, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
 	// An edit the next version rejects: nothing may change.
 	rejected := edited + "[no_such_section]\n"
 	if err := os.WriteFile(conf, []byte(rejected), 0o644); err != nil {
@@ -747,6 +763,21 @@ func TestDebPackageInstallsAndRemovesCleanly(t *testing.T) {
 	}
 	requireContains(t, "dpkg -i over a config this version refuses", upgraded,
 		"nri-housekeeper: this version refuses "+conf, "housekeepin: unknown section", "is NOT (re)started")
+	// One it accepts with a warning of what this node lacks (no journald
+	// here): the warning is said, not swallowed with the check's "OK".
+	if err := os.WriteFile(conf, []byte(shippedConf+"\n[log]\ntarget = \"journald\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	upgraded, err = dpkgRun(t, "dpkg", "-i", "--force-confold", deb)
+	if err != nil {
+		t.Fatalf("dpkg -i over an edited config: %v\n%s", err, upgraded)
+	}
+	if _, serr := os.Stat("/run/systemd/journal/socket"); serr == nil {
+		t.Log("journald's socket exists here: no warning to see")
+	} else {
+		requireContains(t, "dpkg -i over a config that warns", upgraded,
+			"nri-housekeeper: warning: "+conf+`: log.target = "journald": journald socket /run/systemd/journal/socket: no such file or directory here`)
+	}
 	if err := os.WriteFile(conf, []byte(shippedConf), 0o644); err != nil {
 		t.Fatal(err)
 	}
