@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -183,7 +184,7 @@ func sameInRoot(root, path string) error {
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 		return refuse(path, "network.exec_root %s has no such file: mount it into this pod at the node's path", root)
 	}
-	if openat2Blocked(err) {
+	if nodefs.Openat2Blocked(err) {
 		return noResolveInRoot(root, path, err)
 	}
 	if err != nil {
@@ -243,7 +244,7 @@ func findInRoot(root, plugin string, dirs []string) (string, error) {
 		switch {
 		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 			continue
-		case openat2Blocked(err):
+		case nodefs.Openat2Blocked(err):
 			return "", noResolveInRoot(root, path, err)
 		case err != nil:
 			return "", fmt.Errorf("looking for plugin %s in network.exec_root %s: %w", plugin, root, err)

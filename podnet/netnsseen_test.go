@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,7 +40,7 @@ func inAnotherMountNamespace(t *testing.T, propagation string) int {
 			t.Skipf("unshare --mount: %v (not permitted here?)", err)
 		default:
 		}
-		if same, err := sameMountNamespace(pid); err == nil && !same {
+		if same, err := nodefs.SameMountNamespace(pid); err == nil && !same {
 			return pid
 		}
 	}

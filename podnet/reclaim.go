@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-housekeeper/nri-housekeeper/dirlist"
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
 
@@ -116,7 +117,7 @@ func (r *Reclaimer) netnsGone(ctx context.Context, netns string) string {
 		return "containerd's process is not visible from here (another PID namespace), and what is mounted in its view cannot be read: " +
 			"give the plugin the node's PID namespace (hostPID)"
 	}
-	same, err := sameMountNamespace(pid)
+	same, err := nodefs.SameMountNamespace(pid)
 	switch {
 	case err != nil:
 		return fmt.Sprintf("whether this process shares containerd's (process %d) mount namespace cannot be told (%v)", pid, err)
@@ -401,7 +402,7 @@ func (r *Reclaimer) hostLocalDirInRoot(dir string) error {
 	switch {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 		return nil
-	case openat2Blocked(err):
+	case nodefs.Openat2Blocked(err):
 		return noResolveInRoot(r.execRoot, dir, err)
 	case err != nil:
 		return fmt.Errorf("checking %s in network.exec_root %s: %w", dir, r.execRoot, err)
