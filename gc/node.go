@@ -82,6 +82,8 @@ func (p *planner) orphanedPodDirRules() map[string]orphanedPodDir {
 			p.keep(object, pod, "orphaned pod dir that kubelet could not remove: %s", strings.Join(d.Blockers, "; "))
 		case !p.in.Policy.RemoveOrphanedPodDirs:
 			p.keep(object, pod, "orphaned pod dir with nothing mounted: reported only (pod_dirs.remove_orphaned = false)")
+		case p.in.PodDirMountsUnseen != "":
+			p.keep(object, pod, "orphaned pod dir with nothing mounted that this process sees, kept: %s", p.in.PodDirMountsUnseen)
 		default:
 			if p.propose(Action{Kind: RemovePodDir, Rule: RuleOrphanedPodDir, Pod: pod, Key: key, Path: d.Path, PodDir: &d,
 				Reason: "kubelet pod dir of a pod with no sandbox or container for leak_grace, nothing mounted in it"}) {
@@ -175,13 +177,18 @@ func (p *planner) podCgroupRules(orphanDirs map[string]orphanedPodDir) {
 			// the dir (its volume dirs empty, nothing mounted) goes first.
 			p.proposeCgroup(cg, pod, RemovePodCgroup, RuleCgroupOrphaned, []string{dir.removal},
 				fmt.Sprintf("pod cgroup with %d process(es) of an orphaned pod (no sandbox, no container) whose pod dir this plan removes first", cg.Procs))
-		case orphanDir && (nodefs.PodVolumesExist(dir.PodDir) || len(dir.Blockers) > 0):
+		case orphanDir && (nodefs.PodVolumesExist(dir.PodDir) || len(dir.Blockers) > 0 || p.in.PodDirMountsUnseen != ""):
 			// kubelet treats "cannot tell" as "volumes may be mounted": any
 			// blocker (a pod dir that cannot be inspected, a symlink where a
-			// volume dir belongs) allows a CPU reduction only.
+			// volume dir belongs), or mounts out of this process's sight,
+			// allows a CPU reduction only.
 			why := fmt.Sprintf("its volume dirs remain (%d)", len(dir.VolumeDirs)+len(dir.MountPoints)+len(dir.Leftovers))
-			if !nodefs.PodVolumesExist(dir.PodDir) {
+			switch {
+			case nodefs.PodVolumesExist(dir.PodDir):
+			case len(dir.Blockers) > 0:
 				why = "its pod dir may still hold volumes: " + strings.Join(dir.Blockers, "; ")
+			default:
+				why = "its pod dir may hold volumes mounted out of this process's sight: " + p.in.PodDirMountsUnseen
 			}
 			if cg.CPUReduced {
 				p.keep("pod cgroup "+uid, pod, "CPU already at the minimum; %s", why)

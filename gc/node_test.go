@@ -205,13 +205,20 @@ func TestAnOrphanedPodsCgroupGoesRightAfterItsDir(t *testing.T) {
 		name   string
 		remove bool
 		dir    nodefs.PodDir
+		unseen string   // Input.PodDirMountsUnseen
 		want   []string // due, in plan order
 	}{
-		{"the dir is removed: the cgroup goes right after it", true, podDir("u3", true),
+		{"the dir is removed: the cgroup goes right after it", true, podDir("u3", true), "",
 			[]string{"remove-pod-dir u3", "remove-pod-cgroup u3 after [pod-dir/u3]"}},
-		{"pod_dirs.remove_orphaned = false: CPU reduced only", false, podDir("u3", true),
+		{"pod_dirs.remove_orphaned = false: CPU reduced only", false, podDir("u3", true), "",
 			[]string{"reduce-pod-cgroup-cpu u3 after []"}},
-		{"a blocker keeps the dir: CPU reduced only", true, podDir("u3", false, "volumes/x/y is a mount point"),
+		{"a blocker keeps the dir: CPU reduced only", true, podDir("u3", false, "volumes/x/y is a mount point"), "",
+			[]string{"reduce-pod-cgroup-cpu u3 after []"}},
+		// Mounts out of this process's sight: "cannot tell" is "volumes
+		// may be mounted", whether or not the dir could be removed.
+		{"mounts out of sight keep the dir: CPU reduced only", true, podDir("u3", true), "mounts unseen",
+			[]string{"reduce-pod-cgroup-cpu u3 after []"}},
+		{"mounts out of sight, reported only: CPU reduced only", false, podDir("u3", true), "mounts unseen",
 			[]string{"reduce-pod-cgroup-cpu u3 after []"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,7 +226,7 @@ func TestAnOrphanedPodsCgroupGoesRightAfterItsDir(t *testing.T) {
 			pol.LeakGrace = time.Minute
 			pol.RemoveOrphanedPodDirs = tc.remove
 			r := Plan(Input{Now: now, Policy: pol, Oracle: present("u3"), PodCgroups: cgroups("u3"), PodDirs: []nodefs.PodDir{tc.dir},
-				EligibleSince: map[string]time.Time{"pod-dir/u3": long}, TornDown: map[string]bool{"u3": true}})
+				PodDirMountsUnseen: tc.unseen, EligibleSince: map[string]time.Time{"pod-dir/u3": long}, TornDown: map[string]bool{"u3": true}})
 			var got []string
 			for _, a := range r.Actions {
 				s := string(a.Kind) + " " + a.Pod.UID
@@ -251,23 +258,26 @@ func TestOrphanedPodDirsAreReportedOrRemoved(t *testing.T) {
 		remove   bool
 		tornDown bool
 		dir      nodefs.PodDir
+		unseen   string // Input.PodDirMountsUnseen
 		want     []string
 		kept     string
 		leaks    int
 	}{
-		{"reported by default", false, true, podDir("u1", false), nil, "reported only (pod_dirs.remove_orphaned = false)", 1},
-		{"removed when enabled and nothing blocks", true, true, podDir("u1", false), []string{"remove-pod-dir /var/lib/kubelet/pods/u1"}, "", 1},
-		{"a mounted volume blocks removal and is named", true, true, podDir("u1", true, "volume kubernetes.io~csi/pvc-1/mount is a mount point"), nil,
+		{"reported by default", false, true, podDir("u1", false), "", nil, "reported only (pod_dirs.remove_orphaned = false)", 1},
+		{"removed when enabled and nothing blocks", true, true, podDir("u1", false), "", []string{"remove-pod-dir /var/lib/kubelet/pods/u1"}, "", 1},
+		{"a mounted volume blocks removal and is named", true, true, podDir("u1", true, "volume kubernetes.io~csi/pvc-1/mount is a mount point"), "", nil,
 			"kubelet could not remove: volume kubernetes.io~csi/pvc-1/mount is a mount point", 1},
-		{"a leftover vol_data.json blocks removal", true, true, podDir("u1", true, "leftover file volumes/kubernetes.io~csi/pvc-1/vol_data.json"), nil,
+		{"a leftover vol_data.json blocks removal", true, true, podDir("u1", true, "leftover file volumes/kubernetes.io~csi/pvc-1/vol_data.json"), "", nil,
 			"leftover file", 1},
-		{"a pod never seen torn down may not have started yet: left alone", true, false, podDir("u1", false), nil,
+		{"a pod never seen torn down may not have started yet: left alone", true, false, podDir("u1", false), "", nil,
 			"may be a pod kubelet has not started yet", 0},
+		{"kept while kubelet's mounts are out of this process's sight, saying why", true, true, podDir("u1", false), "this process may not see the mounts", nil,
+			"with nothing mounted that this process sees, kept: this process may not see the mounts", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol := policy()
 			pol.LeakGrace, pol.RemoveOrphanedPodDirs = time.Minute, tc.remove
-			r := Plan(Input{Now: now, Policy: pol, Oracle: present("u1"), PodDirs: []nodefs.PodDir{tc.dir},
+			r := Plan(Input{Now: now, Policy: pol, Oracle: present("u1"), PodDirs: []nodefs.PodDir{tc.dir}, PodDirMountsUnseen: tc.unseen,
 				EligibleSince: map[string]time.Time{"pod-dir/u1": long}, TornDown: map[string]bool{"u1": tc.tornDown}})
 			var got []string
 			for _, a := range r.Actions {

@@ -154,6 +154,9 @@ func randomInput(seed int64, pods int) Input {
 		}
 		in.PodDirs = append(in.PodDirs, d)
 	}
+	if rng.Intn(4) == 0 {
+		in.PodDirMountsUnseen = "this process may not see the mounts kubelet makes in /var/lib/kubelet/pods"
+	}
 	for range rng.Intn(5) {
 		in.ContainerLogLinks = append(in.ContainerLogLinks, nodefs.ContainerLogLink{
 			Path: ctrLogs + "/gone_ns_x-" + next("dead") + ".log", ContainerID: next("dead"), Dangling: true})
@@ -635,6 +638,12 @@ func checkContract(t *testing.T, in Input, r Result) {
 			}
 			if a.Kind == RemovePodDir && (!in.Policy.RemoveOrphanedPodDirs || blocked[a.Pod.UID]) {
 				fail("removes a pod dir without pod_dirs.remove_orphaned or despite a blocker")
+			}
+			// Mounts out of this process's sight: no pod dir can be told
+			// free of them, so none is removed, and a pod that is not
+			// gone (an orphan, its dir present) keeps its cgroup.
+			if in.PodDirMountsUnseen != "" && (a.Kind == RemovePodDir || a.Kind == RemovePodCgroup && !gone) {
+				fail("removes a pod dir, or the cgroup of a pod whose dir stays, while kubelet's mounts are out of sight (%s)", in.PodDirMountsUnseen)
 			}
 			if a.Kind == RemovePodCgroup && in.Oracle.Disabled {
 				fail("destroys a pod cgroup with the oracle disabled")

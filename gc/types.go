@@ -99,6 +99,13 @@ type Input struct {
 	// PodDirs are the kubelet pod dirs of pods with no sandbox and no
 	// container listed, inspected (nodefs.InspectPodDir).
 	PodDirs []nodefs.PodDir
+	// PodDirMountsUnseen says why this process may not see the mounts
+	// kubelet makes in its pods dir ("" when it sees them: the node's
+	// mount namespace, or a mount that receives the node's). A mount point
+	// it cannot see is no blocker to it, so then no orphaned pod dir is
+	// removed and an orphaned pod's cgroup is only CPU-reduced ("cannot
+	// tell" is "volumes may be mounted", as for kubelet).
+	PodDirMountsUnseen string
 	// NRI is what NRI reported about the node's sandboxes, taken before the
 	// listing was reconciled; nil when there is no NRI side (the report and
 	// once commands). A listing it disagrees with is not planned from.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -68,6 +69,10 @@ type Options struct {
 	// tell which pods still exist.
 	OracleDisabled bool
 	KubeletRoot    string
+	// PodDirMountsUnseen says why this process may not see the mounts
+	// kubelet makes in its pods dir, "" when it sees them
+	// (PodDirMountsUnseenBy); nil: taken as seen (tests).
+	PodDirMountsUnseen func(ctx context.Context) string
 	// Cgroups, when set, is where pod cgroups are looked for
 	// (cgroups.enabled); nil leaves pod cgroups alone.
 	Cgroups *podcgroups.Options
@@ -696,6 +701,13 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		in.PodCgroups = &cgs
 	}
 	in.PodDirs = l.inspectPodDirs(ctx, in.Oracle.PodDirs, listed)
+	if len(in.PodDirs) > 0 && l.opts.PodDirMountsUnseen != nil {
+		// Asked only with a candidate: a node without one pays nothing.
+		in.PodDirMountsUnseen = l.opts.PodDirMountsUnseen(ctx)
+		l.sayWhileItLasts("pod-dir-mounts-unseen", in.PodDirMountsUnseen,
+			"orphaned pod dirs are kept and their pod cgroups only CPU-reduced: this process may not see the mounts kubelet makes in them",
+			"this process sees the mounts kubelet makes in its pods dir again")
+	}
 	// A torn-down pod whose dir is gone needs remembering no longer; a dir
 	// made later is kubelet setting up a pod of that UID again. While the
 	// pods dir cannot be read, a mark none has checked goes with
@@ -841,6 +853,26 @@ func (r runningContainers) lacksLink(l nodefs.ContainerLogLink) bool {
 	}
 	_, ok := r[l.ContainerID]
 	return !ok
+}
+
+// PodDirMountsUnseenBy is Options.PodDirMountsUnseen for kubeletRoot's pods
+// dir, compared with the mount namespace of containerd (peerPID finds it):
+// the node's, where kubelet mounts too.
+func PodDirMountsUnseenBy(peerPID func(ctx context.Context) (int, error), kubeletRoot string) func(ctx context.Context) string {
+	pods := filepath.Join(kubeletRoot, "pods")
+	return func(ctx context.Context) string {
+		why := ""
+		if pid, err := peerPID(ctx); err != nil {
+			why = fmt.Sprintf("containerd's process cannot be found to compare mount namespaces with (%v)", err)
+		} else {
+			why = nodefs.MountsUnseen(pid, pods)
+		}
+		if why == "" {
+			return ""
+		}
+		return fmt.Sprintf("this process may not see the mounts kubelet makes in %s: %s: run the plugin in the node's mount namespace, "+
+			"or mount the pods dir with HostToContainer (rslave) propagation and give it the node's PID namespace", pods, why)
+	}
 }
 
 // inspectPodDirs looks into the kubelet pod dirs of pods with no sandbox and

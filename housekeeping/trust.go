@@ -409,6 +409,13 @@ func (l *Loop) recheck(taken time.Time, syncs uint64) executor.Recheck {
 			}
 			return l.recheckCgroupAsPlanned(ctx, a)
 		case gc.RuleCgroupOrphaned, gc.RuleCgroupVolumesRemain, gc.RuleOrphanedPodDir:
+			if a.Rule != gc.RuleCgroupVolumesRemain && l.opts.PodDirMountsUnseen != nil {
+				// Both rest on nothing mounted in the pod dir, which only
+				// a process that sees kubelet's mounts can tell.
+				if why := l.opts.PodDirMountsUnseen(ctx); why != "" {
+					return errors.New(why)
+				}
+			}
 			return l.recheckOrphaned(ctx, a, uid)
 		}
 		return fmt.Errorf("rule %s is not one a node step rests on", a.Rule)

@@ -91,6 +91,7 @@ func oneShot(cmd string, args []string, stdout, stderr io.Writer) int {
 	opts := housekeeping.OptionsFromConfig(cfg)
 	opts.StartupDelay = 0
 	opts.Network = housekeeping.NetworkFromConfig(cfg, client)
+	opts.PodDirMountsUnseen = housekeeping.PodDirMountsUnseenBy(client.PeerPID, cfg.Pods.KubeletRoot)
 	if cmd == "once" {
 		if opts.Executor, err = newExecutor(cfg, client, opts.Network, log); err != nil {
 			fmt.Fprintf(stderr, "nri-housekeeper once: %v\n", err)

@@ -205,6 +205,7 @@ func serve(ctx context.Context, cfg config.Config, source string, stderr io.Writ
 	}
 	opts := housekeeping.OptionsFromConfig(cfg)
 	opts.Synchronized, opts.Executor, opts.Observer, opts.Network = nri.Synchronized, exec, m, network
+	opts.PodDirMountsUnseen = housekeeping.PodDirMountsUnseenBy(client.PeerPID, cfg.Pods.KubeletRoot)
 	loop := housekeeping.New(state, client, opts, log)
 	loop.Restore(ctx) // takes the state file's lock: one plugin per state file
 	defer func() { _ = loop.Close() }()
