@@ -701,8 +701,10 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		in.PodCgroups = &cgs
 	}
 	in.PodDirs = l.inspectPodDirs(ctx, in.Oracle.PodDirs, listed)
-	if len(in.PodDirs) > 0 && l.opts.PodDirMountsUnseen != nil {
-		// Asked only with a candidate: a node without one pays nothing.
+	if len(in.PodDirs) > 0 && l.opts.PodDirMountsUnseen != nil && (l.opts.Policy.RemoveOrphanedPodDirs || in.PodCgroups != nil) {
+		// Asked only with a candidate, and when it decides something (a
+		// pod dir's removal, a pod cgroup's destroy): a node without one
+		// pays nothing, and a plugin that acts on neither says nothing.
 		in.PodDirMountsUnseen = l.opts.PodDirMountsUnseen(ctx)
 		l.sayWhileItLasts("pod-dir-mounts-unseen", in.PodDirMountsUnseen,
 			"orphaned pod dirs are kept and their pod cgroups only CPU-reduced: this process may not see the mounts kubelet makes in them",
@@ -861,12 +863,12 @@ func (r runningContainers) lacksLink(l nodefs.ContainerLogLink) bool {
 func PodDirMountsUnseenBy(peerPID func(ctx context.Context) (int, error), kubeletRoot string) func(ctx context.Context) string {
 	pods := filepath.Join(kubeletRoot, "pods")
 	return func(ctx context.Context) string {
-		why := ""
-		if pid, err := peerPID(ctx); err != nil {
-			why = fmt.Sprintf("containerd's process cannot be found to compare mount namespaces with (%v)", err)
-		} else {
-			why = nodefs.MountsUnseen(pid, pods)
+		pid, err := peerPID(ctx)
+		if err != nil {
+			// containerd restarting, say: nothing to change but to wait.
+			return fmt.Sprintf("whether this process sees the mounts kubelet makes in %s cannot be told while containerd's process cannot be found (%v)", pods, err)
 		}
+		why := nodefs.MountsUnseen(pid, pods)
 		if why == "" {
 			return ""
 		}

@@ -96,7 +96,7 @@ func TestPodDirMountsUnseenByNamesThePodsDirAndWhatToDo(t *testing.T) {
 		{"containerd in another PID namespace", func(context.Context) (int, error) { return 0, nil },
 			[]string{"this process may not see the mounts kubelet makes in /node/kubelet/pods: ", "give the plugin the node's PID namespace (hostPID)", "HostToContainer (rslave) propagation"}},
 		{"containerd not found", func(context.Context) (int, error) { return 0, errors.New("no peer") },
-			[]string{"in /node/kubelet/pods: containerd's process cannot be found to compare mount namespaces with (no peer)", "HostToContainer"}},
+			[]string{"whether this process sees the mounts kubelet makes in /node/kubelet/pods cannot be told while containerd's process cannot be found (no peer)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := PodDirMountsUnseenBy(tc.pid, "/node/kubelet")(context.Background())

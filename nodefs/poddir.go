@@ -832,6 +832,13 @@ func (p podsRoot) removePodDir(ctx context.Context, uid, path string, inspected 
 	if err := sameAsInspected(inspected, fd, path); err != nil {
 		return err
 	}
+	if inspected != nil {
+		// Every volume dir first, before anything is removed: one made
+		// since refuses the whole removal, not the rest of the walk.
+		if err := w.sameVolumeDirs(fd, path, inspected); err != nil {
+			return err
+		}
+	}
 	w.inspected = inspected
 
 	// 1 and 2: kubelet's removeOrphanedPodVolumeDirs. Any error stops here.
@@ -887,6 +894,56 @@ func (p podsRoot) removePodDir(ctx context.Context, uid, path string, inspected 
 	default:
 		return fmt.Errorf("rmdir %s: %w", path, err)
 	}
+}
+
+// sameVolumeDirs refuses, as changed since, a pod dir (open as podFd) with
+// a volume dir (volumes/<plugin>/<volume>) that inspected did not
+// identify, or identified as another. Only names and identities are read.
+func (w walker) sameVolumeDirs(podFd int, path string, inspected map[string]string) error {
+	vols, vfd, err := w.openChecked(podFd, podVolumesDir, path+"/"+podVolumesDir)
+	if err != nil || vols == nil {
+		return err // a refusal, or no volumes/: the walk says the rest
+	}
+	defer vols.Close()
+	plugins, err := readNames(w.ctx, vols)
+	if err != nil {
+		return fmt.Errorf("reading %s/%s: %w", path, podVolumesDir, err)
+	}
+	for _, plugin := range plugins {
+		ppath := path + "/" + podVolumesDir + "/" + plugin
+		pdir, pfd, err := w.openChecked(vfd, plugin, ppath)
+		if err != nil {
+			var r *RefusedError
+			if errors.As(err, &r) {
+				continue // not a real dir: the walk refuses it, removing nothing of it
+			}
+			return err
+		}
+		if pdir == nil {
+			continue
+		}
+		names, err := readNames(w.ctx, pdir)
+		if err == nil {
+			for _, n := range names {
+				fi, serr := statAt(pfd, n)
+				if serr != nil || fi.mode != unix.S_IFDIR {
+					continue // gone, or a leftover the walk refuses
+				}
+				vpath := ppath + "/" + n
+				was, ok := inspected[vpath]
+				if now := identity(fi); !ok || (now != was && identityKind(now) == identityKind(was)) {
+					err = &RefusedError{Path: vpath, Changed: true, Reason: "a volume dir made, or made again, after the removal inspected the pod dir: " +
+						"kubelet may be setting up a pod of that UID again"}
+					break
+				}
+			}
+		}
+		pdir.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // openChecked opens the directory name in parentFd for a removal: it must
@@ -970,6 +1027,10 @@ func (w walker) rmdirTree(parentFd int, name, path string) error {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 		if err := inside.rmdirTree(fd, n, path+"/"+n); err != nil {
+			var r *RefusedError
+			if errors.As(err, &r) && r.Changed {
+				return err // a pod set up again: nothing more of its dir is taken
+			}
 			if first == nil {
 				first = err
 			}

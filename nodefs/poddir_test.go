@@ -1232,7 +1232,8 @@ func TestWhatForbidsARemovalNewSinceTheDecisionIsAChange(t *testing.T) {
 // TestTheRemovalWalkTakesNoVolumeDirItsInspectionDidNotSee: between the
 // removal's own inspection and its walk (milliseconds), kubelet may make
 // a volume dir of a pod of that UID set up again, or the pod dir anew; the
-// walk refuses them as changed, and removes nothing of the new volume.
+// walk refuses them as changed, and removes nothing of the pod dir (it
+// removed the volume dirs sorted before the new one).
 func TestTheRemovalWalkTakesNoVolumeDirItsInspectionDidNotSee(t *testing.T) {
 	for _, tt := range []struct {
 		rule   string
@@ -1279,7 +1280,10 @@ func TestTheRemovalWalkTakesNoVolumeDirItsInspectionDidNotSee(t *testing.T) {
 			if !errors.As(err, &r) || !r.ChangedSinceDecided() {
 				t.Fatalf("removePodDir = %v, want a refusal as changed since", err)
 			}
-			mustExist(t, filepath.Join(pod, tt.mustBe), pod)
+			// The whole removal is refused: nothing of the pod dir is
+			// taken, the volume dirs kubelet is about to mount onto least.
+			mustExist(t, filepath.Join(pod, tt.mustBe), pod, filepath.Join(pod, emptyDirVol), filepath.Join(pod, projectedVol),
+				filepath.Join(pod, csiVol, "mount"), filepath.Join(pod, etcHosts), filepath.Join(pod, termMsg))
 		})
 	}
 }

@@ -34,24 +34,18 @@ func cgroupDirs(ctx context.Context, top string, buf []byte) ([]string, error) {
 
 // cgroupTree is cgroupDirs, with top's inode number.
 func cgroupTree(ctx context.Context, top string, buf []byte) ([]string, uint64, error) {
-	fi, err := os.Lstat(top)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("cgroup %s: %w", top, err)
-	}
-	if !fi.IsDir() {
-		return nil, 0, fmt.Errorf("cgroup %s is not a directory (mode %s)", top, fi.Mode().Type())
-	}
-	ino, err := inode(fi)
-	if err != nil {
-		return nil, 0, fmt.Errorf("cgroup %s: %w", top, err)
-	}
+	// One look for its type, inode and mount: systemd stopping a slice
+	// removes its dirs meanwhile, and a second look would find it gone.
 	topMount, err := mountOf(top)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, 0, nil
+	case err != nil:
 		return nil, 0, fmt.Errorf("cgroup %s: %w", top, err)
+	case topMount.mode != unix.S_IFDIR:
+		return nil, 0, fmt.Errorf("cgroup %s is not a directory (file type %#o)", top, topMount.mode)
 	}
+	ino := topMount.ino
 	if buf == nil {
 		buf = make([]byte, direntBufSize)
 	}
@@ -89,9 +83,12 @@ func cgroupTree(ctx context.Context, top string, buf []byte) ([]string, uint64, 
 	return dirs, ino, nil
 }
 
-// mount is where a path is mounted: its device, its mount ID (0 where the
-// kernel does not say: before Linux 5.8) and whether it is a mount root.
+// mount is what a path is (its file type, S_IFMT bits, and inode number)
+// and where it is mounted: its device, its mount ID (0 where the kernel
+// does not say: before Linux 5.8) and whether it is a mount root.
 type mount struct {
+	mode uint32
+	ino  uint64
 	dev  uint64
 	id   uint64
 	root bool
@@ -100,18 +97,18 @@ type mount struct {
 // mountOf is path's mount, not following a symlink.
 func mountOf(path string) (mount, error) {
 	var stx unix.Statx_t
-	err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO|unix.STATX_MNT_ID, &stx)
+	err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_MNT_ID, &stx)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) { // no statx (or a filter denies it)
 		var st unix.Stat_t
 		if err := unix.Lstat(path, &st); err != nil {
 			return mount{}, &fs.PathError{Op: "lstat", Path: path, Err: err}
 		}
-		return mount{dev: st.Dev}, nil
+		return mount{mode: st.Mode & unix.S_IFMT, ino: st.Ino, dev: st.Dev}, nil
 	}
 	if err != nil {
 		return mount{}, &fs.PathError{Op: "statx", Path: path, Err: err}
 	}
-	m := mount{dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor)}
+	m := mount{mode: uint32(stx.Mode) & unix.S_IFMT, ino: stx.Ino, dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor)}
 	if stx.Mask&unix.STATX_MNT_ID != 0 {
 		m.id = stx.Mnt_id
 	}
