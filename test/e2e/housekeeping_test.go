@@ -110,6 +110,9 @@ func startHousekeeperWrapped(t *testing.T, l *lab.Lab, k *kubelet, configure fun
 	opts := housekeeping.Options{
 		Period: testPeriod, SlowPassWarning: 5 * time.Second, Debounce: 200 * time.Millisecond,
 		KubeletRoot: k.root,
+		// As the plugin asks it: whether this process sees the mounts
+		// made in the pods dir, compared with containerd's view.
+		PodDirMountsUnseen: housekeeping.PodDirMountsUnseenBy(client.PeerPID, k.root),
 		// The lab runs on the node's wall clock, as the plugin does.
 		CompareBirthTimes: true,
 		Policy: gc.Policy{LeakGrace: testGrace, MaxPerPodContainer: 1, MaxContainers: -1,
