@@ -510,18 +510,28 @@ func sameAsInspected(inspected map[string]string, fd int, path string) error {
 	if inspected == nil {
 		return nil
 	}
-	was, ok := inspected[path]
-	if !ok {
-		return &RefusedError{Path: path, Changed: true, Reason: "it was made after the removal inspected the pod dir: kubelet may be setting up a pod of that UID again"}
-	}
 	fi, err := statAt(fd, "")
 	if err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
-	if now := identity(fi); now != was && identityKind(now) == identityKind(was) {
-		return &RefusedError{Path: path, Changed: true, Reason: "it was made again after the removal inspected the pod dir: kubelet may be setting up a pod of that UID again"}
+	return notAsInspected(inspected, path, fi)
+}
+
+// notAsInspected is a refusal, as changed since, of path (lstat'ed as fi)
+// when inspected did not identify it, or identified it as another; nil
+// when it is the one inspected.
+func notAsInspected(inspected map[string]string, path string, fi fileInfo) error {
+	was, ok := inspected[path]
+	why := ""
+	switch now := identity(fi); {
+	case !ok:
+		why = "it was made after the removal inspected the pod dir"
+	case now != was && identityKind(now) == identityKind(was):
+		why = "it was made again after the removal inspected the pod dir"
+	default:
+		return nil
 	}
-	return nil
+	return &RefusedError{Path: path, Changed: true, Reason: why + ": kubelet may be setting up a pod of that UID again"}
 }
 
 func (in *inspector) addLeftover(rel string, fi fileInfo, depth int) {
@@ -923,19 +933,16 @@ func (w walker) sameVolumeDirs(podFd int, path string, inspected map[string]stri
 			continue
 		}
 		names, err := readNames(w.ctx, pdir)
-		if err == nil {
-			for _, n := range names {
-				fi, serr := statAt(pfd, n)
-				if serr != nil || fi.mode != unix.S_IFDIR {
-					continue // gone, or a leftover the walk refuses
-				}
-				vpath := ppath + "/" + n
-				was, ok := inspected[vpath]
-				if now := identity(fi); !ok || (now != was && identityKind(now) == identityKind(was)) {
-					err = &RefusedError{Path: vpath, Changed: true, Reason: "a volume dir made, or made again, after the removal inspected the pod dir: " +
-						"kubelet may be setting up a pod of that UID again"}
-					break
-				}
+		if err != nil {
+			err = fmt.Errorf("reading %s: %w", ppath, err)
+		}
+		for _, n := range names {
+			fi, serr := statAt(pfd, n)
+			if serr != nil || fi.mode != unix.S_IFDIR {
+				continue // gone, or a leftover the walk refuses
+			}
+			if err = notAsInspected(inspected, ppath+"/"+n, fi); err != nil {
+				break
 			}
 		}
 		pdir.Close()
