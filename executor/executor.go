@@ -292,7 +292,12 @@ func (e *Executor) carriedBySandboxes(actions []gc.Action, now time.Time) map[in
 			continue
 		}
 		var containers []int
+		named := map[string]bool{}
 		for _, dep := range s.DependsOn {
+			if named[dep] {
+				continue // named twice: carried once
+			}
+			named[dep] = true
 			idx := byKey[dep]
 			if len(idx) != 1 {
 				containers = nil
@@ -428,8 +433,12 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 			}
 			if err != nil && len(w.carried[i]) > 0 {
 				// containerd's RemovePodSandbox removes the containers one by
-				// one before it fails late: ask which of them are gone.
-				o.carriedGone, o.carriedUnknown = e.carriedGone(ctx, w, i)
+				// one before it fails late: ask which of them are gone. Also
+				// when the pass was stopped (SIGTERM) during the call: what
+				// containerd removed before is said now or never (the next
+				// listing no longer has it); the runtime's own call timeout
+				// bounds the question.
+				o.carriedGone, o.carriedUnknown = e.carriedGone(context.WithoutCancel(ctx), w, i)
 			}
 			out[i] = o
 		})

@@ -320,6 +320,9 @@ type podsRoot struct {
 	// table is a mount table read before, or nil: the table is read when
 	// needed.
 	table *mountTable
+	// afterChecks, when set (tests), runs between a removal's checks of
+	// the pod dir and its walk: what kubelet may do in that window.
+	afterChecks func()
 }
 
 // openPods validates kubeletRoot and uid and opens the pods dir. path is
@@ -850,9 +853,19 @@ func (p podsRoot) removePodDir(ctx context.Context, uid, path string, inspected 
 		}
 	}
 	w.inspected = inspected
+	if p.afterChecks != nil {
+		p.afterChecks()
+	}
 
 	// 1 and 2: kubelet's removeOrphanedPodVolumeDirs. Any error stops here.
 	if err := w.rmdirTree(fd, podVolumesDir, path+"/"+podVolumesDir); err != nil {
+		var r *RefusedError
+		if errors.As(err, &r) && r.Changed {
+			// Found by the walk, after the check of every volume dir: it
+			// may have removed empty ones before it. Not a refusal (which
+			// says nothing was done) any more.
+			return fmt.Errorf("stopped partway (empty volume dirs before it may have been removed): %s", r.Error())
+		}
 		return err
 	}
 	if err := w.removeSubpathEntries(fd, podVolumeSubpathsDir, path+"/"+podVolumeSubpathsDir, 0); err != nil {

@@ -1288,6 +1288,36 @@ func TestTheRemovalWalkTakesNoVolumeDirItsInspectionDidNotSee(t *testing.T) {
 	}
 }
 
+// TestAVolumeDirTheWalkFindsChangedStopsItPartway: a volume dir made in
+// the microseconds between the removal's check of every volume dir and its
+// walk is found by the walk, which stops there; the empty volume dirs it
+// removed before are done, so the removal is no refusal (which says
+// nothing was done, an abort) but a failure that says it stopped partway.
+func TestAVolumeDirTheWalkFindsChangedStopsItPartway(t *testing.T) {
+	ctx := context.Background()
+	n := newKubeletNode(t)
+	pod := filepath.Join(n.pods, testUUID)
+	cleanOrphan(t, pod)
+	p, path, err := openPods(n.root, testUUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	d, _, err := p.inspect(ctx, testUUID)
+	if err != nil || len(d.Blockers) > 0 {
+		t.Fatalf("the removal's inspection: %q, %v", d.Blockers, err)
+	}
+	const made = "volumes/kubernetes.io~nfs/share" // sorted after csi and empty-dir, before projected
+	p.afterChecks = func() { mkdirAll(t, filepath.Join(pod, made)) }
+	err = p.removePodDir(ctx, testUUID, path, d.Identities)
+	var r *RefusedError
+	if err == nil || errors.As(err, &r) || !strings.Contains(err.Error(), "stopped partway") || !strings.Contains(err.Error(), made) {
+		t.Fatalf("removePodDir = %v, want a failure that stopped partway at %s, not a refusal", err, made)
+	}
+	mustBeGone(t, filepath.Join(pod, emptyDirVol), filepath.Join(pod, csiVol))
+	mustExist(t, filepath.Join(pod, made), filepath.Join(pod, projectedVol), filepath.Join(pod, etcHosts))
+}
+
 func rmdirAll(t *testing.T, path string) {
 	t.Helper()
 	if err := os.Remove(path); err != nil {
