@@ -1259,23 +1259,12 @@ func TestTheRemovalWalkTakesNoVolumeDirItsInspectionDidNotSee(t *testing.T) {
 	} {
 		t.Run(tt.rule, func(t *testing.T) {
 			ctx := context.Background()
-			n := newKubeletNode(t)
-			pod := filepath.Join(n.pods, testUUID)
-			cleanOrphan(t, pod)
-			p, path, err := openPods(n.root, testUUID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.close()
-			d, _, err := p.inspect(ctx, testUUID)
-			if err != nil || len(d.Blockers) > 0 {
-				t.Fatalf("the removal's inspection: %q, %v", d.Blockers, err)
-			}
+			pod, p, path, d := inspectedForRemoval(t)
 			if d.Identities[path] == "" || d.Identities[filepath.Join(pod, projectedVol)] == "" {
 				t.Fatalf("the inspection identified %v, not the pod dir and its volume dirs", d.Identities)
 			}
 			tt.change(t, pod)
-			err = p.removePodDir(ctx, testUUID, path, d.Identities)
+			err := p.removePodDir(ctx, testUUID, path, d.Identities)
 			var r *RefusedError
 			if !errors.As(err, &r) || !r.ChangedSinceDecided() {
 				t.Fatalf("removePodDir = %v, want a refusal as changed since", err)
@@ -1295,27 +1284,36 @@ func TestTheRemovalWalkTakesNoVolumeDirItsInspectionDidNotSee(t *testing.T) {
 // nothing was done, an abort) but a failure that says it stopped partway.
 func TestAVolumeDirTheWalkFindsChangedStopsItPartway(t *testing.T) {
 	ctx := context.Background()
-	n := newKubeletNode(t)
-	pod := filepath.Join(n.pods, testUUID)
-	cleanOrphan(t, pod)
-	p, path, err := openPods(n.root, testUUID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
-	d, _, err := p.inspect(ctx, testUUID)
-	if err != nil || len(d.Blockers) > 0 {
-		t.Fatalf("the removal's inspection: %q, %v", d.Blockers, err)
-	}
+	pod, p, path, d := inspectedForRemoval(t)
 	const made = "volumes/kubernetes.io~nfs/share" // sorted after csi and empty-dir, before projected
 	p.afterChecks = func() { mkdirAll(t, filepath.Join(pod, made)) }
-	err = p.removePodDir(ctx, testUUID, path, d.Identities)
+	err := p.removePodDir(ctx, testUUID, path, d.Identities)
 	var r *RefusedError
 	if err == nil || errors.As(err, &r) || !strings.Contains(err.Error(), "stopped partway") || !strings.Contains(err.Error(), made) {
 		t.Fatalf("removePodDir = %v, want a failure that stopped partway at %s, not a refusal", err, made)
 	}
 	mustBeGone(t, filepath.Join(pod, emptyDirVol), filepath.Join(pod, csiVol))
 	mustExist(t, filepath.Join(pod, made), filepath.Join(pod, projectedVol), filepath.Join(pod, etcHosts))
+}
+
+// inspectedForRemoval lays out a clean orphan's pod dir and inspects it as
+// RemoveOrphanedPodDir does before its walk: the pod dir's path, its open
+// pods dir (closed at the test's end), and what the inspection found.
+func inspectedForRemoval(t *testing.T) (pod string, p podsRoot, path string, d PodDir) {
+	t.Helper()
+	n := newKubeletNode(t)
+	pod = filepath.Join(n.pods, testUUID)
+	cleanOrphan(t, pod)
+	p, path, err := openPods(n.root, testUUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	d, _, err = p.inspect(context.Background(), testUUID)
+	if err != nil || len(d.Blockers) > 0 {
+		t.Fatalf("the removal's inspection: %q, %v", d.Blockers, err)
+	}
+	return pod, p, path, d
 }
 
 func rmdirAll(t *testing.T, path string) {
