@@ -1025,33 +1025,50 @@ func TestAKillPassThatSentNothingIsNoKill(t *testing.T) {
 // mount of another cgroup, another file system) is not walked: its
 // processes are not killed nor its dirs removed, and the error names it.
 func TestTheWalkOfAPodCgroupStopsAtAMount(t *testing.T) {
-	mp := t.TempDir()
-	p := filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidA)
-	nested := filepath.Join(p, ctrID, "nested")
-	dirs(t, nested)
-	if err := unix.Mount("tmpfs", nested, "tmpfs", 0, ""); err != nil {
-		if errors.Is(err, unix.EPERM) {
-			t.Skipf("mounting not permitted: %v", err)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(nested, unix.MNT_DETACH) })
-	pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{p}})
-	s := startSleeper(t)
-	cgroup(t, filepath.Join(nested, "other"), s.cmd.Process.Pid)
-	pod.Procs = 1 // as if the plan saw a process, so that only the mount refuses
+	for _, tt := range []struct {
+		name  string
+		mount func(t *testing.T, mp, target string) error
+		want  string
+	}{
+		{"another file system", func(t *testing.T, mp, target string) error {
+			return unix.Mount("tmpfs", target, "tmpfs", 0, "")
+		}, "it is on another file system"},
+		{"a bind mount of a dir on the same device", func(t *testing.T, mp, target string) error {
+			elsewhere := filepath.Join(mp, "memory", "elsewhere")
+			dirs(t, elsewhere)
+			return unix.Mount(elsewhere, target, "", unix.MS_BIND, "")
+		}, "it is a mount point"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			mp := t.TempDir()
+			p := filepath.Join(mp, "memory", "kubepods", "burstable", "pod"+uidA)
+			nested := filepath.Join(p, ctrID, "nested")
+			dirs(t, nested)
+			if err := tt.mount(t, mp, nested); err != nil {
+				if errors.Is(err, unix.EPERM) {
+					t.Skipf("mounting not permitted: %v", err)
+				}
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = unix.Unmount(nested, unix.MNT_DETACH) })
+			pod := inspected(t, PodCgroup{UID: uidA, QOS: QOSBurstable, Driver: DriverCgroupfs, Root: "kubepods", Paths: []string{p}})
+			s := startSleeper(t)
+			cgroup(t, filepath.Join(nested, "other"), s.cmd.Process.Pid)
+			pod.Procs = 1 // as if the plan saw a process, so that only the mount refuses
 
-	if _, err := cgroupDirs(context.Background(), p, nil); err == nil || !strings.Contains(err.Error(), nested+" is a mount point") {
-		t.Fatalf("walking %s: %v, want the mount at %s named", p, err, nested)
-	}
-	_, err := (&fakeHost{}).host().destroy(context.Background(), pod)
-	if err == nil || !strings.Contains(err.Error(), nested) {
-		t.Fatalf("destroy = %v, want the mount named", err)
-	}
-	if s.killedWithin(300*time.Millisecond) || !s.alive() {
-		t.Fatalf("PID %d, in a cgroup mounted below the pod cgroup, was killed", s.cmd.Process.Pid)
-	}
-	if !exists(filepath.Join(nested, "other")) {
-		t.Errorf("a dir on the mount below the pod cgroup was removed")
+			if _, err := cgroupDirs(context.Background(), p, nil); err == nil || !strings.Contains(err.Error(), nested+" below "+p+" is not walked: "+tt.want) {
+				t.Fatalf("walking %s: %v, want the mount at %s named: %q", p, err, nested, tt.want)
+			}
+			_, err := (&fakeHost{}).host().destroy(context.Background(), pod)
+			if err == nil || !strings.Contains(err.Error(), nested) {
+				t.Fatalf("destroy = %v, want the mount named", err)
+			}
+			if s.killedWithin(300*time.Millisecond) || !s.alive() {
+				t.Fatalf("PID %d, in a cgroup mounted below the pod cgroup, was killed", s.cmd.Process.Pid)
+			}
+			if !exists(filepath.Join(nested, "other")) {
+				t.Errorf("a dir on the mount below the pod cgroup was removed")
+			}
+		})
 	}
 }

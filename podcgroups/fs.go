@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nri-housekeeper/nri-housekeeper/nodefs"
 	"github.com/nri-housekeeper/nri-housekeeper/regularfile"
 )
 
@@ -36,16 +37,16 @@ func cgroupDirs(ctx context.Context, top string, buf []byte) ([]string, error) {
 func cgroupTree(ctx context.Context, top string, buf []byte) ([]string, uint64, error) {
 	// One look for its type, inode and mount: systemd stopping a slice
 	// removes its dirs meanwhile, and a second look would find it gone.
-	topMount, err := mountOf(top)
+	topMount, err := nodefs.StatPathMount(top)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, 0, nil
 	case err != nil:
 		return nil, 0, fmt.Errorf("cgroup %s: %w", top, err)
-	case topMount.mode != unix.S_IFDIR:
-		return nil, 0, fmt.Errorf("cgroup %s is not a directory (file type %#o)", top, topMount.mode)
+	case !topMount.IsDir():
+		return nil, 0, fmt.Errorf("cgroup %s is not a directory but a %s", top, topMount.Kind())
 	}
-	ino := topMount.ino
+	ino := topMount.Ino()
 	if buf == nil {
 		buf = make([]byte, direntBufSize)
 	}
@@ -67,55 +68,20 @@ func cgroupTree(ctx context.Context, top string, buf []byte) ([]string, uint64, 
 			// mount; anything mounted there (a bind mount of another
 			// cgroup, another file system) holds processes and dirs that
 			// are not this cgroup's to list, kill or remove.
-			m, err := mountOf(dir)
+			m, err := nodefs.StatPathMount(dir)
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
 				continue
 			case err != nil:
 				return nil, 0, fmt.Errorf("cgroup %s: %w", dir, err)
-			case m.root || m.dev != topMount.dev || (m.id != 0 && topMount.id != 0 && m.id != topMount.id):
-				return nil, 0, fmt.Errorf("cgroup %s is a mount point or on another mount than %s (device %d:%d, mount %d; the cgroup's %d:%d, mount %d): not walked",
-					dir, top, unix.Major(m.dev), unix.Minor(m.dev), m.id, unix.Major(topMount.dev), unix.Minor(topMount.dev), topMount.id)
+			}
+			if reason := m.OtherMountThan(topMount); reason != "" {
+				return nil, 0, fmt.Errorf("cgroup %s below %s is not walked: %s", dir, top, reason)
 			}
 			dirs = append(dirs, dir)
 		}
 	}
 	return dirs, ino, nil
-}
-
-// mount is what a path is (its file type, S_IFMT bits, and inode number)
-// and where it is mounted: its device, its mount ID (0 where the kernel
-// does not say: before Linux 5.8) and whether it is a mount root.
-type mount struct {
-	mode uint32
-	ino  uint64
-	dev  uint64
-	id   uint64
-	root bool
-}
-
-// mountOf is path's mount, not following a symlink.
-func mountOf(path string) (mount, error) {
-	var stx unix.Statx_t
-	err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_MNT_ID, &stx)
-	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) { // no statx (or a filter denies it)
-		var st unix.Stat_t
-		if err := unix.Lstat(path, &st); err != nil {
-			return mount{}, &fs.PathError{Op: "lstat", Path: path, Err: err}
-		}
-		return mount{mode: st.Mode & unix.S_IFMT, ino: st.Ino, dev: st.Dev}, nil
-	}
-	if err != nil {
-		return mount{}, &fs.PathError{Op: "statx", Path: path, Err: err}
-	}
-	m := mount{mode: uint32(stx.Mode) & unix.S_IFMT, ino: stx.Ino, dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor)}
-	if stx.Mask&unix.STATX_MNT_ID != 0 {
-		m.id = stx.Mnt_id
-	}
-	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
-		m.root = stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
-	}
-	return m, nil
 }
 
 // inode is the inode number of what fi describes.
