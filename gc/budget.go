@@ -69,8 +69,9 @@ func (b Budget) PerPass(ready int) int {
 // good. A class trips when it may take nothing (its hour is spent), or, for
 // orphan stops, when the pass is over its budget: every due action of it is
 // held and the trip returned. A unit taken already this hour
-// (Input.BudgetAdmitted: a step that failed and is retried) is neither
-// counted nor held: it was within the budget when first taken. The classes
+// (Input.BudgetAdmitted: a step that failed and is retried), or taken
+// before and failing ever since (Input.BudgetRetrying), is neither counted
+// nor held: it was within the budget when first taken. The classes
 // are decided in budgetOrder, each after what the earlier ones held is
 // applied to the steps resting on it.
 func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
@@ -162,8 +163,8 @@ var budgetOrder = []string{ClassOrphanStop, ClassUnknownStop, ClassPodLogDir, Cl
 
 // dueInClass returns the units and actions of class that are due (not in
 // notDue), counted against the budget: neither unbudgeted nor taken
-// already this hour (Input.BudgetAdmitted: a step that failed and is
-// retried was within the budget when first taken).
+// already (Input.BudgetAdmitted, Input.BudgetRetrying: a step that failed
+// and is retried was within the budget when first taken).
 func (p *planner) dueInClass(class string, sorted []*Action, notDue map[string]waiting) (units int, actions []*Action) {
 	// Counted without a map, except for the classes of several actions a
 	// unit (orphan stops: a pod; network steps: a sandbox): every other
@@ -177,7 +178,7 @@ func (p *planner) dueInClass(class string, sorted []*Action, notDue map[string]w
 			continue
 		}
 		c, unit := BudgetClass(*a)
-		if c != class || p.in.BudgetAdmitted[class+"/"+unit] {
+		if c != class || p.in.BudgetAdmitted[class+"/"+unit] || p.in.BudgetRetrying[class+"/"+unit] {
 			continue
 		}
 		if seenUnits == nil || !seenUnits[unit] {

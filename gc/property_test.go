@@ -172,9 +172,16 @@ func randomInput(seed int64, pods int) Input {
 	for _, d := range first.Deferred {
 		candidates = append(candidates, d.Action)
 	}
+	// Others were taken in an earlier hour and have failed since.
+	in.BudgetRetrying = map[string]bool{}
 	for _, a := range candidates {
-		if class, unit := BudgetClass(a); class != "" && rng.Intn(4) == 0 {
-			in.BudgetAdmitted[class+"/"+unit] = true
+		if class, unit := BudgetClass(a); class != "" {
+			switch rng.Intn(8) {
+			case 0, 1:
+				in.BudgetAdmitted[class+"/"+unit] = true
+			case 2:
+				in.BudgetRetrying[class+"/"+unit] = true
+			}
 		}
 	}
 	// Half the time NRI reported on the node too: what it says may agree
@@ -883,8 +890,8 @@ func checkBudget(t *testing.T, in Input, r Result) {
 		default:
 			continue
 		}
-		if in.BudgetAdmitted[class+"/"+unit] {
-			continue // a retry of a unit taken this hour: not counted again
+		if in.BudgetAdmitted[class+"/"+unit] || in.BudgetRetrying[class+"/"+unit] {
+			continue // a retry of a unit taken this hour, or failing since: not counted again
 		}
 		if units[class] == nil {
 			units[class] = map[string]bool{}

@@ -234,6 +234,12 @@ type Loop struct {
 	confirmedSyncs uint64
 	// spent are the budgeted steps taken in the last hour.
 	spent []spent
+	// retrying are the budgeted units (as "class/unit") taken once whose
+	// steps have failed at every pass since (settleSpent): they are
+	// retried without counting against the budget again, also after the
+	// hour they were taken in. Kept in memory only: after a restart such a
+	// unit counts once more.
+	retrying map[string]bool
 	// budgetHeldUntil: every budgeted step is held until then, for
 	// budgetHeldWhy (a state file could not be read; see Restore).
 	budgetHeldUntil time.Time
@@ -618,6 +624,7 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		PodNames:      make(map[string]gc.PodRef),
 	}
 	in.BudgetAdmitted = l.budgetSpent(snap.TakenAt)
+	in.BudgetRetrying = l.retrying
 	in.BudgetHeld = l.budgetHeld(snap.TakenAt)
 	listed := listedUIDs(snap)
 	inView := make(map[string]bool, len(view.Pods))

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,36 +94,61 @@ func TestASymlinkedPodsDirDoesNotAbortEveryGoneStep(t *testing.T) {
 	}
 }
 
-// One step of a class that keeps failing (a pod log dir the remover
-// refuses, a cgroup with a D-state process) stays due forever; on a node with
-// fewer than 20 Ready sandboxes the per-pass budget is 1. The retry must not
-// count against the pass, or from the first other step of that class on,
-// every pass would trip and the class never run again.
-func TestAStuckStepDoesNotPauseItsClassForever(t *testing.T) {
-	root := podDirs(t, testUID(70)) // one live pod dir: the oracle is not empty
-	podLogs := t.TempDir()
-	a := mkPodLogDir(t, podLogs, testUID(71))
-	rt := &fakeRuntime{}
-	files := &failingFiles{fail: map[string]bool{a: true}}
-	log, _ := testLogger()
-	loop := New(podstate.New(0), rt, Options{Period: 30 * time.Second, KubeletRoot: root,
-		Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
-		Policy:   reviewPolicy(podLogs)}, log)
-	loop.started = now.Add(-time.Hour)
-	var b string
-	for pass := range 240 { // two hours
-		if pass == 1 {
-			b = mkPodLogDir(t, podLogs, testUID(72))
-		}
-		rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(pass) * 30 * time.Second)}, nil)
-		loop.Pass(context.Background())
+// Steps of a class that keep failing (pod log dirs the remover refuses,
+// cgroups with a D-state process) stay due forever; on a node with fewer
+// than 20 Ready sandboxes the per-pass budget is 1. Their retries must not
+// count against a pass, or from the first other step of that class on,
+// every pass would trip and the class never run again; nor, when their
+// hour is over, against the hour: max_per_hour (20) of them would take
+// each hour's budget again, first (eligible longest), and a newer step of
+// their class would never run (with 20, four hours of passes removed the
+// new one never: 363 trips).
+func TestStuckStepsDoNotPauseTheirClassForever(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stuck int
+	}{
+		{"one stuck step", 1},
+		{"max_per_hour stuck steps", 20},
+		{"more stuck steps than max_per_hour", 25},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := podDirs(t, testUID(70)) // one live pod dir: the oracle is not empty
+			podLogs := t.TempDir()
+			fail := map[string]bool{}
+			for i := range tc.stuck {
+				fail[mkPodLogDir(t, podLogs, testUID(100+i))] = true
+			}
+			rt := &fakeRuntime{}
+			files := &failingFiles{fail: fail}
+			log, _ := testLogger()
+			loop := New(podstate.New(0), rt, Options{Period: 30 * time.Second, KubeletRoot: root,
+				Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+				Policy:   reviewPolicy(podLogs)}, log)
+			loop.started = now.Add(-time.Hour)
+			var b string
+			removedAt := -1
+			for pass := range 4 * 120 { // four hours
+				if pass == 1 {
+					b = mkPodLogDir(t, podLogs, testUID(72))
+				}
+				rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(pass) * 30 * time.Second)}, nil)
+				loop.Pass(context.Background())
+				if removedAt < 0 && slices.ContainsFunc(files.done, func(d string) bool { return strings.Contains(d, b) }) {
+					removedAt = pass
+				}
+			}
+			// Each stuck one is taken once in the hour, and the new one
+			// right after the stuck ones' hour lapses (pass 120 on): at
+			// most an hour plus a pass for each not yet taken.
+			if limit := 120 + max(0, tc.stuck-20) + 2; removedAt < 0 || removedAt > limit {
+				t.Fatalf("the pod log dir %s was removed at pass %d, want by pass %d (of 30 s): %d failing steps pause their class", b, removedAt, limit, tc.stuck)
+			}
+			if tc.stuck < 20 && removedAt > 2+tc.stuck {
+				t.Errorf("the pod log dir %s was removed at pass %d, want it as soon as the stuck ones were each taken once", b, removedAt)
+			}
+		})
 	}
-	for _, d := range files.done {
-		if strings.Contains(d, b) {
-			return
-		}
-	}
-	t.Fatalf("in two hours the pod log dir %s was never removed: the class is paused for good by the one that fails (done %v)", b, files.done)
 }
 
 // The hour's budget counts a unit once, not each retry of it: else a

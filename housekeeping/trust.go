@@ -585,7 +585,8 @@ type spent struct {
 
 // spendAhead counts the budgeted units of actions not already counted in
 // the last hour as spent at now, before any of them runs, and returns them
-// as "class/unit". A unit counts once an hour: retrying the same object is
+// as "class/unit". A unit counts once an hour (not at all while it is retrying
+// after failing ever since: settleSpent): retrying the same object is
 // no more blast radius. A dry run spends nothing.
 func (l *Loop) spendAhead(now time.Time, actions []gc.Action) map[string]bool {
 	if d, ok := l.opts.Executor.(interface{ DryRun() bool }); ok && d.DryRun() {
@@ -595,7 +596,7 @@ func (l *Loop) spendAhead(now time.Time, actions []gc.Action) map[string]bool {
 	ahead := make(map[string]bool)
 	for _, a := range actions {
 		class, unit := gc.BudgetClass(a)
-		if class == "" || admitted[class+"/"+unit] {
+		if class == "" || admitted[class+"/"+unit] || l.retrying[class+"/"+unit] {
 			continue
 		}
 		admitted[class+"/"+unit] = true
@@ -649,6 +650,15 @@ func (l *Loop) holdUnrecorded(actions []gc.Action, err error) (kept []gc.Action,
 // counts as taken too, as a failed step does: it is retried without
 // counting against a pass again, and does not take its class's per-pass
 // budget every pass while what it rests on keeps failing.
+//
+// It also keeps l.retrying: the units taken (this hour, or retrying
+// already) whose steps failed this pass. Such a unit is not counted again
+// when its hour is over: max_per_hour steps that keep failing (a CNI DEL
+// that fails for every leaked sandbox, pod cgroups held by D-state
+// processes) would else take the hour's budget again each hour, and being
+// eligible longest come first, so a newer step of their class would never
+// run. Anything else (a success, a refusal, a pass that did not propose
+// it) ends it: the unit counts again when next taken.
 func (l *Loop) settleSpent(now time.Time, ahead map[string]bool, outcomes []executor.Outcome) {
 	result := make(map[string]executor.Result, len(outcomes))
 	deps := make(map[string][]string, len(outcomes))
@@ -690,6 +700,16 @@ func (l *Loop) settleSpent(now time.Time, ahead map[string]bool, outcomes []exec
 		key := s.class + "/" + s.unit
 		return s.at.Equal(now) && ahead[key] && !ran[key]
 	})
+	admitted := l.budgetSpent(now)
+	retrying := make(map[string]bool)
+	for _, o := range outcomes {
+		class, unit := gc.BudgetClass(o.Action)
+		key := class + "/" + unit
+		if class != "" && failing(o.Action.Key) && (admitted[key] || l.retrying[key]) {
+			retrying[key] = true
+		}
+	}
+	l.retrying = retrying
 }
 
 // budgetSpent returns the budgeted units taken in the hour before now, as
