@@ -597,7 +597,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 					r.Plan.Deferred = append(r.Plan.Deferred, held...)
 				}
 			}
-			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now, l.recheck(snap.TakenAt, syncs))
+			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now, l.recheck(snap.TakenAt, syncs, in.Oracle.PodDirs))
 			l.settleSpent(in.Now, ahead, r.Outcomes)
 		}
 		if r.Plan.NotReady == "" {

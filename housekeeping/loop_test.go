@@ -29,8 +29,9 @@ type fakeRuntime struct {
 	snap  cri.Snapshot
 	err   error
 	calls atomic.Int64
-	// onSnapshot, when set, runs while a listing is being taken.
-	onSnapshot func()
+	// onSnapshot, when set, runs while a listing is being taken;
+	// onListPod while a pod's objects are listed.
+	onSnapshot, onListPod func()
 	// exists overrides SandboxExists's answer from the snapshot; asked
 	// counts the questions.
 	exists map[string]bool
@@ -71,6 +72,12 @@ func (f *fakeRuntime) SandboxExists(_ context.Context, id string) (bool, error) 
 
 // ListPod answers from the current snapshot.
 func (f *fakeRuntime) ListPod(_ context.Context, uid string) (cri.PodObjects, error) {
+	f.mu.Lock()
+	hook := f.onListPod
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var o cri.PodObjects

@@ -482,7 +482,7 @@ func TestAnOrphanedPodsCgroupWhosePodDirCannotBeInspectedAgainIsKept(t *testing.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	a := gc.Action{Kind: gc.RemovePodCgroup, Rule: gc.RuleCgroupOrphaned, Pod: gc.PodRef{UID: uid}, Key: "pod-cgroup/" + uid}
-	err := o.loop.recheck(now, o.loop.state.Syncs())(ctx, a)
+	err := o.loop.recheck(now, o.loop.state.Syncs(), nodefs.PodDirs{})(ctx, a)
 	if err == nil {
 		t.Fatal("the destroy of an orphaned pod's cgroup passed its check, though its pod dir could not be inspected")
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
@@ -365,12 +366,29 @@ func newEntries(before, now map[string]bool) []string {
 // Every step rests on the NRI session the pass's gate saw (syncs): lost or
 // renewed since (containerd restarting), a life event since the listing may
 // not have been told, and the step waits for a pass on the new session.
-func (l *Loop) recheck(taken time.Time, syncs uint64) executor.Recheck {
+// A pod's step reads its life events and the session again after its
+// other reads (an RPC, a pod dir's inspection): NRI is told of a new
+// sandbox before containerd stores it, so one told during them is in no
+// listing yet. podsDir is the pods dir the plan read (nodefs.PodDirs).
+func (l *Loop) recheck(taken time.Time, syncs uint64, podsDir nodefs.PodDirs) executor.Recheck {
+	sameSession := func() error {
+		if l.opts.Synchronized != nil && (!l.opts.Synchronized() || l.state.Syncs() != syncs) {
+			return errors.New("the NRI connection was lost or made anew since the pass began: a life event since may not have been told; the step waits for a pass on the new connection")
+		}
+		return nil
+	}
+	noLifeEvent := func(uid string) error {
+		if p, ok := l.state.Pod(uid); ok && p.LastLifeEvent.After(taken) {
+			return fmt.Errorf("pod %s had a life event (new sandbox or container start) at %s, after the listing the plan was made from",
+				uid, p.LastLifeEvent.Format(time.RFC3339Nano))
+		}
+		return nil
+	}
 	return func(ctx context.Context, a gc.Action) error {
 		at := l.now()
 		l.stepStarted.Store(&at)
-		if l.opts.Synchronized != nil && (!l.opts.Synchronized() || l.state.Syncs() != syncs) {
-			return errors.New("the NRI connection was lost or made anew since the pass began: a life event since may not have been told; the step waits for a pass on the new connection")
+		if err := sameSession(); err != nil {
+			return err
 		}
 		switch a.Rule {
 		case gc.RuleNetworkAttachment, gc.RuleNetworkReservation:
@@ -384,57 +402,77 @@ func (l *Loop) recheck(taken time.Time, syncs uint64) executor.Recheck {
 		if uid == "" {
 			return errors.New("the action names no pod to check")
 		}
-		if p, ok := l.state.Pod(uid); ok && p.LastLifeEvent.After(taken) {
-			return fmt.Errorf("pod %s had a life event (new sandbox or container start) at %s, after the listing the plan was made from",
-				uid, p.LastLifeEvent.Format(time.RFC3339Nano))
+		// First as the cheapest, and again last.
+		if err := noLifeEvent(uid); err != nil {
+			return err
 		}
-		switch a.Rule {
-		case gc.RuleContainerPodGone, gc.RuleSandboxPodGone, gc.RuleOrphanStop:
-			return l.recheckGone(uid)
+		if err := l.recheckPod(ctx, a, uid, podsDir); err != nil {
+			return err
 		}
-		objs, err := l.runtime.ListPod(ctx, uid)
-		if err != nil {
-			return fmt.Errorf("cannot list the pod's sandboxes and containers again: %w", err)
+		if err := noLifeEvent(uid); err != nil {
+			return err
 		}
-		if !objs.Empty() {
-			return fmt.Errorf("the runtime lists %d sandbox(es) and %d container(s) of pod %s again (%s)",
-				len(objs.Sandboxes), len(objs.Containers), uid, strings.Join(append(objs.Sandboxes, objs.Containers...), ", "))
-		}
-		switch a.Rule {
-		case gc.RulePodLogDir:
-			return l.recheckGone(uid)
-		case gc.RuleCgroupPodGone:
-			if err := l.recheckGone(uid); err != nil {
-				return err
-			}
-			return l.recheckCgroupAsPlanned(ctx, a)
-		case gc.RuleCgroupOrphaned, gc.RuleCgroupVolumesRemain, gc.RuleOrphanedPodDir:
-			if a.Rule != gc.RuleCgroupVolumesRemain && l.opts.PodDirMountsUnseen != nil {
-				// Both rest on nothing mounted in the pod dir, which only
-				// a process that sees kubelet's mounts can tell.
-				if why := l.opts.PodDirMountsUnseen(ctx); why != "" {
-					return errors.New(why)
-				}
-			}
-			return l.recheckOrphaned(ctx, a, uid)
-		}
-		return fmt.Errorf("rule %s is not one a node step rests on", a.Rule)
+		return sameSession()
 	}
 }
 
+// recheckPod is the check of a step that rests on its pod: gone (its pod
+// dir absent from the pods dir the plan read) or orphaned, and nothing of
+// it listed again.
+func (l *Loop) recheckPod(ctx context.Context, a gc.Action, uid string, podsDir nodefs.PodDirs) error {
+	switch a.Rule {
+	case gc.RuleContainerPodGone, gc.RuleSandboxPodGone, gc.RuleOrphanStop:
+		return l.recheckGone(uid, podsDir)
+	}
+	objs, err := l.runtime.ListPod(ctx, uid)
+	if err != nil {
+		return fmt.Errorf("cannot list the pod's sandboxes and containers again: %w", err)
+	}
+	if !objs.Empty() {
+		return fmt.Errorf("the runtime lists %d sandbox(es) and %d container(s) of pod %s again (%s)",
+			len(objs.Sandboxes), len(objs.Containers), uid, strings.Join(append(objs.Sandboxes, objs.Containers...), ", "))
+	}
+	switch a.Rule {
+	case gc.RulePodLogDir:
+		return l.recheckGone(uid, podsDir)
+	case gc.RuleCgroupPodGone:
+		if err := l.recheckGone(uid, podsDir); err != nil {
+			return err
+		}
+		return l.recheckCgroupAsPlanned(ctx, a)
+	case gc.RuleCgroupOrphaned, gc.RuleCgroupVolumesRemain, gc.RuleOrphanedPodDir:
+		if a.Rule != gc.RuleCgroupVolumesRemain && l.opts.PodDirMountsUnseen != nil {
+			// Both rest on nothing mounted in the pod dir, which only
+			// a process that sees kubelet's mounts can tell.
+			if why := l.opts.PodDirMountsUnseen(ctx); why != "" {
+				return errors.New(why)
+			}
+		}
+		return l.recheckOrphaned(ctx, a, uid)
+	}
+	return fmt.Errorf("rule %s is not one a node step rests on", a.Rule)
+}
+
 // recheckGone checks that the pod's dir is still absent from a readable
-// kubelet pods dir.
-func (l *Loop) recheckGone(uid string) error {
+// kubelet pods dir, the one the plan read (planned): one mounted over or
+// put in its place since (empty, or holding other pods) says nothing of
+// the pods the plan found gone.
+func (l *Loop) recheckGone(uid string, planned nodefs.PodDirs) error {
 	if l.opts.OracleDisabled {
 		return errors.New("pods.source is \"none\": no pod is ever gone")
 	}
 	// The pods dir as the oracle read it: a symlink to it is followed.
 	pods := filepath.Join(l.opts.KubeletRoot, "pods")
-	switch fi, err := os.Stat(pods); {
+	fi, err := os.Stat(pods)
+	switch {
 	case err != nil:
 		return fmt.Errorf("cannot check kubelet's pods dir again: %w", err)
 	case !fi.IsDir():
 		return fmt.Errorf("kubelet's pods dir %s is not a directory any more", pods)
+	}
+	if dev, ino, ok := nodefs.DevIno(fi); planned.Ino != 0 && (!ok || dev != planned.Dev || ino != planned.Ino) {
+		return fmt.Errorf("kubelet's pods dir %s is not the one the plan read (device %d:%d inode %d then, %d:%d inode %d now): mounted over or replaced since",
+			pods, unix.Major(planned.Dev), unix.Minor(planned.Dev), planned.Ino, unix.Major(dev), unix.Minor(dev), ino)
 	}
 	switch _, err := os.Lstat(filepath.Join(pods, uid)); {
 	case err == nil:

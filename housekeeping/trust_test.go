@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nri-housekeeper/nri-housekeeper/config"
 	"github.com/nri-housekeeper/nri-housekeeper/cri"
 	"github.com/nri-housekeeper/nri-housekeeper/executor"
@@ -948,7 +950,7 @@ func TestANodeStepWithNothingToRestOnIsAborted(t *testing.T) {
 			log, _ := testLogger()
 			loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, OracleDisabled: tc.oracleDisabled,
 				Executor: &fakeExecutor{}, Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
-			err := loop.recheck(now, loop.state.Syncs())(context.Background(), tc.a)
+			err := loop.recheck(now, loop.state.Syncs(), nodefs.PodDirs{})(context.Background(), tc.a)
 			if err == nil {
 				t.Fatalf("%s (%s) passed its check", tc.a.Kind, tc.a.Rule)
 			}
@@ -1024,11 +1026,103 @@ func TestAStepAfterTheNRISessionChangedMidPassWaits(t *testing.T) {
 			synced.Store(true)
 			loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root, Synchronized: synced.Load,
 				Executor: &fakeExecutor{}, Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
-			check := loop.recheck(now, loop.state.Syncs())
+			check := loop.recheck(now, loop.state.Syncs(), nodefs.PodDirs{})
 			tc.change(loop.state, &synced)
 			err := check(context.Background(), step)
 			if (err == nil) != tc.passes || (err != nil && !strings.Contains(err.Error(), "NRI connection")) {
 				t.Fatalf("check = %v, want it to pass: %v (or to say the NRI connection changed)", err, tc.passes)
+			}
+		})
+	}
+}
+
+// TestALifeEventDuringTheChecksReadsAbortsTheStep: NRI is told of a new
+// sandbox before containerd stores it, so one told while the check lists
+// the pod again is in no listing yet: the pod's life events are read again
+// after the check's other reads.
+func TestALifeEventDuringTheChecksReadsAbortsTheStep(t *testing.T) {
+	uid := testUID(6)
+	for _, a := range []gc.Action{
+		{Kind: gc.RemovePodLogDir, Rule: gc.RulePodLogDir, Key: "pod-log-dir/x", Pod: gc.PodRef{UID: uid}},
+		{Kind: gc.RemovePodCgroup, Rule: gc.RuleCgroupPodGone, Key: "pod-cgroup/" + uid, Pod: gc.PodRef{UID: uid}},
+	} {
+		t.Run(a.Rule, func(t *testing.T) {
+			root := podDirs(t, testUID(7))
+			rt := &fakeRuntime{}
+			rt.set(cri.Snapshot{TakenAt: now}, nil)
+			state := podstate.New(0)
+			rt.onListPod = func() {
+				if err := state.Apply(podstate.Event{Kind: podstate.RunPodSandbox, At: now.Add(time.Second), Pod: ident(uid), SandboxID: "again"}); err != nil {
+					t.Error(err)
+				}
+			}
+			log, _ := testLogger()
+			loop := New(state, rt, Options{Period: time.Minute, KubeletRoot: root,
+				Executor: &fakeExecutor{}, Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+			err := loop.recheck(now, loop.state.Syncs(), nodefs.ListPodDirs(context.Background(), root))(context.Background(), a)
+			if err == nil || !strings.Contains(err.Error(), "had a life event") {
+				t.Fatalf("check = %v, want the life event told during its reads named", err)
+			}
+		})
+	}
+}
+
+// TestAPodsDirMountedOverSinceThePlanAbortsAGoneStep: a step that rests on
+// a pod being gone (its pod dir absent) reads the pods dir again; one
+// mounted over or put in the place of the one the plan read (empty, or
+// another's) says nothing of the pods the plan found gone, and orphan
+// stops stop live pods.
+func TestAPodsDirMountedOverSinceThePlanAbortsAGoneStep(t *testing.T) {
+	uid := testUID(8)
+	steps := []gc.Action{
+		{Kind: gc.StopSandbox, Rule: gc.RuleOrphanStop, Key: "sandbox/s1", Pod: gc.PodRef{UID: uid}},
+		{Kind: gc.RemoveContainer, Rule: gc.RuleContainerPodGone, Key: "container/c1", Pod: gc.PodRef{UID: uid}},
+		{Kind: gc.RemovePodLogDir, Rule: gc.RulePodLogDir, Key: "pod-log-dir/x", Pod: gc.PodRef{UID: uid}},
+	}
+	for _, tc := range []struct {
+		name     string
+		change   func(t *testing.T, root string)
+		refusals bool
+	}{
+		{"the same pods dir", func(*testing.T, string) {}, false},
+		{"a pods dir put in its place", func(t *testing.T, root string) {
+			pods := filepath.Join(root, "pods")
+			if err := os.Rename(pods, pods+".old"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(pods, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"a pods dir mounted over", func(t *testing.T, root string) {
+			pods := filepath.Join(root, "pods")
+			if err := unix.Mount("tmpfs", pods, "tmpfs", 0, ""); err != nil {
+				if errors.Is(err, unix.EPERM) {
+					t.Skipf("mounting not permitted: %v", err)
+				}
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = unix.Unmount(pods, unix.MNT_DETACH) })
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := podDirs(t, testUID(9))
+			rt := &fakeRuntime{}
+			rt.set(cri.Snapshot{TakenAt: now}, nil)
+			log, _ := testLogger()
+			loop := New(podstate.New(0), rt, Options{Period: time.Minute, KubeletRoot: root,
+				Executor: &fakeExecutor{}, Policy: gc.Policy{MaxPerPodContainer: 1, MaxContainers: -1, PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir()}}, log)
+			read := nodefs.ListPodDirs(context.Background(), root)
+			if !read.Ready || read.Ino == 0 {
+				t.Fatalf("the pods dir read: %+v", read)
+			}
+			tc.change(t, root)
+			check := loop.recheck(now, loop.state.Syncs(), read)
+			for _, a := range steps {
+				err := check(context.Background(), a)
+				if tc.refusals != (err != nil) || (err != nil && !strings.Contains(err.Error(), "not the one the plan read")) {
+					t.Errorf("%s (%s): check = %v, want a refusal naming the pods dir: %v", a.Kind, a.Rule, err, tc.refusals)
+				}
 			}
 		})
 	}

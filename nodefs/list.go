@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,6 +40,11 @@ type PodDirs struct {
 	// none: an empty pods dir born after a sandbox was created never held
 	// that sandbox's pod dir (the planner's check of the oracle).
 	Born time.Time
+	// Dev and Ino identify the pods dir read (a symlink to it followed):
+	// the check right before a step that rests on a pod being gone
+	// compares them, so that a pods dir mounted over or put in its place
+	// since is not taken for the one the plan read.
+	Dev, Ino uint64
 }
 
 // Present reports whether uid has a pod directory. It is false for an oracle
@@ -75,7 +81,21 @@ func ListPodDirs(ctx context.Context, kubeletRoot string) PodDirs {
 	if err != nil {
 		return PodDirs{Err: fmt.Errorf("kubelet pods dir %s cannot be read: %w", dir, err)}
 	}
-	return PodDirs{Ready: true, UIDs: uids, ModTime: fi.ModTime(), Born: birthTime(dir)}
+	dev, ino, ok := DevIno(fi)
+	if !ok {
+		return PodDirs{Err: fmt.Errorf("kubelet pods dir %s: no device and inode number in %T", dir, fi.Sys())}
+	}
+	return PodDirs{Ready: true, UIDs: uids, ModTime: fi.ModTime(), Born: birthTime(dir), Dev: dev, Ino: ino}
+}
+
+// DevIno is the device and inode number of what fi (from os.Stat or
+// os.Lstat) describes; ok is false when it holds none.
+func DevIno(fi fs.FileInfo) (dev, ino uint64, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return st.Dev, st.Ino, true
 }
 
 // birthTime is path's birth time, or zero where the kernel or the file
