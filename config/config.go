@@ -134,7 +134,7 @@ type Pods struct {
 // Containers is the [containers] section: dead container garbage collection.
 type Containers struct {
 	MinAge             time.Duration // min_age; >= 0
-	MaxPerPodContainer int           // max_per_pod_container; >= 0
+	MaxPerPodContainer int           // max_per_pod_container; >= -1 (-1: no limit, as kubelet)
 	MaxContainers      int           // max_containers; >= -1 (-1: no node-wide cap)
 }
 

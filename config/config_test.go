@@ -135,7 +135,7 @@ var badConfigs = []struct {
 	{"period_above_a_day", "[housekeeping]\nperiod = \"30h\"\nleak_grace = \"31h\"\n", "housekeeping.period", 2, `must be at most 24h0m0s, got "30h0m0s"`},
 	{"kubelet_root_slash", "[pods]\nkubelet_root = \"/\"\n", "pods.kubelet_root", 2, `must not be / (files are removed below it), got "/"`},
 	{"kubelet_root_dotdot", "[pods]\nkubelet_root = \"/var/lib/../kubelet\"\n", "pods.kubelet_root", 2, `must not contain ".." elements`},
-	{"max_per_pod_container_negative", "[containers]\nmax_per_pod_container = -1\n", "containers.max_per_pod_container", 2, "must be at least 0, got -1"},
+	{"max_per_pod_container_below_minus_1", "[containers]\nmax_per_pod_container = -2\n", "containers.max_per_pod_container", 2, "must be at least -1, got -2"},
 	{"max_containers_below_minus_1", "[containers]\nmax_containers = -2\n", "containers.max_containers", 2, "must be at least -1, got -2"},
 	{"max_per_pass_negative", "[budget]\nmax_per_pass = -3\n", "budget.max_per_pass", 2, "must be at least 0, got -3"},
 	{"max_fraction_above_1", "[budget]\nmax_fraction = 1.5\n", "budget.max_fraction", 2, "must be between 0 and 1, got 1.5"},
@@ -1012,5 +1012,18 @@ func TestAWordOfAScriptThatJoinsWithZeroWidthCharactersIsKept(t *testing.T) {
 		if err != nil || c.Logs.PodLogsDir != dir {
 			t.Errorf("pod_logs_dir = %q: %v, got %q", dir, err, c.Logs.PodLogsDir)
 		}
+	}
+}
+
+// TestMaxPerPodContainerMinusOneIsKubeletsNoLimit: kubelet's
+// --maximum-dead-containers-per-container=-1 keeps every dead instance; a
+// node set so could not be matched while -1 was refused.
+func TestMaxPerPodContainerMinusOneIsKubeletsNoLimit(t *testing.T) {
+	c, err := Parse([]byte("[containers]\nmax_per_pod_container = -1\n"), "test.toml")
+	if err != nil {
+		t.Fatalf("max_per_pod_container = -1: %v, want it accepted (kubelet's no limit)", err)
+	}
+	if c.Containers.MaxPerPodContainer != -1 {
+		t.Fatalf("max_per_pod_container = %d, want -1", c.Containers.MaxPerPodContainer)
 	}
 }

@@ -95,7 +95,7 @@ func validate(p *problems, c Config) {
 	removalRoot(p, "pods.kubelet_root", c.Pods.KubeletRoot)
 
 	nonNegative(p, "containers.min_age", c.Containers.MinAge)
-	atLeast(p, "containers.max_per_pod_container", c.Containers.MaxPerPodContainer, 0)
+	atLeast(p, "containers.max_per_pod_container", c.Containers.MaxPerPodContainer, -1)
 	atLeast(p, "containers.max_containers", c.Containers.MaxContainers, -1)
 
 	o := c.Orphans
