@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/types/create"
 )
 
 // fakeInfo is the fstat of a cache entry or reservation file.
@@ -77,7 +80,10 @@ func FuzzParseCacheEntry(f *testing.F) {
 
 // FuzzResultIPs: a cached result of any version never panics the
 // conversion libcni's DEL makes of it, and yields only IPs, each written as
-// net.IP writes it (the name host-local gives its reservation file).
+// net.IP writes it (the name host-local gives its reservation file). The
+// explicit check of null elements (nullElementConverted) knows every panic
+// of libcni's conversions to the versions a DEL converts to: where it
+// finds none, libcni's conversion runs without recover.
 func FuzzResultIPs(f *testing.F) {
 	for _, r := range []string{
 		`{"cniVersion":"1.0.0","ips":[{"address":"10.22.0.5/16"}]}`,
@@ -90,6 +96,12 @@ func FuzzResultIPs(f *testing.F) {
 		`{"ips":[]}`,
 		`{"cniVersion":"9.9.9"}`,
 		`null`, ``,
+		// Null elements libcni's conversions dereference.
+		`{"cniVersion":"0.4.0","ips":[null]}`,
+		`{"cniVersion":"0.3.1","interfaces":[null]}`,
+		`{"cniVersion":"0.3.0","ips":[{"version":"4","address":"10.22.0.5/16"}],"routes":[null]}`,
+		`{"cniVersion":"1.0.0","ips":[null,{"address":"10.22.0.5/16"}]}`,
+		`{"cniVersion":"1.1.0","interfaces":[null],"routes":[null]}`,
 	} {
 		f.Add([]byte(r))
 	}
@@ -98,6 +110,15 @@ func FuzzResultIPs(f *testing.F) {
 			parsed := net.ParseIP(ip)
 			if parsed == nil || parsed.String() != ip {
 				t.Fatalf("%q among the IPs of %q", ip, raw)
+			}
+		}
+		res, err := create.CreateFromBytes(raw)
+		if err != nil {
+			return
+		}
+		for _, to := range []string{"0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", current.ImplementedSpecVersion} {
+			if nullElementConverted(res, to) == "" {
+				res.GetAsVersion(to) // a panic here: a dereference the check does not know
 			}
 		}
 	})

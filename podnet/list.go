@@ -8,8 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/types"
+	types040 "github.com/containernetworking/cni/pkg/types/040"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/types/create"
 	"golang.org/x/sys/unix"
@@ -46,6 +49,10 @@ type Attachment struct {
 	// "ips"), without their prefix length, as host-local names its
 	// reservation files. A DEL passes that result on as prevResult.
 	IPs []string
+	// result is the cached ADD result as read ("result"), for
+	// DeleteAttachment to check that libcni can convert it to the
+	// network's version.
+	result json.RawMessage
 }
 
 // Arg returns the value of the CNI_ARGS key in a.CniArgs, "" when absent.
@@ -295,6 +302,7 @@ func parseCacheEntry(path, name string, data []byte, info fs.FileInfo) (a Attach
 		CapabilityArgs: e.CapabilityArgs,
 		ModTime:        info.ModTime(),
 		IPs:            resultIPs(e.RawResult),
+		result:         e.RawResult,
 	}, ""
 }
 
@@ -305,17 +313,14 @@ func parseCacheEntry(path, name string, data []byte, info fs.FileInfo) (a Attach
 // (the network's may be newer than the result's when the network was
 // upgraded while the pod ran). Reading "ips" whatever the version would
 // check other addresses than those the plugins are given in a result that
-// has both. What libcni cannot decode gives none: DeleteAttachment refuses
-// such an entry (libcni's DEL would remove it first and run without it).
+// has both. What libcni cannot decode, or cannot convert to the newest
+// version (see convertResult), gives none: DeleteAttachment refuses such an
+// entry (libcni's DEL would remove it first and run without it).
 func resultIPs(raw json.RawMessage) []string {
 	if len(raw) == 0 {
 		return nil
 	}
-	res, err := create.CreateFromBytes(raw)
-	if err != nil {
-		return nil
-	}
-	conv, err := res.GetAsVersion(current.ImplementedSpecVersion)
+	conv, err := convertResult(raw, current.ImplementedSpecVersion)
 	if err != nil {
 		return nil
 	}
@@ -330,6 +335,95 @@ func resultIPs(raw json.RawMessage) []string {
 		}
 	}
 	return ips
+}
+
+// convertResult decodes a cached CNI result and converts it to toVersion,
+// as libcni's getCachedResult does (create.CreateFromBytes, then
+// GetAsVersion), with an error where libcni's conversion would panic.
+//
+// libcni's conversions dereference the elements of some lists without a
+// nil check (see nullElementConverted), and one cache entry with a null
+// there would crash the plugin on every pass, from a listing. Those are
+// checked explicitly, which names the list in the error; the conversion
+// also runs under recover (see withoutPanic), as a last defence against a
+// dereference the check does not know of (another libcni version): it is
+// pure, building new values from one this function owns, so a panic in it
+// leaves nothing half changed.
+func convertResult(raw []byte, toVersion string) (types.Result, error) {
+	res, err := create.CreateFromBytes(raw)
+	if err != nil {
+		return nil, err
+	}
+	if reason := nullElementConverted(res, toVersion); reason != "" {
+		return nil, errors.New(reason)
+	}
+	return withoutPanic(fmt.Sprintf("converting a CNI %s result to %s", res.Version(), toVersion), func() (types.Result, error) {
+		return res.GetAsVersion(toVersion)
+	})
+}
+
+// withoutPanic returns what f returns, or an error naming what (what f
+// does) when f panics.
+func withoutPanic[T any](what string, f func() (T, error)) (v T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			var zero T
+			v, err = zero, fmt.Errorf("libcni panicked %s: %v", what, p)
+		}
+	}()
+	return f()
+}
+
+// resultFamily is the family of CNI result versions one libcni type
+// decodes: "0.2" (types/020), "0.4" (types/040) or "1.0" (types/100); ""
+// for a version libcni does not know.
+func resultFamily(version string) string {
+	switch version {
+	case "0.1.0", "0.2.0":
+		return "0.2"
+	case "0.3.0", "0.3.1", "0.4.0":
+		return "0.4"
+	case "1.0.0", "1.1.0":
+		return "1.0"
+	}
+	return ""
+}
+
+// listsDereferenced are the lists of a result whose every element libcni
+// v1.3.1 dereferences when it converts a result from one family to
+// another (see resultFamily). Within a family, and up from 0.1/0.2 (whose
+// result holds no lists of pointers), it copies with methods that take a
+// nil element, or shares the lists.
+var listsDereferenced = map[[2]string][]string{
+	{"0.4", "1.0"}: {"interfaces", "ips"},           // types/100 convertFrom04x
+	{"1.0", "0.4"}: {"interfaces", "ips"},           // types/100 convertTo04x
+	{"1.0", "0.2"}: {"interfaces", "ips", "routes"}, // convertTo04x, then types/040 convertTo02x
+	{"0.4", "0.2"}: {"ips", "routes"},               // types/040 convertTo02x
+}
+
+// nullElementConverted says which list of res ("interfaces", "ips" or
+// "routes") has a null element libcni's conversion of res to toVersion
+// dereferences, "" when none does: that conversion would panic.
+func nullElementConverted(res types.Result, toVersion string) string {
+	from := res.Version()
+	if from == toVersion {
+		return "" // no conversion
+	}
+	var hasNull map[string]bool
+	switch r := res.(type) {
+	case *types040.Result:
+		hasNull = map[string]bool{"interfaces": slices.Contains(r.Interfaces, nil), "ips": slices.Contains(r.IPs, nil), "routes": slices.Contains(r.Routes, nil)}
+	case *current.Result:
+		hasNull = map[string]bool{"interfaces": slices.Contains(r.Interfaces, nil), "ips": slices.Contains(r.IPs, nil), "routes": slices.Contains(r.Routes, nil)}
+	default:
+		return ""
+	}
+	for _, list := range listsDereferenced[[2]string{resultFamily(from), resultFamily(toVersion)}] {
+		if hasNull[list] {
+			return fmt.Sprintf("its %q has a null element, which libcni's conversion from CNI %s to %s dereferences", list, from, toVersion)
+		}
+	}
+	return ""
 }
 
 // listAttachments reads the cache entries of cfg's networks, each through c

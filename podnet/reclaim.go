@@ -3,6 +3,7 @@ package podnet
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,6 +18,9 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/containernetworking/cni/pkg/version"
 	"golang.org/x/sys/unix"
 
@@ -230,8 +234,12 @@ func (r *Reclaimer) network(path, name string) (Network, error) {
 //     the network's host-local dir (else RefusedError; see ipsStillItsOwn),
 //     nor, whatever the IPAM, in another sandbox's cache entry's result
 //     (else RefusedError; see ipsInNoOtherEntry);
-//   - libcni can read its cached result as the network's version: else its
-//     DEL would remove the entry first and run without it (RefusedError);
+//   - for a network of CNI 0.4.0 or later (whose DEL passes the cached
+//     result on as prevResult), libcni can read its cached result as the
+//     network's version: else its DEL would remove the entry first and run
+//     without it, or crash on a null element its conversion dereferences
+//     (RefusedError); and the result's addresses could be read, for the
+//     checks above (else RefusedError);
 //   - a namespace that is not mounted here is taken for gone only where it
 //     is no namespace mount in containerd's view either (else
 //     RefusedError; see NetnsMountedForRuntime);
@@ -360,8 +368,23 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 	// removes the entry first, then runs without it: a DEL that then fails
 	// is never retried, the entry no longer holds the namespace, and the
 	// plugins get no prevResult (as GetNetworkListCachedResult reads it).
+	// A result with a null element its conversion dereferences would
+	// crash the plugin there (see convertResult): checked first, and
+	// libcni's own read runs under recover as a last defence, since it
+	// reads the file again. A result whose addresses could not be read
+	// (as the newest version) was checked for none of them, and the DEL
+	// would pass them on.
 	if gte, err := version.GreaterThanOrEqualTo(n.List.CNIVersion, "0.4.0"); err == nil && gte {
-		if _, err := r.cni.GetNetworkListCachedResult(n.List, rt); err != nil {
+		if reason := resultNotConvertible(cur.result, n.List.CNIVersion); reason != "" {
+			return refuse(path, "libcni cannot read its cached result as the network's version %s (%s): its DEL would crash, or remove the entry first and run without it", n.List.CNIVersion, reason)
+		}
+		if reason := resultNotConvertible(cur.result, current.ImplementedSpecVersion); reason != "" {
+			return refuse(path, "its cached result's addresses cannot be read (%s): the DEL would pass on, as prevResult, addresses no check looked at", reason)
+		}
+		_, err := withoutPanic("reading the cached result", func() (types.Result, error) {
+			return r.cni.GetNetworkListCachedResult(n.List, rt)
+		})
+		if err != nil {
 			return refuse(path, "libcni cannot read its cached result as the network's version %s (%v): its DEL would remove the entry first and run without it", n.List.CNIVersion, err)
 		}
 	}
@@ -378,6 +401,21 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 		return fmt.Errorf("CNI DEL of %s succeeded, but libcni left the cache entry", path)
 	}
 	return nil
+}
+
+// resultNotConvertible says why libcni's conversion of the cached result
+// raw to toVersion would panic, "" when it would not. Whether libcni can
+// decode raw at all, its own read tells (GetNetworkListCachedResult), as
+// DelNetworkList reads it.
+func resultNotConvertible(raw json.RawMessage, toVersion string) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	res, err := create.CreateFromBytes(raw)
+	if err != nil {
+		return ""
+	}
+	return nullElementConverted(res, toVersion)
 }
 
 // hostLocalDirInRoot refuses a DEL in network.exec_root whose host-local
