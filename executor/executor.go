@@ -492,9 +492,10 @@ func (e *Executor) runWave(ctx context.Context, sem chan struct{}, w wave, index
 
 // changedSinceDecided reports whether err is a step's own last look, in
 // the call that acts, finding what the plan saw no longer holds (a pod dir
-// grown or a pod cgroup made again since: nodefs' and podcgroups'
-// RefusedError with Changed): nothing was done, and it is an abort, as when
-// the check right before the step finds it, not a failure to back off from.
+// grown or a pod cgroup made again since, a CNI cache entry rewritten:
+// nodefs', podcgroups' and podnet's RefusedError with Changed): nothing
+// was done, and it is an abort, as when the check right before the step
+// finds it, not a failure to back off from.
 func changedSinceDecided(err error) bool {
 	var c interface{ ChangedSinceDecided() bool }
 	return errors.As(err, &c) && c.ChangedSinceDecided()

@@ -1302,26 +1302,35 @@ func TestADryRunSaysTheLogFilesWouldGo(t *testing.T) {
 	}
 }
 
-// TestAStepsOwnLookFindingItChangedIsAnAbort: the pod dir removal and the
-// pod cgroup destroy look once more in the call that acts; a refusal there
-// of something changed since the plan (a pod of that UID set up again) did
-// nothing, and is an abort, as when the check right before finds it: no
-// backoff, no failure. Any other refusal is a failure.
+// TestAStepsOwnLookFindingItChangedIsAnAbort: the pod dir removal, the
+// pod cgroup destroy and the network steps look once more in the call that
+// acts; a refusal there of something changed since the plan (a pod of that
+// UID set up again, a cache entry rewritten) did nothing, and is an abort,
+// as when the check right before finds it: no backoff, no failure. Any
+// other refusal is a failure.
 func TestAStepsOwnLookFindingItChangedIsAnAbort(t *testing.T) {
 	f := newFake()
 	f.setFail("RemoveOrphanedPodDir u1", &nodefs.RefusedError{Path: "/var/lib/kubelet/pods/u1", Reason: "it changed", Changed: true})
 	f.setFail("DestroyPodCgroup u2", fmt.Errorf("destroying: %w", &podcgroups.RefusedError{Path: "/sys/fs/cgroup/x", Reason: "a child", Changed: true}))
 	f.setFail("RemoveOrphanedPodDir u3", &nodefs.RefusedError{Path: "/var/lib/kubelet/pods/u3", Reason: "a mount point"})
+	f.setFail("DeleteCNIAttachment s4", &podnet.RefusedError{Path: "/var/lib/cni/results/pods-s4-eth0", Reason: "the cache entry changed since it was listed", Changed: true})
+	f.setFail("DeleteCNIAttachment s5", &podnet.RefusedError{Path: "/var/lib/cni/results/pods-s5-eth0", Reason: `network "pods" sets disableGC`})
 	e := New(f, f, Options{MaxParallel: 1}, nil)
 	podDir := func(uid string) gc.Action {
 		return gc.Action{Kind: gc.RemovePodDir, Key: "pod-dir/" + uid, Pod: gc.PodRef{UID: uid}, PodDir: &nodefs.PodDir{UID: uid}}
+	}
+	attachment := func(owner string) gc.Action {
+		return gc.Action{Kind: gc.RemoveCNIAttachment, Key: "cni-attachment/pods/" + owner + "/eth0", ContainerID: owner,
+			Attachment: &podnet.Attachment{Network: "pods", ContainerID: owner, IfName: "eth0"}}
 	}
 	out := e.Execute(context.Background(), []gc.Action{
 		podDir("u1"),
 		{Kind: gc.RemovePodCgroup, Key: "pod-cgroup/u2", Pod: gc.PodRef{UID: "u2"}, Cgroup: &podcgroups.PodCgroup{UID: "u2"}},
 		podDir("u3"),
+		attachment("s4"),
+		attachment("s5"),
 	}, time.Now(), nil)
-	for i, want := range []Result{Aborted, Aborted, Error} {
+	for i, want := range []Result{Aborted, Aborted, Error, Aborted, Error} {
 		if out[i].Result != want || out[i].Err == nil {
 			t.Errorf("%s: %s (%v), want %s", out[i].Action.Key, out[i].Result, out[i].Err, want)
 		}

@@ -93,8 +93,10 @@ func exists(t testing.TB, path string) bool {
 }
 
 // wantRefused checks that err is a refusal naming path whose reason
-// contains want.
-func wantRefused(t *testing.T, err error, path, want string) {
+// contains want, and that the executor takes it for a change since the
+// plan decided (an abort, not a failure to back off from: see
+// RefusedError.Changed) exactly when changed.
+func wantRefused(t *testing.T, err error, path, want string, changed bool) {
 	t.Helper()
 	var r *RefusedError
 	if !errors.As(err, &r) {
@@ -103,7 +105,17 @@ func wantRefused(t *testing.T, err error, path, want string) {
 	if r.Path != path || !strings.Contains(r.Reason, want) {
 		t.Fatalf("err = %v, want a refusal of %s saying %q", err, path, want)
 	}
+	if got := changedSinceDecided(err); got != changed {
+		t.Fatalf("err = %v: changed since decided %v, want %v", err, got, changed)
+	}
 	t.Logf("refused as wanted: %v", err)
+}
+
+// changedSinceDecided is how the executor tells an abort from a failure
+// (executor.changedSinceDecided).
+func changedSinceDecided(err error) bool {
+	var c interface{ ChangedSinceDecided() bool }
+	return errors.As(err, &c) && c.ChangedSinceDecided()
 }
 
 // node is a test node's directories.

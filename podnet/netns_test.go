@@ -202,6 +202,10 @@ func TestTheLastStepOfANetnsRemovalFollowsNothing(t *testing.T) {
 			if got := errors.As(err, &refused); got != tt.refused || (!tt.refused && err != nil) {
 				t.Fatalf("unmountAndRemove = %v, want refused: %v", err, tt.refused)
 			}
+			// What the checks saw there is no longer there: an abort.
+			if tt.refused && !changedSinceDecided(err) {
+				t.Fatalf("unmountAndRemove = %v, want a refusal of a change since the listing", err)
+			}
 			_, statErr := os.Lstat(path)
 			if kept := statErr == nil; kept != tt.refused {
 				t.Fatalf("%s there after the removal: %v, want %v", path, kept, tt.refused)

@@ -125,6 +125,9 @@ func TestADELOfAResultLibcniCannotConvertIsRefused(t *testing.T) {
 			if len(calls) > 0 || !errors.As(err, &refused) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("DeleteAttachment = %v, plugin calls %q; want a refusal saying %q and no plugin run", err, calls, tc.want)
 			}
+			if changedSinceDecided(err) {
+				t.Fatalf("DeleteAttachment = %v: a refusal that lasts is no change since the listing", err)
+			}
 			if !exists(t, att.CacheFile) {
 				t.Fatal("the cache entry is gone")
 			}

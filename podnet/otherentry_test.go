@@ -99,6 +99,9 @@ func TestADELOfAResultLibcniCannotReadIsRefused(t *testing.T) {
 	if calls := n.pluginCalls(t)[before:]; len(calls) > 0 || !errors.As(err, &refused) || !strings.Contains(err.Error(), "libcni cannot read its cached result") {
 		t.Fatalf("DeleteAttachment = %v, plugin calls %q; want a refusal and no plugin run", err, calls)
 	}
+	if changedSinceDecided(err) {
+		t.Fatalf("DeleteAttachment = %v: a refusal that lasts until the entry or the network changes is no change since the listing", err)
+	}
 	if !exists(t, att.CacheFile) {
 		t.Fatal("the cache entry is gone")
 	}

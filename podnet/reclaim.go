@@ -39,14 +39,33 @@ const lockPollInterval = 10 * time.Millisecond
 type RefusedError struct {
 	Path   string // the cache entry, reservation file or namespace mount
 	Reason string
+	// Changed: the object is not what was listed any more (the cache
+	// entry or reservation rewritten, another mount or namespace on the
+	// path, a thread in the namespace now): the next plan decides anew
+	// from a fresh listing. A refusal that lasts until the operator or
+	// the node changes something (the configuration, a plugin, what
+	// cannot be read) is not Changed: a failure, backed off from.
+	Changed bool
 }
 
 func (e *RefusedError) Error() string {
 	return fmt.Sprintf("refusing to reclaim %s: %s", e.Path, e.Reason)
 }
 
+// ChangedSinceDecided reports whether the refusal is of an object changed
+// since it was listed: not a failure, as when the check right before the
+// step finds it (the executor counts it as aborted).
+func (e *RefusedError) ChangedSinceDecided() bool { return e.Changed }
+
+// refuse is a refusal that lasts until the operator or the node changes
+// something.
 func refuse(path, format string, args ...any) error {
 	return &RefusedError{Path: path, Reason: fmt.Sprintf(format, args...)}
+}
+
+// refuseChanged is a refusal of an object changed since it was listed.
+func refuseChanged(path, format string, args ...any) error {
+	return &RefusedError{Path: path, Reason: fmt.Sprintf(format, args...), Changed: true}
 }
 
 // Reclaimer undoes the pod networking objects that List found, one at a time,
@@ -297,15 +316,18 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 		defer release()
 		turn, after = ino, ended
 	}
-	cur, reason, err := readCacheEntry(path, name)
-	if errors.Is(err, fs.ErrNotExist) {
+	cur, reason, info, err := readCacheEntryFile(path, name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil
-	}
-	if reason != "" {
+	case reason != "" && info != nil:
+		// Its content, read now, is not the attachment listed.
+		return refuseChanged(path, "the cache entry can no longer be read as libcni's: %s", reason)
+	case reason != "":
 		return refuse(path, "the cache entry can no longer be read as libcni's: %s", reason)
 	}
 	if d := attachmentChange(a, cur); d != "" {
-		return refuse(path, "the cache entry changed since it was listed: %s", d)
+		return refuseChanged(path, "the cache entry changed since it was listed: %s", d)
 	}
 	if err := ipsStillItsOwn(n, cur); err != nil {
 		return refuse(path, "%v", err)
@@ -334,7 +356,7 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 	}
 	if netns != "" {
 		if netnsIno != turn {
-			return refuse(path, "another namespace is mounted on %s now (net:[%d]) than when the DEL took its namespace's turn (net:[%d]; 0: none)", netns, netnsIno, turn)
+			return refuseChanged(path, "another namespace is mounted on %s now (net:[%d]) than when the DEL took its namespace's turn (net:[%d]; 0: none)", netns, netnsIno, turn)
 		}
 		inUse, err := r.threads.get(ctx, after)
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -344,7 +366,7 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 		case err != nil:
 			return refuse(path, "its namespace %s: %v", netns, err)
 		case inUse[netnsIno]:
-			return refuse(path, "a thread is in its namespace %s (net:[%d]) now: something runs there again", netns, netnsIno)
+			return refuseChanged(path, "a thread is in its namespace %s (net:[%d]) now: something runs there again", netns, netnsIno)
 		}
 		// The threads were read for the namespace a stat found on the
 		// path before; the plugins are handed the path. Another one
@@ -354,7 +376,7 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 		case err != nil:
 			return refuse(path, "cannot tell whether its namespace %s is still net:[%d], whose threads were read: %v", netns, netnsIno, err)
 		case !onNsfs || ino != netnsIno:
-			return refuse(path, "another namespace, or none, is mounted on %s now (nsfs %v, inode %d), not net:[%d], whose threads were read", netns, onNsfs, ino, netnsIno)
+			return refuseChanged(path, "another namespace, or none, is mounted on %s now (nsfs %v, inode %d), not net:[%d], whose threads were read", netns, onNsfs, ino, netnsIno)
 		}
 	}
 	rt := &libcni.RuntimeConf{
@@ -602,7 +624,9 @@ func (r *Reclaimer) ReleaseReservation(ctx context.Context, res Reservation) err
 		return fmt.Errorf("releasing %s: %w", res.Path, err)
 	}
 	if cached != "" {
-		return refuse(res.Path, "libcni still caches attachment %s of %s: DeleteAttachment's CNI DEL releases the IP with the rest", cached, res.Owner)
+		// The plan proposes a release only when its listing had no cache
+		// entry of the owner on the network.
+		return refuseChanged(res.Path, "libcni still caches attachment %s of %s: DeleteAttachment's CNI DEL releases the IP with the rest", cached, res.Owner)
 	}
 
 	lctx, cancel := context.WithTimeout(ctx, r.stepTimeout)
@@ -615,15 +639,18 @@ func (r *Reclaimer) ReleaseReservation(ctx context.Context, res Reservation) err
 		return fmt.Errorf("releasing %s: %w", res.Path, err)
 	}
 	defer unlock()
-	cur, reason, err := readReservation(res.Network, res.Path)
+	cur, reason, info, err := readReservationFile(res.Network, res.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	switch {
+	case reason != "" && info != nil:
+		// Its content, read now, is not the reservation listed.
+		return refuseChanged(res.Path, "no longer a reservation host-local made: %s", reason)
 	case reason != "":
 		return refuse(res.Path, "no longer a reservation host-local made: %s", reason)
 	case cur.Owner != res.Owner || cur.IfName != res.IfName:
-		return refuse(res.Path, "it now reserves the IP for %s (interface %q), not %s (interface %q)", cur.Owner, cur.IfName, res.Owner, res.IfName)
+		return refuseChanged(res.Path, "it now reserves the IP for %s (interface %q), not %s (interface %q)", cur.Owner, cur.IfName, res.Owner, res.IfName)
 	}
 	if err := unix.Unlink(res.Path); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("releasing %s: %w", res.Path, &os.PathError{Op: "unlink", Path: res.Path, Err: err})
@@ -876,19 +903,21 @@ func (r *Reclaimer) RemoveNetns(ctx context.Context, n Netns) error {
 		return fmt.Errorf("removing %s: reading the mount table: %w", n.Path, err)
 	}
 	ms := mounts[name]
+	// The listing took the path for one nsfs mount of n.Inode, by the
+	// same rules: anything else there is a change since.
 	if len(ms) == 0 {
-		return refuse(n.Path, "no longer a mount point")
+		return refuseChanged(n.Path, "no longer a mount point")
 	}
 	m, err := oneMount(ms)
 	if err != nil {
-		return refuse(n.Path, "%v", err)
+		return refuseChanged(n.Path, "%v", err)
 	}
 	ino, ok := netnsInode(m)
 	switch {
 	case !ok:
-		return refuse(n.Path, "it is now a %s mount of %s, not a network namespace", m.fstype, m.root)
+		return refuseChanged(n.Path, "it is now a %s mount of %s, not a network namespace", m.fstype, m.root)
 	case ino != n.Inode:
-		return refuse(n.Path, "another namespace is mounted there: net:[%d], listed net:[%d]", ino, n.Inode)
+		return refuseChanged(n.Path, "another namespace is mounted there: net:[%d], listed net:[%d]", ino, n.Inode)
 	}
 	statIno, _, onNsfs, err := nsfsStat(path)
 	switch {
@@ -897,7 +926,7 @@ func (r *Reclaimer) RemoveNetns(ctx context.Context, n Netns) error {
 	case err != nil:
 		return fmt.Errorf("removing %s: %w", n.Path, err)
 	case !onNsfs || statIno != ino:
-		return refuse(n.Path, "the mount table says net:[%d], a stat says otherwise (nsfs %v, inode %d)", ino, onNsfs, statIno)
+		return refuseChanged(n.Path, "the mount table says net:[%d], a stat says otherwise (nsfs %v, inode %d)", ino, onNsfs, statIno)
 	}
 	inUse, err := netnsInUse(ctx)
 	if ctxErr := ctx.Err(); ctxErr != nil {
@@ -907,7 +936,7 @@ func (r *Reclaimer) RemoveNetns(ctx context.Context, n Netns) error {
 		return refuse(n.Path, "%v", err)
 	}
 	if inUse[ino] {
-		return refuse(n.Path, "a thread is in the namespace")
+		return refuseChanged(n.Path, "a thread is in the namespace")
 	}
 	return unmountAndRemove(n.Path, path)
 }
@@ -929,7 +958,7 @@ func unmountAndRemove(name, path string) error {
 		case err != nil:
 			return fmt.Errorf("removing %s: %w", name, err)
 		case !fi.Mode().IsRegular():
-			return refuse(name, "it is now a %s, not the file a namespace was mounted on", fileType(fi.Mode()))
+			return refuseChanged(name, "it is now a %s, not the file a namespace was mounted on", fileType(fi.Mode()))
 		}
 	default:
 		return fmt.Errorf("removing %s: %w", name, &os.PathError{Op: "unmount", Path: path, Err: err})

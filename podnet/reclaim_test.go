@@ -171,31 +171,35 @@ func TestDeleteAttachment(t *testing.T) {
 		rule   string
 		change func(t *testing.T, n node, cfg *Config, a *Attachment)
 		want   string
+		// changed: a change since the listing (an abort), not a
+		// refusal that lasts until the operator or the node changes
+		// something (a failure, backed off from).
+		changed bool
 	}{
 		{"an entry now in another namespace is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
 			n.add(t, *cfg, "pods", id, "/var/run/netns/cni-other")
-		}, `namespace "/var/run/netns/cni-other"`},
+		}, `namespace "/var/run/netns/cni-other"`, true},
 		{"an entry with other CNI_ARGS is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
 			rewriteEntry(t, a.CacheFile, func(m map[string]any) { m["cniArgs"] = [][2]string{{"K8S_POD_NAME", "other"}} })
-		}, "CNI_ARGS"},
+		}, "CNI_ARGS", true},
 		{"an entry with other capability args is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
 			rewriteEntry(t, a.CacheFile, func(m map[string]any) { delete(m, "capabilityArgs") })
-		}, "capability args"},
+		}, "capability args", true},
 		{"an entry libcni can no longer read is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
 			writeFile(t, a.CacheFile, "{")
-		}, "can no longer be read"},
+		}, "can no longer be read", true},
 		{"a network containerd no longer uses is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
 			*cfg = n.config(t, map[string]string{"10-pods.conflist": n.netConfList("other", nil)})
-		}, `containerd no longer uses network "pods"`},
+		}, `containerd no longer uses network "pods"`, false},
 		{"a network that sets disableGC is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
 			*cfg = n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", map[string]any{"disableGC": true})})
-		}, "disableGC"},
+		}, "disableGC", false},
 		{"a cache file that is not libcni's for the attachment is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
 			a.CacheFile = filepath.Join(n.root, "elsewhere")
-		}, "libcni's cache entry for"},
+		}, "libcni's cache entry for", false},
 		{"an attachment whose interface was changed is refused", func(t *testing.T, n node, cfg *Config, a *Attachment) {
 			a.IfName = "eth1"
-		}, "libcni's cache entry for"},
+		}, "libcni's cache entry for", false},
 	}
 	for _, tt := range refusals {
 		t.Run(tt.rule+", without a DEL", func(t *testing.T) {
@@ -207,7 +211,7 @@ func TestDeleteAttachment(t *testing.T) {
 			tt.change(t, n, &cfg, &a)
 			before := len(n.pluginCalls(t))
 			err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).DeleteAttachment(ctx, a)
-			wantRefused(t, err, a.CacheFile, tt.want)
+			wantRefused(t, err, a.CacheFile, tt.want, tt.changed)
 			if calls := n.pluginCalls(t); len(calls) != before {
 				t.Errorf("plugins ran: %s", strings.Join(calls[before:], "\n"))
 			}
@@ -226,18 +230,19 @@ func TestADELRereadsTheThreadsOfItsNamespaceRightBefore(t *testing.T) {
 	ctx := context.Background()
 	id := containerID(1)
 	cases := []struct {
-		rule   string
-		change func(t *testing.T, r *Reclaimer, netns string)
-		want   string
+		rule    string
+		change  func(t *testing.T, r *Reclaimer, netns string)
+		want    string
+		changed bool // see TestDeleteAttachment
 	}{
 		{"a namespace a process entered since the listing is refused", func(t *testing.T, r *Reclaimer, netns string) {
 			enterNetns(t, netns)
-		}, "a thread is in its namespace"},
+		}, "a thread is in its namespace", true},
 		{"a namespace whose threads cannot be told is refused", func(t *testing.T, r *Reclaimer, netns string) {
 			r.threads.read = func(context.Context) (map[uint64]bool, error) {
 				return nil, errors.New("cannot tell whether a thread is in it: this process is in PID namespace pid:[1], not the node's")
 			}
-		}, "cannot tell whether a thread is in it"},
+		}, "cannot tell whether a thread is in it", false},
 	}
 	for _, tt := range cases {
 		t.Run(tt.rule+", without a DEL", func(t *testing.T) {
@@ -249,7 +254,7 @@ func TestADELRereadsTheThreadsOfItsNamespaceRightBefore(t *testing.T) {
 			r := NewReclaimer(cfg, n.cacheDir, "", thisProcess)
 			tt.change(t, r, netns)
 			before := len(n.pluginCalls(t))
-			wantRefused(t, r.DeleteAttachment(ctx, a), a.CacheFile, tt.want)
+			wantRefused(t, r.DeleteAttachment(ctx, a), a.CacheFile, tt.want, tt.changed)
 			if calls := n.pluginCalls(t); len(calls) != before {
 				t.Errorf("plugins ran: %s", strings.Join(calls[before:], "\n"))
 			}
@@ -343,69 +348,70 @@ func TestReleaseReservation(t *testing.T) {
 		rule    string
 		change  func(t *testing.T, n node, cfg *Config, r *Reservation)
 		refused string // "" when the release succeeds
+		changed bool   // a refusal of a change since the listing (see TestDeleteAttachment)
 	}{
-		{"a reservation that still names its owner is removed", func(t *testing.T, n node, cfg *Config, r *Reservation) {}, ""},
+		{"a reservation that still names its owner is removed", func(t *testing.T, n node, cfg *Config, r *Reservation) {}, "", false},
 		{"an old one-line reservation that still names its owner is removed", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			writeFile(t, r.Path, id)
 			r.IfName = ""
-		}, ""},
+		}, "", false},
 		{"a reservation that is gone is nothing to do", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			os.Remove(r.Path)
-		}, ""},
+		}, "", false},
 		{"a reservation of another owner is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			writeFile(t, r.Path, containerID(2)+"\r\neth0")
-		}, "now reserves the IP for " + containerID(2)},
+		}, "now reserves the IP for " + containerID(2), true},
 		{"a reservation of another interface is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			writeFile(t, r.Path, id+"\r\neth1")
-		}, `(interface "eth1")`},
+		}, `(interface "eth1")`, true},
 		{"a reservation rewritten in the old format is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			writeFile(t, r.Path, id)
-		}, `(interface "")`},
+		}, `(interface "")`, true},
 		{"a file that is no longer host-local's format is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			writeFile(t, r.Path, "not/an id\r\neth0")
-		}, "no longer a reservation host-local made"},
+		}, "no longer a reservation host-local made", true},
 		{"host-local's lock file is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			r.Path, r.IP = filepath.Join(filepath.Dir(r.Path), "lock"), "lock"
-		}, "bookkeeping"},
+		}, "bookkeeping", false},
 		{"host-local's last_reserved_ip file is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			r.Path, r.IP = filepath.Join(filepath.Dir(r.Path), "last_reserved_ip.0"), "last_reserved_ip.0"
-		}, "bookkeeping"},
+		}, "bookkeeping", false},
 		{"a path outside the network's host-local dir is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			r.Path = filepath.Join(n.root, "10.22.0.2")
 			writeFile(t, r.Path, id+"\r\neth0")
-		}, "not a file directly in host-local dir"},
+		}, "not a file directly in host-local dir", false},
 		{"a path below the host-local dir is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			r.Path = filepath.Join(filepath.Dir(r.Path), "sub", "10.22.0.2")
 			writeFile(t, r.Path, id+"\r\neth0")
-		}, "not a file directly in host-local dir"},
+		}, "not a file directly in host-local dir", false},
 		{"a path whose name is not the IP is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			r.IP = "10.22.0.3"
-		}, "not the reservation's IP address"},
+		}, "not the reservation's IP address", false},
 		{"a network containerd no longer uses is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			*cfg = n.config(t, map[string]string{"10-pods.conflist": n.netConfList("other", nil)})
-		}, `containerd no longer uses network "pods"`},
+		}, `containerd no longer uses network "pods"`, false},
 		{"a network that no longer uses host-local is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			*cfg = n.config(t, map[string]string{"10-pods.conflist": `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"fake-veth"}]}`})
-		}, "does not use host-local"},
+		}, "does not use host-local", false},
 		{"a network that sets disableGC is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			*cfg = n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", map[string]any{"disableGC": true})})
-		}, "disableGC"},
+		}, "disableGC", false},
 		{"a reservation whose attachment libcni still caches is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			n.add(t, *cfg, "pods", id, "/var/run/netns/cni-a")
-		}, "libcni still caches attachment"},
+		}, "libcni still caches attachment", true},
 		{"an old-format reservation whose owner libcni caches on any interface is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			writeFile(t, r.Path, id)
 			r.IfName = ""
 			writeFile(t, filepath.Join(n.cacheDir, "results", "pods-"+id+"-net1"), "{}")
-		}, "libcni still caches attachment"},
+		}, "libcni still caches attachment", true},
 		{"an invalid owner is refused", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			r.Owner = "../x"
-		}, "container ID"},
+		}, "container ID", false},
 		{"a reservation in a host-local dir without its lock file is removed under a lock made as host-local makes it", func(t *testing.T, n node, cfg *Config, r *Reservation) {
 			if err := os.Remove(filepath.Join(filepath.Dir(r.Path), "lock")); err != nil {
 				t.Fatal(err)
 			}
-		}, ""},
+		}, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.rule, func(t *testing.T) {
@@ -421,7 +427,7 @@ func TestReleaseReservation(t *testing.T) {
 					t.Fatalf("%s is still there", r.Path)
 				}
 			} else {
-				wantRefused(t, err, r.Path, tt.refused)
+				wantRefused(t, err, r.Path, tt.refused, tt.changed)
 				if after, _ := os.ReadFile(r.Path); string(after) != string(before) {
 					t.Fatalf("%s changed: %q, was %q", r.Path, after, before)
 				}
@@ -584,7 +590,7 @@ func TestReleaseReservationTakesHostLocalsLock(t *testing.T) {
 			release()
 		})
 		err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).ReleaseReservation(context.Background(), r)
-		wantRefused(t, err, r.Path, "now reserves the IP for "+containerID(2))
+		wantRefused(t, err, r.Path, "now reserves the IP for "+containerID(2), true)
 	})
 }
 
@@ -774,47 +780,48 @@ func TestRemoveNetns(t *testing.T) {
 	})
 
 	refusals := []struct {
-		rule   string
-		inUse  bool
-		change func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns)
-		want   string
+		rule    string
+		inUse   bool
+		change  func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns)
+		want    string
+		changed bool // a refusal of a change since the listing (see TestDeleteAttachment)
 	}{
-		{"a namespace a thread is in is refused", true, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {}, "a thread is in the namespace"},
+		{"a namespace a thread is in is refused", true, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {}, "a thread is in the namespace", true},
 		{"a namespace a process entered since the listing is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			enterNetns(t, tn.Path)
-		}, "a thread is in the namespace"},
+		}, "a thread is in the namespace", true},
 		{"another namespace mounted on the path is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			if err := unix.Unmount(tn.Path, unix.MNT_DETACH); err != nil {
 				t.Fatal(err)
 			}
 			other := newNetns(t, netnsPath(n.root, 9), false)
 			bindMount(t, other.Path, tn.Path)
-		}, "another namespace is mounted there"},
+		}, "another namespace is mounted there", true},
 		{"a mount point that is no longer mounted is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			if err := unix.Unmount(tn.Path, unix.MNT_DETACH); err != nil {
 				t.Fatal(err)
 			}
-		}, "no longer a mount point"},
+		}, "no longer a mount point", true},
 		{"stacked mounts are refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			bindMount(t, tn.Path, tn.Path)
-		}, "stacked"},
+		}, "stacked", true},
 		{"a namespace a cached attachment names is refused: DEL comes first", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			n.add(t, cfg, "pods", containerID(1), tn.Path)
-		}, "CNI DEL that attachment first"},
+		}, "CNI DEL that attachment first", false},
 		{"a namespace a cache entry names under another spelling of its dir is refused: DEL comes first", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			// containerd's /var/run/netns is /run/netns on most nodes.
 			writeFile(t, filepath.Join(n.cacheDir, "results", "pods-"+containerID(1)+"-eth0"),
 				`{"kind":"cniCacheV1","netns":"/var/run/netns/`+filepath.Base(tn.Path)+`"}`)
-		}, "CNI DEL that attachment first"},
+		}, "CNI DEL that attachment first", false},
 		{"a path not named like containerd's is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			ns.Path = filepath.Join(filepath.Dir(tn.Path), "mine")
-		}, "not named like containerd's"},
+		}, "not named like containerd's", false},
 		{"a relative path is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			ns.Path = filepath.Base(tn.Path)
-		}, "not a clean absolute path"},
+		}, "not a clean absolute path", false},
 		{"a path that is not clean is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			ns.Path = filepath.Dir(tn.Path) + "/./" + filepath.Base(tn.Path)
-		}, "not a clean absolute path"},
+		}, "not a clean absolute path", false},
 		{"a path whose mount the mount table lists but a stat does not find is refused", false, func(t *testing.T, n node, cfg Config, tn *testNetns, ns *Netns) {
 			// A mount on the netns dir hides the namespace mount: the
 			// mount table still lists it at the path, while the path
@@ -824,7 +831,7 @@ func TestRemoveNetns(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = unix.Unmount(n.netnsDir, unix.MNT_DETACH) }) // before newNetns's own
 			writeFile(t, tn.Path, "not a namespace")
-		}, "a stat says otherwise"},
+		}, "a stat says otherwise", true},
 	}
 	for _, tt := range refusals {
 		t.Run(tt.rule+", and stays mounted", func(t *testing.T) {
@@ -832,7 +839,7 @@ func TestRemoveNetns(t *testing.T) {
 			tt.change(t, n, cfg, tn, &ns)
 			mounted := isMounted(t, tn.Path)
 			err := NewReclaimer(cfg, n.cacheDir, "", thisProcess).RemoveNetns(ctx, ns)
-			wantRefused(t, err, ns.Path, tt.want)
+			wantRefused(t, err, ns.Path, tt.want, tt.changed)
 			if isMounted(t, tn.Path) != mounted || !exists(t, tn.Path) {
 				t.Fatalf("%s changed", tn.Path)
 			}
@@ -928,7 +935,7 @@ func childListAndRemove(t *testing.T, netnsDir string) {
 		t.Fatal(err)
 	}
 	r := NewReclaimer(Config{}, t.TempDir(), "", thisProcess)
-	wantRefused(t, r.RemoveNetns(context.Background(), Netns{Path: path, Inode: st.Ino}), path, "not the node's")
+	wantRefused(t, r.RemoveNetns(context.Background(), Netns{Path: path, Inode: st.Ino}), path, "not the node's", false)
 }
 
 // TestADELRefusesANamespaceMountedAgainWhileItsThreadsWereRead: the
@@ -961,7 +968,7 @@ func TestADELRefusesANamespaceMountedAgainWhileItsThreadsWereRead(t *testing.T) 
 		t.Fatalf("the DEL ran in net:[%d], mounted on %s while the threads of the namespace listed there were read, with a thread in it (err %v):\n%s",
 			other.Inode, netns, err, strings.Join(calls[before:], "\n"))
 	}
-	wantRefused(t, err, a.CacheFile, "is mounted on")
+	wantRefused(t, err, a.CacheFile, "is mounted on", true)
 }
 
 // TestADELRestsOnAReadOfTheThreadsAtMostASecondOld: the README promises
@@ -985,7 +992,7 @@ func TestADELRestsOnAReadOfTheThreadsAtMostASecondOld(t *testing.T) {
 	}
 	enterNetns(t, secondNetns)
 	now = now.Add(time.Second)
-	wantRefused(t, r.DeleteAttachment(ctx, b), b.CacheFile, "a thread is in its namespace")
+	wantRefused(t, r.DeleteAttachment(ctx, b), b.CacheFile, "a thread is in its namespace", true)
 }
 
 // TestASharedReadOfTheThreadsAgesFromItsStart: a read that takes a while
@@ -1121,20 +1128,21 @@ func TestTheDELsOfOneNamespaceRunOneAtATime(t *testing.T) {
 // its path meanwhile is refused, and no plugin of its network runs.
 func TestADELThatWaitedForItsNamespaceChecksItsEntryAfterTheWait(t *testing.T) {
 	for _, tc := range []struct {
-		rule   string
-		change func(t *testing.T, n node, storage Attachment)
-		want   string
+		rule    string
+		change  func(t *testing.T, n node, storage Attachment)
+		want    string
+		changed bool // see TestDeleteAttachment
 	}{
 		{"an entry changed during the wait is refused", func(t *testing.T, n node, storage Attachment) {
 			rewriteEntry(t, storage.CacheFile, func(m map[string]any) { m["cniArgs"] = [][2]string{{"K8S_POD_NAME", "other"}} })
-		}, "the cache entry changed since it was listed"},
+		}, "the cache entry changed since it was listed", true},
 		{"an address reserved by another container during the wait is refused", func(t *testing.T, n node, storage Attachment) {
 			writeFile(t, filepath.Join(n.dataDir, "storage", "10.22.0.5"), containerID(2)+"\r\neth0")
-		}, "is reserved by " + containerID(2)},
+		}, "is reserved by " + containerID(2), false},
 		{"another namespace mounted on its path during the wait is refused", func(t *testing.T, n node, storage Attachment) {
 			other := newNetns(t, netnsPath(t.TempDir(), 4), false)
 			bindMount(t, other.Path, storage.NetNS)
-		}, "another namespace is mounted on"},
+		}, "another namespace is mounted on", true},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			ctx := context.Background()
@@ -1170,7 +1178,7 @@ func TestADELThatWaitedForItsNamespaceChecksItsEntryAfterTheWait(t *testing.T) {
 					t.Errorf("a plugin of the second DEL ran: %s", call)
 				}
 			}
-			wantRefused(t, err, storage.CacheFile, tc.want)
+			wantRefused(t, err, storage.CacheFile, tc.want, tc.changed)
 		})
 	}
 }
