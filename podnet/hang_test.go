@@ -40,44 +40,13 @@ func TestADELWhosePluginWaitsInAChildIsCutOff(t *testing.T) {
 			}
 			t.Run(name+child.name, func(t *testing.T) {
 				ctx := context.Background()
-				id := containerID(41)
-				n := newNode(t)
-				cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
-				n.add(t, cfg, "pods", id, "/var/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a3b")
-				a := onlyAttachment(t, cfg, n, id)
-
+				pidFile := filepath.Join(t.TempDir(), "child.pid")
 				// The DEL runs with today's chain, whose port mapper is a
 				// script that waits for a child (here: sleep 8).
-				binDir := t.TempDir()
-				for _, p := range []string{fakeVeth} {
-					if err := os.Link(filepath.Join(pluginDir, p), filepath.Join(binDir, p)); err != nil {
-						t.Fatal(err)
-					}
-				}
-				pidFile := filepath.Join(t.TempDir(), "child.pid")
-				writeFile(t, filepath.Join(binDir, "sh-portmap"), "#!/bin/sh\n"+child.run+" &\necho $! > '"+pidFile+"'\nwait\necho '{}'\n")
-				if err := os.Chmod(filepath.Join(binDir, "sh-portmap"), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { // a child left alive
-					if pid, err := childPid(pidFile); err == nil {
-						_ = unix.Kill(pid, unix.SIGKILL)
-					}
-				})
-				confDir := t.TempDir()
-				writeFile(t, filepath.Join(confDir, "10-pods.conflist"), strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "sh-portmap"`, 1))
-				delCfg, err := FromConfDir(confDir, []string{binDir}, 0, false)
-				if err != nil {
-					t.Fatal(err)
-				}
-				execRootDir := ""
-				if root {
-					execRootDir = "/" // the same files: only the exec path differs
-				}
-				r := NewReclaimer(delCfg, n.cacheDir, execRootDir, thisProcess)
+				r, a := withScriptPortmap(t, "#!/bin/sh\n"+child.run+" &\necho $! > '"+pidFile+"'\nwait\necho '{}'\n", pidFile, root)
 				r.stepTimeout = 300 * time.Millisecond
 				start := time.Now()
-				err = r.DeleteAttachment(ctx, a)
+				err := r.DeleteAttachment(ctx, a)
 				took := time.Since(start)
 				t.Logf("DeleteAttachment returned after %v: %v", took.Round(10*time.Millisecond), err)
 				if took > 4*time.Second {
@@ -93,6 +62,44 @@ func TestADELWhosePluginWaitsInAChildIsCutOff(t *testing.T) {
 			})
 		}
 	}
+}
+
+// withScriptPortmap adds an attachment of network "pods" with the fake
+// plugins, and returns it with a Reclaimer whose chain has script as its
+// port mapper ("sh-portmap"), run in network.exec_root "/" when root (the
+// same files: only the exec path differs). A child the script leaves, whose
+// pid it writes to pidFile, is killed when the test ends.
+func withScriptPortmap(t *testing.T, script, pidFile string, root bool) (*Reclaimer, Attachment) {
+	t.Helper()
+	id := containerID(41)
+	n := newNode(t)
+	cfg := n.config(t, map[string]string{"10-pods.conflist": n.netConfList("pods", nil)})
+	n.add(t, cfg, "pods", id, "/var/run/netns/cni-0b3c2a7e-54a4-4a4d-9b1e-0c6f8f1e2a3b")
+	a := onlyAttachment(t, cfg, n, id)
+	binDir := t.TempDir()
+	if err := os.Link(filepath.Join(pluginDir, fakeVeth), filepath.Join(binDir, fakeVeth)); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(binDir, "sh-portmap"), script)
+	if err := os.Chmod(filepath.Join(binDir, "sh-portmap"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // a child left alive
+		if pid, err := childPid(pidFile); err == nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	})
+	confDir := t.TempDir()
+	writeFile(t, filepath.Join(confDir, "10-pods.conflist"), strings.Replace(n.netConfList("pods", nil), `"type": "fake-portmap"`, `"type": "sh-portmap"`, 1))
+	delCfg, err := FromConfDir(confDir, []string{binDir}, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execRootDir := ""
+	if root {
+		execRootDir = "/"
+	}
+	return NewReclaimer(delCfg, n.cacheDir, execRootDir, thisProcess), a
 }
 
 // childPid reads the pid a test plugin wrote to path.
