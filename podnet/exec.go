@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -57,8 +59,9 @@ func (e *rootedExec) FindInPath(plugin string, paths []string) (string, error) {
 // a second apart, as libcni's RawExec does.
 const textFileBusyRetries = 5
 
-// pluginWaitDelay bounds the wait for a killed plugin's pipes: a child that
-// left its process group could hold them open.
+// pluginWaitDelay bounds the wait for a plugin's pipes once it has exited
+// or been killed: a child it left (in its process group, or one that left
+// the group) could hold them open for ever.
 const pluginWaitDelay = 2 * time.Second
 
 // ExecPlugin runs pluginPath and returns its stdout: in root, in root's
@@ -95,8 +98,17 @@ func (e *rootedExec) ExecPlugin(ctx context.Context, pluginPath string, stdinDat
 		c.Cancel = func() error { return unix.Kill(-c.Process.Pid, unix.SIGKILL) }
 		c.WaitDelay = pluginWaitDelay
 		c.Stdin = bytes.NewReader(stdinData)
-		c.Stdout, c.Stderr = &stdout, &stderr
-		err := c.Run()
+		ioComplete, err := runPlugin(c, &stdout, &stderr)
+		// A plugin that exited 0 with its output cut off (a child it
+		// left held the pipe) succeeded. A DEL's output is not used
+		// (libcni's ExecPluginWithoutResult drops it; the exit status
+		// is the answer), so the DEL is done, and libcni removes the
+		// cache entry. ADD's result and VERSION's answer libcni
+		// decodes: what came before the cut may be a part, or have a
+		// child's writes in it.
+		if err == nil && !ioComplete && envValue(env, "CNI_COMMAND") != "DEL" {
+			return nil, fmt.Errorf("%s exited successfully, but a process it left held its output open, which was cut off after %s: its output may be incomplete", pluginPath, pluginWaitDelay)
+		}
 		if err == nil && stdout.over {
 			return nil, fmt.Errorf("%s printed more than %d bytes on stdout, which no CNI result is: the rest was not kept", pluginPath, maxPluginStdout)
 		}
@@ -118,6 +130,101 @@ func (e *rootedExec) ExecPlugin(ctx context.Context, pluginPath string, stdinDat
 		}
 		return nil, pluginError(err, stdout.Bytes(), stderr.Bytes())
 	}
+}
+
+// runPlugin runs c, with its stdout and stderr copied to stdout and stderr
+// through pipes of its own, and waits for it to exit, then for its output
+// up to pluginWaitDelay. ioComplete is false when a process the plugin left
+// still held a pipe open then (or its stdin was not taken): the output is
+// cut off there, and the plugin's process group is killed, since what is
+// left in it (which may sit in the pod's network namespace, and keep it for
+// ever) belongs to no one once the plugin has exited.
+//
+// A plugin that exited 0 succeeded, whatever its children do: err is nil
+// then. What that means for output cut off is the caller's to say. (Go's
+// exec.Cmd reports such a run as exec.ErrWaitDelay, and cannot tell a
+// plugin that failed apart from one that failed and left a child: hence
+// the pipes here.)
+func runPlugin(c *exec.Cmd, stdout, stderr io.Writer) (ioComplete bool, err error) {
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		return true, err
+	}
+	defer stdoutR.Close()
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		stdoutW.Close()
+		return true, err
+	}
+	defer stderrR.Close()
+	// *os.File: the plugin gets them as they are, with no copying of
+	// exec's own to wait for.
+	c.Stdout, c.Stderr = stdoutW, stderrW
+	err = c.Start()
+	// The plugin has its copies: ours would keep the pipes from ending.
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		return true, err
+	}
+	var copies sync.WaitGroup
+	for _, p := range []struct {
+		w io.Writer
+		r *os.File
+	}{{stdout, stdoutR}, {stderr, stderrR}} {
+		copies.Go(func() {
+			_, _ = io.Copy(p.w, p.r) // ends at EOF, or when the pipe is closed below
+		})
+	}
+	copied := make(chan struct{})
+	go func() {
+		copies.Wait()
+		close(copied)
+	}()
+	err = c.Wait()
+	ioComplete = true
+	if errors.Is(err, exec.ErrWaitDelay) && c.ProcessState != nil && c.ProcessState.Success() {
+		// exec cut off its copy of stdin; the plugin itself exited 0.
+		ioComplete, err = false, nil
+	}
+	select {
+	case <-copied:
+	case <-time.After(pluginWaitDelay):
+		ioComplete = false
+	}
+	if !ioComplete {
+		killProcessGroup(c.Process.Pid)
+		// A holder that left the group is out of reach: its pipe is
+		// closed under it, which ends the copy.
+		stdoutR.Close()
+		stderrR.Close()
+	}
+	<-copied
+	return ioComplete, err
+}
+
+// killProcessGroup kills process group pgid, which an exited plugin led
+// (started with Setpgid, its group's ID is its PID). While a member of the
+// group lives, the kernel gives that number to no new process (a PID stays
+// taken while a process, group or session uses it), so the signal reaches
+// the plugin's leftovers only; when none is left there is no such group
+// (ESRCH), and a number once freed comes round again only after the PID
+// counter wraps around pid_max, not in the moment before this kill. Other
+// errors are ignored too: the plugin's own run is over either way (EPERM,
+// a member that changed its credentials, cannot be killed from here).
+func killProcessGroup(pgid int) {
+	_ = unix.Kill(-pgid, unix.SIGKILL)
+}
+
+// envValue is the value of key in environ ("key=value" entries), "" when
+// absent.
+func envValue(environ []string, key string) string {
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
 }
 
 // What is kept of a plugin's output: a CNI result or error is a few KiB,

@@ -132,3 +132,82 @@ func processGone(t *testing.T, pid int, wait time.Duration) bool {
 		}
 	}
 }
+
+// TestADELWhosePluginSucceedsLeavingAChildHoldingItsOutputSucceeds: a
+// plugin that exits 0 but leaves a child holding its stdout (a shell-script
+// plugin's `something &`) succeeded: its DEL is done, and the cache entry
+// goes. Its output is cut off after pluginWaitDelay, and a DEL's output is
+// not used. The child, which may sit in the pod's namespace and keep it
+// for ever, is killed with the plugin's process group; one that left the
+// group is out of reach, and holds the DEL no longer than pluginWaitDelay.
+func TestADELWhosePluginSucceedsLeavingAChildHoldingItsOutputSucceeds(t *testing.T) {
+	for _, root := range []bool{false, true} {
+		for _, child := range []struct {
+			name   string
+			run    string // how the script starts its child
+			killed bool   // the child is killed with the plugin's group
+		}{
+			{"a child in its process group", "sleep 30", true},
+			{"a child that left its process group", "setsid sleep 30", false},
+		} {
+			name := "own root, "
+			if root {
+				name = "network.exec_root (rootedExec), "
+			}
+			t.Run(name+child.name, func(t *testing.T) {
+				pidFile := filepath.Join(t.TempDir(), "child.pid")
+				r, a := withScriptPortmap(t, "#!/bin/sh\n"+child.run+" &\necho $! > '"+pidFile+"'\necho '{}'\nexit 0\n", pidFile, root)
+				start := time.Now()
+				err := r.DeleteAttachment(context.Background(), a)
+				took := time.Since(start)
+				t.Logf("DeleteAttachment returned after %v: %v", took.Round(10*time.Millisecond), err)
+				if err != nil {
+					t.Fatalf("the DEL of a plugin that exited 0 failed: %v", err)
+				}
+				if took > pluginWaitDelay+2*time.Second {
+					t.Fatalf("the DEL took %v, as long as the plugin's child lived", took.Round(100*time.Millisecond))
+				}
+				if exists(t, a.CacheFile) {
+					t.Fatal("libcni kept the cache entry")
+				}
+				pid, err := childPid(pidFile)
+				if err != nil {
+					t.Fatalf("the script's child: %v", err)
+				}
+				if gone := processGone(t, pid, time.Second); gone != child.killed {
+					t.Fatalf("the plugin's child %d (%s) gone: %v, want %v", pid, child.run, gone, child.killed)
+				}
+			})
+		}
+	}
+}
+
+// TestAPluginsOutputCutOffIsNotUsed: where the output matters (VERSION,
+// ADD: libcni decodes it), output cut off after pluginWaitDelay because a
+// child held the pipe may be incomplete: an error, though the plugin
+// exited 0. The child is killed all the same.
+func TestAPluginsOutputCutOffIsNotUsed(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	plugin := filepath.Join(t.TempDir(), "plugin")
+	writeFile(t, plugin, "#!/bin/sh\necho '{\"cniVersion\":\"1.0.0\",\"supportedVersions\":[\"1.0.0\"]}'\nsleep 30 &\necho $! > '"+pidFile+"'\nexit 0\n")
+	if err := os.Chmod(plugin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if pid, err := childPid(pidFile); err == nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	})
+	e := &rootedExec{}
+	out, err := e.ExecPlugin(context.Background(), plugin, []byte(`{"cniVersion":"1.0.0"}`), append(os.Environ(), "CNI_COMMAND=VERSION"))
+	if err == nil || !strings.Contains(err.Error(), "may be incomplete") {
+		t.Fatalf("ExecPlugin = %q, %v; want an error saying its output may be incomplete", out, err)
+	}
+	pid, err := childPid(pidFile)
+	if err != nil {
+		t.Fatalf("the script's child: %v", err)
+	}
+	if !processGone(t, pid, time.Second) {
+		t.Fatalf("the plugin's child %d still runs", pid)
+	}
+}
