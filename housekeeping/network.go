@@ -292,6 +292,20 @@ func (l *Loop) recheckNetnsUnused(ctx context.Context, path string) error {
 	return nil
 }
 
+// noteIPAMNotInConfList says, once while it lasts, of each network of cfg
+// whose IPAM is not in its conflist (podnet.Network.IPAMNotInConfList),
+// what is not done there: its reservations are never listed, which would
+// otherwise go unsaid. Info: nothing is wrong, and its attachments'
+// DELs release what their IPAM holds.
+func (l *Loop) noteIPAMNotInConfList(cfg podnet.Config) {
+	for _, n := range cfg.Networks {
+		if n.IPAMNotInConfList && l.firstSeen("ipam-not-in-conflist "+n.Name) {
+			l.log.WithField("network", n.Name).Infof("network %s: address reservations without a cache entry are not looked at: "+
+				"its IPAM is not a host-local ipam section of the conflist (a meta plugin such as flannel delegates it)", n.Name)
+		}
+	}
+}
+
 // listNetwork reads the network's objects for a pass; errNetworkOff when
 // the network side is off.
 func (l *Loop) listNetwork(ctx context.Context, now time.Time) (networkListing, error) {
@@ -345,6 +359,7 @@ func (l *Loop) networkInput(ctx context.Context, in gc.Input, listing networkLis
 			for _, u := range n.Listing.Unreadable {
 				l.noteSkipped([]nodefs.Skipped{{Path: u.Path, Reason: "cannot be read: " + u.Reason}})
 			}
+			l.noteIPAMNotInConfList(l.opts.Network.cfg)
 			return n
 		}
 	}

@@ -695,3 +695,62 @@ func TestAnAttachmentInANetnsThisProcessMayNotSeeIsKeptAndSaid(t *testing.T) {
 		})
 	}
 }
+
+// TestANetworkWhoseIPAMIsNotInItsConflistIsSaidOnce: flannel's conflist
+// (k3s' default) has no "ipam" section (flannel hands host-local its
+// delegate's configuration of its own), so its reservations without a
+// cache entry are never listed. That is said, at info, once while it
+// lasts, naming the network and what is not done; a network whose
+// conflist has host-local, and containerd's loopback network, are not
+// named.
+func TestANetworkWhoseIPAMIsNotInItsConflistIsSaidOnce(t *testing.T) {
+	for _, tc := range []struct {
+		rule, conf string
+		said       bool
+	}{
+		{"flannel's network is said", `{"name":"cbr0","cniVersion":"1.0.0","plugins":[{"type":"flannel","delegate":{"hairpinMode":true,"forceAddress":true,"isDefaultGateway":true}},{"type":"portmap","capabilities":{"portMappings":true}}]}`, true},
+		{"a network with host-local is not", `{"name":"cbr0","cniVersion":"1.0.0","plugins":[{"type":"bridge","ipam":{"type":"host-local","subnet":"10.9.0.0/24"}}]}`, false},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			confDir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(confDir, "10-flannel.conflist"), []byte(tc.conf), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			kubeletRoot := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(kubeletRoot, "pods"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			rt := &fakeRuntime{}
+			rt.set(cri.Snapshot{TakenAt: now}, nil)
+			log, buf := testLogger()
+			loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot,
+				Policy:  gc.Policy{Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
+				Network: NewNetwork(&fakeContainerd{netnsDir: t.TempDir()}, NetworkOptions{CacheDir: t.TempDir(), ConfDir: confDir, BinDir: "/nonexistent"})}, log)
+			for range 3 {
+				r := loop.Pass(context.Background())
+				if slices.ContainsFunc(r.NotLookedFor, func(s string) bool { return strings.HasPrefix(s, "network (") }) {
+					t.Fatalf("the network was not looked for: %q", r.NotLookedFor)
+				}
+			}
+			var lines []string
+			for _, l := range strings.Split(buf.String(), "\n") {
+				if strings.Contains(l, "reservations without a cache entry are not looked at") {
+					lines = append(lines, l)
+				}
+			}
+			if !tc.said {
+				if len(lines) > 0 {
+					t.Fatalf("three passes logged %q; want nothing", lines)
+				}
+				return
+			}
+			if len(lines) != 1 || !strings.Contains(lines[0], "level=info") || !strings.Contains(lines[0], "network=cbr0") ||
+				!strings.Contains(lines[0], "its IPAM is not a host-local ipam section of the conflist (a meta plugin such as flannel delegates it)") {
+				t.Fatalf("three passes logged %q; want one line at info naming cbr0 and what is not done", lines)
+			}
+			if strings.Contains(buf.String(), "network=cni-loopback") {
+				t.Fatalf("containerd's loopback network was named:\n%s", buf.String())
+			}
+		})
+	}
+}

@@ -38,6 +38,13 @@ type Network struct {
 	// section of type host-local ("dataDir" defaults to
 	// /var/lib/cni/networks); "" otherwise.
 	HostLocalDir string
+	// IPAMNotInConfList: no plugin of the chain has an "ipam" section,
+	// and the chain is not loopback alone (containerd's cni-loopback,
+	// which gives no address). Whatever gives its addresses is
+	// configured elsewhere (a meta plugin such as flannel hands host-local
+	// a configuration of its own), so its reservations are not known
+	// here: those without a cache entry are never listed.
+	IPAMNotInConfList bool
 }
 
 // Config is containerd's CNI configuration: the networks its CRI plugin
@@ -388,7 +395,23 @@ func newNetwork(list *libcni.NetworkConfigList, ifName string) (Network, error) 
 	if err != nil {
 		return Network{}, fmt.Errorf("network %q: %w", list.Name, err)
 	}
-	return Network{Name: list.Name, IfName: ifName, List: list, HostLocalDir: dir}, nil
+	return Network{Name: list.Name, IfName: ifName, List: list, HostLocalDir: dir, IPAMNotInConfList: ipamNotInConfList(list)}, nil
+}
+
+// ipamNotInConfList reports whether no plugin of list names an IPAM plugin
+// in an "ipam" section, for a chain that gives addresses: any but one of
+// loopback plugins only.
+func ipamNotInConfList(list *libcni.NetworkConfigList) bool {
+	loopbackOnly := true
+	for _, p := range list.Plugins {
+		if p.Network.IPAM.Type != "" {
+			return false
+		}
+		if p.Network.Type != "loopback" {
+			loopbackOnly = false
+		}
+	}
+	return !loopbackOnly
 }
 
 // hostLocalDir returns where host-local keeps the network's reservations

@@ -413,3 +413,46 @@ func TestAPluginFileOfAConflistThatDoesNotParseIsNamed(t *testing.T) {
 		t.Fatalf("err = %v; want it to name %s", err, bad)
 	}
 }
+
+// k3sFlannelConfList is k3s' default conflist: flannel hands its delegate
+// (bridge with host-local) a configuration of its own, so the conflist has
+// no "ipam" section.
+const k3sFlannelConfList = `{"name":"cbr0","cniVersion":"1.0.0","plugins":[{"type":"flannel","delegate":{"hairpinMode":true,"forceAddress":true,"isDefaultGateway":true}},{"type":"portmap","capabilities":{"portMappings":true}}]}`
+
+// TestANetworkWhoseIPAMIsNotInItsConflistIsMarked: a network no plugin of
+// whose chain has an "ipam" section (a meta plugin such as flannel) has no
+// host-local dir, and is marked, so that the reservations never listed are
+// said; one whose IPAM the conflist names, host-local or not, is not, and
+// neither is containerd's loopback network, which gives no address.
+func TestANetworkWhoseIPAMIsNotInItsConflistIsMarked(t *testing.T) {
+	for _, tc := range []struct {
+		rule, conflist string
+		want           bool
+	}{
+		{"flannel (k3s' default) is marked", k3sFlannelConfList, true},
+		{"bridge with host-local is not", `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"bridge","ipam":{"type":"host-local"}},{"type":"portmap"}]}`, false},
+		{"another IPAM the conflist names is not", `{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[{"type":"calico","ipam":{"type":"calico-ipam"}},{"type":"portmap"}]}`, false},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, filepath.Join(dir, "10-net.conflist"), tc.conflist)
+			cfg, err := FromConfDir(dir, []string{"/opt/cni/bin"}, 1, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cfg.Networks) != 2 || cfg.Networks[0].Name != "cni-loopback" {
+				t.Fatalf("networks = %+v, want cni-loopback and the conflist's", cfg.Networks)
+			}
+			if lo := cfg.Networks[0]; lo.IPAMNotInConfList {
+				t.Errorf("containerd's loopback network is marked")
+			}
+			n := cfg.Networks[1]
+			if n.IPAMNotInConfList != tc.want {
+				t.Errorf("network %s: IPAMNotInConfList = %v, want %v (host-local dir %q)", n.Name, n.IPAMNotInConfList, tc.want, n.HostLocalDir)
+			}
+			if tc.want && n.HostLocalDir != "" {
+				t.Errorf("network %s: host-local dir %q", n.Name, n.HostLocalDir)
+			}
+		})
+	}
+}
