@@ -69,9 +69,8 @@ func (b Budget) PerPass(ready int) int {
 // good. A class trips when it may take nothing (its hour is spent), or, for
 // orphan stops, when the pass is over its budget: every due action of it is
 // held and the trip returned. A unit taken already this hour
-// (Input.BudgetAdmitted: a step that failed and is retried), or taken
-// before and failing ever since (Input.BudgetRetrying), is neither counted
-// nor held: it was within the budget when first taken. The classes
+// (Input.BudgetAdmitted: a step that failed and is retried) is neither
+// counted nor held: it was within the budget when first taken. The classes
 // are decided in budgetOrder, each after what the earlier ones held is
 // applied to the steps resting on it.
 func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
@@ -163,8 +162,8 @@ var budgetOrder = []string{ClassOrphanStop, ClassUnknownStop, ClassPodLogDir, Cl
 
 // dueInClass returns the units and actions of class that are due (not in
 // notDue), counted against the budget: neither unbudgeted nor taken
-// already (Input.BudgetAdmitted, Input.BudgetRetrying: a step that failed
-// and is retried was within the budget when first taken).
+// already this hour (Input.BudgetAdmitted: a step that failed and is
+// retried was within the budget when first taken).
 func (p *planner) dueInClass(class string, sorted []*Action, notDue map[string]waiting) (units int, actions []*Action) {
 	// Counted without a map, except for the classes of several actions a
 	// unit (orphan stops: a pod; network steps: a sandbox): every other
@@ -178,7 +177,7 @@ func (p *planner) dueInClass(class string, sorted []*Action, notDue map[string]w
 			continue
 		}
 		c, unit := BudgetClass(*a)
-		if c != class || p.in.BudgetAdmitted[class+"/"+unit] || p.in.BudgetRetrying[class+"/"+unit] {
+		if c != class || p.in.BudgetAdmitted[class+"/"+unit] {
 			continue
 		}
 		if seenUnits == nil || !seenUnits[unit] {
@@ -200,12 +199,23 @@ func allOrNothing(class string) bool { return class == ClassOrphanStop }
 // actions (BudgetClass).
 func multiActionUnits(class string) bool { return class == ClassOrphanStop || class == ClassNetwork }
 
-// throttle keeps the allowed units eligible longest (then by key) and holds
-// the rest until a later pass. A unit's actions stay together: a unit is
-// taken whole or not at all.
+// throttle keeps the allowed units, those that have not failed before
+// first (Input.BudgetFailing), then those eligible longest (then by key),
+// and holds the rest until a later pass. A unit's actions stay together: a
+// unit is taken whole or not at all.
 func (p *planner) throttle(actions []*Action, allowed int, notDue map[string]waiting, class string) {
+	failed := func(a *Action) bool {
+		_, unit := BudgetClass(*a)
+		return p.in.BudgetFailing[class+"/"+unit]
+	}
 	byAge := slices.Clone(actions)
 	slices.SortFunc(byAge, func(x, y *Action) int {
+		if fx, fy := failed(x), failed(y); fx != fy {
+			if fy {
+				return -1
+			}
+			return 1
+		}
 		if c := x.EligibleSince.Compare(y.EligibleSince); c != 0 {
 			return c
 		}

@@ -172,15 +172,18 @@ func randomInput(seed int64, pods int) Input {
 	for _, d := range first.Deferred {
 		candidates = append(candidates, d.Action)
 	}
-	// Others were taken in an earlier hour and have failed since.
-	in.BudgetRetrying = map[string]bool{}
+	// Some failed at their last try (taken this hour or before).
+	in.BudgetFailing = map[string]bool{}
 	for _, a := range candidates {
 		if class, unit := BudgetClass(a); class != "" {
 			switch rng.Intn(8) {
-			case 0, 1:
+			case 0:
 				in.BudgetAdmitted[class+"/"+unit] = true
-			case 2:
-				in.BudgetRetrying[class+"/"+unit] = true
+			case 1:
+				in.BudgetAdmitted[class+"/"+unit] = true
+				in.BudgetFailing[class+"/"+unit] = true
+			case 2, 3:
+				in.BudgetFailing[class+"/"+unit] = true
 			}
 		}
 	}
@@ -890,8 +893,8 @@ func checkBudget(t *testing.T, in Input, r Result) {
 		default:
 			continue
 		}
-		if in.BudgetAdmitted[class+"/"+unit] || in.BudgetRetrying[class+"/"+unit] {
-			continue // a retry of a unit taken this hour, or failing since: not counted again
+		if in.BudgetAdmitted[class+"/"+unit] {
+			continue // a retry of a unit taken this hour: not counted again
 		}
 		if units[class] == nil {
 			units[class] = map[string]bool{}
@@ -914,6 +917,20 @@ func checkBudget(t *testing.T, in Input, r Result) {
 	for _, trip := range r.Trips {
 		if len(units[trip.Class]) > 0 {
 			t.Fatalf("class %s tripped, yet the pass takes %d of its steps", trip.Class, len(units[trip.Class]))
+		}
+	}
+	// A class that takes only some of its steps takes those of units that
+	// did not fail at their last try first: failing ones, counted again
+	// each hour, would else take it every hour.
+	for _, d := range r.Deferred {
+		class, unit := BudgetClass(d.Action)
+		if !d.Throttled || in.BudgetFailing[class+"/"+unit] {
+			continue
+		}
+		for taken := range units[class] {
+			if in.BudgetFailing[class+"/"+taken] {
+				t.Fatalf("class %s takes %s, which failed at its last try, and holds %s, which did not", class, taken, unit)
+			}
 		}
 	}
 }

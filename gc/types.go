@@ -116,14 +116,14 @@ type Input struct {
 	// taken already (and failed, so retried) is not counted against a pass
 	// again: a step that keeps failing does not pause its class for good.
 	BudgetAdmitted map[string]bool
-	// BudgetRetrying are the budgeted units ("class/unit") taken in an
-	// earlier pass whose steps have failed at every pass since; the loop
-	// keeps them. Like those of BudgetAdmitted they are not counted
-	// against a pass, and, once their hour is over, not against the hour
-	// either: max_per_hour steps that keep failing would else take each
-	// hour's budget again, first (eligible longest), and a newer step of
-	// their class would never run.
-	BudgetRetrying map[string]bool
+	// BudgetFailing are the budgeted units ("class/unit") whose steps
+	// failed at their last try; the loop keeps them. They are counted as
+	// any other, but a pass that may take only some of a class's steps
+	// takes those of other units first: once their hour is over each is
+	// counted again, and max_per_hour steps that keep failing would else
+	// take every hour's budget first (eligible longest), and a newer step
+	// of their class would never run.
+	BudgetFailing map[string]bool
 	// BudgetHeld, when set, says why the steps taken in the last hour are
 	// not known (the loop's state file could not be read): every budgeted
 	// class is held, whatever max_per_hour allows, and trips with this.

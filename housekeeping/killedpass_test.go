@@ -176,35 +176,39 @@ func TestAUnitHeldByAFailingPrerequisiteStaysSpentWhateverTheOrder(t *testing.T)
 	}
 }
 
-// TestAUnitFailingSinceItWasTakenIsNotCountedAgainAfterItsHour: a unit
-// whose steps failed at every pass since it was taken is retried without
-// counting again when its hour is over (max_per_hour such units would
-// otherwise take each hour's budget first, for ever); anything else than a
-// failure (a refusal by its check, a pass that did not propose it) ends
-// that, and it counts when next taken.
-func TestAUnitFailingSinceItWasTakenIsNotCountedAgainAfterItsHour(t *testing.T) {
+// TestAUnitIsFailingFromItsFailureUntilItsNextOtherOutcome: a unit is
+// failing (taken after the others of its class) from a failed try on,
+// also while the budget holds it untried, until a try of it ends
+// otherwise (a success, a refusal by its check) or the plan no longer
+// proposes it.
+func TestAUnitIsFailingFromItsFailureUntilItsNextOtherOutcome(t *testing.T) {
 	podDir := gc.Action{Kind: gc.RemovePodDir, Key: "pod-dir/u1", Pod: gc.PodRef{UID: "u1"}}
 	unit := gc.ClassPodDir + "/" + podDir.Key
-	for _, tt := range []struct {
-		name    string
-		between []executor.Outcome // the outcomes of a pass within the hour, after the first failure
-		counted bool               // counted again when taken after the hour
+	proposed := gc.Result{Actions: []gc.Action{podDir}}
+	held := gc.Result{Deferred: []gc.Deferred{{Action: podDir, Budget: gc.ClassPodDir, Throttled: true}}}
+	for _, tc := range []struct {
+		name     string
+		plan     gc.Result
+		outcomes []executor.Outcome
+		failing  bool
 	}{
-		{"failed, then backed off", []executor.Outcome{{Action: podDir, Result: executor.Backoff}}, false},
-		{"failed again", []executor.Outcome{{Action: podDir, Result: executor.Error}}, false},
-		{"aborted by its check since", []executor.Outcome{{Action: podDir, Result: executor.Aborted}}, true},
-		{"not proposed by a pass since", nil, true},
+		{"failed again", proposed, []executor.Outcome{{Action: podDir, Result: executor.Error}}, true},
+		{"backs off", proposed, []executor.Outcome{{Action: podDir, Result: executor.Backoff}}, true},
+		{"held by the budget, untried", held, nil, true},
+		{"succeeded", proposed, []executor.Outcome{{Action: podDir, Result: executor.Success}}, false},
+		{"refused by its check", proposed, []executor.Outcome{{Action: podDir, Result: executor.Aborted}}, false},
+		{"no longer proposed", gc.Result{}, nil, false},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			log, _ := testLogger()
 			l := New(podstate.New(0), &fakeRuntime{}, Options{Executor: &fakeExecutor{}}, log)
-			ahead := l.spendAhead(now, []gc.Action{podDir})
-			l.settleSpent(now, ahead, []executor.Outcome{{Action: podDir, Result: executor.Error}})
-			mid := now.Add(30 * time.Minute)
-			l.settleSpent(mid, l.spendAhead(mid, []gc.Action{podDir}), tt.between)
-			later := now.Add(61 * time.Minute)
-			if got := l.spendAhead(later, []gc.Action{podDir}); got[unit] != tt.counted {
-				t.Fatalf("taken after its hour: counted %v, want %v (retrying %v)", got[unit], tt.counted, l.retrying)
+			l.noteFailing(proposed, []executor.Outcome{{Action: podDir, Result: executor.Error}})
+			if !l.failing[unit] {
+				t.Fatalf("after a failed try: failing %v, want %s", l.failing, unit)
+			}
+			l.noteFailing(tc.plan, tc.outcomes)
+			if l.failing[unit] != tc.failing {
+				t.Fatalf("failing %v, want %s failing: %v", l.failing, unit, tc.failing)
 			}
 		})
 	}

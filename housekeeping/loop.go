@@ -234,12 +234,10 @@ type Loop struct {
 	confirmedSyncs uint64
 	// spent are the budgeted steps taken in the last hour.
 	spent []spent
-	// retrying are the budgeted units (as "class/unit") taken once whose
-	// steps have failed at every pass since (settleSpent): they are
-	// retried without counting against the budget again, also after the
-	// hour they were taken in. Kept in memory only: after a restart such a
-	// unit counts once more.
-	retrying map[string]bool
+	// failing are the budgeted units (as "class/unit") whose steps failed
+	// at their last try, while the plan still proposes them (noteFailing):
+	// a pass takes other units of their class first. In memory only.
+	failing map[string]bool
 	// budgetHeldUntil: every budgeted step is held until then, for
 	// budgetHeldWhy (a state file could not be read; see Restore).
 	budgetHeldUntil time.Time
@@ -599,6 +597,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 			}
 			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now, l.recheck(snap.TakenAt, syncs, in.Oracle.PodDirs))
 			l.settleSpent(in.Now, ahead, r.Outcomes)
+			l.noteFailing(r.Plan, r.Outcomes)
 		}
 		if r.Plan.NotReady == "" {
 			// A pass that planned nothing ended nothing: the backoffs
@@ -624,7 +623,7 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		PodNames:      make(map[string]gc.PodRef),
 	}
 	in.BudgetAdmitted = l.budgetSpent(snap.TakenAt)
-	in.BudgetRetrying = l.retrying
+	in.BudgetFailing = l.failing
 	in.BudgetHeld = l.budgetHeld(snap.TakenAt)
 	listed := listedUIDs(snap)
 	inView := make(map[string]bool, len(view.Pods))

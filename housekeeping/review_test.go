@@ -151,6 +151,58 @@ func TestStuckStepsDoNotPauseTheirClassForever(t *testing.T) {
 	}
 }
 
+// Steps that fail for a common cause (a CNI plugin missing, a read-only
+// disk) hour after hour are taken within the budget all the same: when
+// the cause clears, no more than max_per_hour of them act at once (an
+// exemption of failing units from the hour's count let 60 act in 6
+// minutes).
+func TestStepsFailingForHoursActWithinTheBudgetWhenTheCauseClears(t *testing.T) {
+	root := podDirs(t, testUID(70))
+	podLogs := t.TempDir()
+	fail := map[string]bool{}
+	var all []string
+	for i := range 60 {
+		p := mkPodLogDir(t, podLogs, testUID(200+i))
+		fail[p] = true
+		all = append(all, p)
+	}
+	rt := &fakeRuntime{}
+	files := &failingFiles{fail: fail}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: 30 * time.Second, KubeletRoot: root,
+		Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+		Policy:   reviewPolicy(podLogs)}, log)
+	loop.started = now.Add(-time.Hour)
+	pass := 0
+	run := func(n int) {
+		for range n {
+			rt.set(cri.Snapshot{TakenAt: now.Add(time.Duration(pass) * 30 * time.Second)}, nil)
+			loop.Pass(context.Background())
+			pass++
+		}
+	}
+	removed := func() int {
+		n := 0
+		for _, p := range all {
+			if slices.ContainsFunc(files.done, func(d string) bool { return strings.Contains(d, p) }) {
+				n++
+			}
+		}
+		return n
+	}
+	run(3 * 120) // three hours, every removal failing
+	if n := removed(); n != 0 {
+		t.Fatalf("%d removed while every removal fails", n)
+	}
+	for _, p := range all {
+		fail[p] = false // the cause clears
+	}
+	run(12) // six minutes
+	if n := removed(); n == 0 || n > 20 {
+		t.Fatalf("%d pod log dirs removed in the 6 minutes after the cause cleared, want some and at most max_per_hour = 20", n)
+	}
+}
+
 // The hour's budget counts a unit once, not each retry of it: else a
 // single stuck cgroup would use most of max_per_hour on its own.
 func TestARetriedUnitCountsOnceAgainstTheHour(t *testing.T) {

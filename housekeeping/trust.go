@@ -623,8 +623,7 @@ type spent struct {
 
 // spendAhead counts the budgeted units of actions not already counted in
 // the last hour as spent at now, before any of them runs, and returns them
-// as "class/unit". A unit counts once an hour (not at all while it is retrying
-// after failing ever since: settleSpent): retrying the same object is
+// as "class/unit". A unit counts once an hour: retrying the same object is
 // no more blast radius. A dry run spends nothing.
 func (l *Loop) spendAhead(now time.Time, actions []gc.Action) map[string]bool {
 	if d, ok := l.opts.Executor.(interface{ DryRun() bool }); ok && d.DryRun() {
@@ -634,7 +633,7 @@ func (l *Loop) spendAhead(now time.Time, actions []gc.Action) map[string]bool {
 	ahead := make(map[string]bool)
 	for _, a := range actions {
 		class, unit := gc.BudgetClass(a)
-		if class == "" || admitted[class+"/"+unit] || l.retrying[class+"/"+unit] {
+		if class == "" || admitted[class+"/"+unit] {
 			continue
 		}
 		admitted[class+"/"+unit] = true
@@ -688,24 +687,78 @@ func (l *Loop) holdUnrecorded(actions []gc.Action, err error) (kept []gc.Action,
 // counts as taken too, as a failed step does: it is retried without
 // counting against a pass again, and does not take its class's per-pass
 // budget every pass while what it rests on keeps failing.
-//
-// It also keeps l.retrying: the units taken (this hour, or retrying
-// already) whose steps failed this pass. Such a unit is not counted again
-// when its hour is over: max_per_hour steps that keep failing (a CNI DEL
-// that fails for every leaked sandbox, pod cgroups held by D-state
-// processes) would else take the hour's budget again each hour, and being
-// eligible longest come first, so a newer step of their class would never
-// run. Anything else (a success, a refusal, a pass that did not propose
-// it) ends it: the unit counts again when next taken.
 func (l *Loop) settleSpent(now time.Time, ahead map[string]bool, outcomes []executor.Outcome) {
+	failing := failingSteps(outcomes)
+	ran := make(map[string]bool)
+	for _, o := range outcomes {
+		taken := o.Result == executor.Success || o.Result == executor.Error ||
+			(o.Result == executor.Skipped && slices.ContainsFunc(o.Action.DependsOn, failing))
+		if !taken {
+			continue
+		}
+		if class, unit := gc.BudgetClass(o.Action); class != "" {
+			ran[class+"/"+unit] = true
+		}
+	}
+	l.spent = slices.DeleteFunc(l.spent, func(s spent) bool {
+		key := s.class + "/" + s.unit
+		return s.at.Equal(now) && ahead[key] && !ran[key]
+	})
+}
+
+// noteFailing keeps l.failing: the budgeted units whose steps failed at
+// their last try (one of them failed, backs off, or was skipped for one
+// that did), for as long as the plan proposes them (also held by the
+// budget, untried). A unit with outcomes none of which fails (a success, a
+// refusal by its check), or that the plan no longer proposes, is no longer
+// failing. A pass takes other units of a class first (gc.Input.BudgetFailing):
+// each failing one is counted again when its hour is over, and max_per_hour
+// steps that keep failing (a CNI DEL that fails for every leaked sandbox,
+// pod cgroups held by D-state processes) would else take every hour's budget
+// first, being eligible longest, and a newer step of their class never run.
+func (l *Loop) noteFailing(plan gc.Result, outcomes []executor.Outcome) {
+	failing := failingSteps(outcomes)
+	proposed := make(map[string]bool, len(plan.Actions)+len(plan.Deferred))
+	for _, a := range plan.Actions {
+		if class, unit := gc.BudgetClass(a); class != "" {
+			proposed[class+"/"+unit] = true
+		}
+	}
+	for _, d := range plan.Deferred {
+		if class, unit := gc.BudgetClass(d.Action); class != "" {
+			proposed[class+"/"+unit] = true
+		}
+	}
+	now := make(map[string]bool)
+	tried := make(map[string]bool)
+	for _, o := range outcomes {
+		class, unit := gc.BudgetClass(o.Action)
+		if class == "" {
+			continue
+		}
+		key := class + "/" + unit
+		tried[key] = true
+		if failing(o.Action.Key) {
+			now[key] = true
+		}
+	}
+	for key := range l.failing {
+		if proposed[key] && !tried[key] {
+			now[key] = true // held, untried: as it was
+		}
+	}
+	l.failing = now
+}
+
+// failingSteps reports, by action key, whether a step of outcomes failed
+// or backs off, or was skipped for one that did, through any chain of
+// dependencies (outcomes come in the plan's order, not the waves').
+func failingSteps(outcomes []executor.Outcome) func(key string) bool {
 	result := make(map[string]executor.Result, len(outcomes))
 	deps := make(map[string][]string, len(outcomes))
 	for _, o := range outcomes {
 		result[o.Action.Key], deps[o.Action.Key] = o.Result, o.Action.DependsOn
 	}
-	// failing: the step failed or backs off, or was skipped for one that
-	// did, through any chain of dependencies (outcomes come in the plan's
-	// order, not the waves').
 	memo := make(map[string]bool)
 	var failing func(key string) bool
 	failing = func(key string) bool {
@@ -723,31 +776,7 @@ func (l *Loop) settleSpent(now time.Time, ahead map[string]bool, outcomes []exec
 		memo[key] = f
 		return f
 	}
-	ran := make(map[string]bool)
-	for _, o := range outcomes {
-		taken := o.Result == executor.Success || o.Result == executor.Error ||
-			(o.Result == executor.Skipped && slices.ContainsFunc(o.Action.DependsOn, failing))
-		if !taken {
-			continue
-		}
-		if class, unit := gc.BudgetClass(o.Action); class != "" {
-			ran[class+"/"+unit] = true
-		}
-	}
-	l.spent = slices.DeleteFunc(l.spent, func(s spent) bool {
-		key := s.class + "/" + s.unit
-		return s.at.Equal(now) && ahead[key] && !ran[key]
-	})
-	admitted := l.budgetSpent(now)
-	retrying := make(map[string]bool)
-	for _, o := range outcomes {
-		class, unit := gc.BudgetClass(o.Action)
-		key := class + "/" + unit
-		if class != "" && failing(o.Action.Key) && (admitted[key] || l.retrying[key]) {
-			retrying[key] = true
-		}
-	}
-	l.retrying = retrying
+	return failing
 }
 
 // budgetSpent returns the budgeted units taken in the hour before now, as

@@ -57,7 +57,20 @@ func (d PodDirs) Present(uid string) bool {
 // ListPodDirs reads <kubeletRoot>/pods. It never returns a ready oracle built
 // from partial data: any error while reading makes it not ready.
 func ListPodDirs(ctx context.Context, kubeletRoot string) PodDirs {
+	return listPodDirs(ctx, kubeletRoot, nil)
+}
+
+// listPodDirs is ListPodDirs; afterRead, when set, runs between the read of
+// the entries and the look at the pods dir after it (a test's seam).
+func listPodDirs(ctx context.Context, kubeletRoot string, afterRead func()) PodDirs {
 	dir := filepath.Join(kubeletRoot, "pods")
+	// Its identity before the entries, compared with the one after: a
+	// pods dir mounted over or replaced in between would give the entries
+	// of one and the identity of the other.
+	var devBefore, inoBefore uint64
+	if fi, err := os.Stat(dir); err == nil {
+		devBefore, inoBefore, _ = DevIno(fi)
+	}
 	entries, err := dirlist.Read(ctx, dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -75,6 +88,9 @@ func ListPodDirs(ctx context.Context, kubeletRoot string) PodDirs {
 			uids[e.Name()] = struct{}{}
 		}
 	}
+	if afterRead != nil {
+		afterRead()
+	}
 	// After the entries: a pod dir removed before the listing has changed
 	// the time read here.
 	fi, err := os.Stat(dir)
@@ -82,8 +98,12 @@ func ListPodDirs(ctx context.Context, kubeletRoot string) PodDirs {
 		return PodDirs{Err: fmt.Errorf("kubelet pods dir %s cannot be read: %w", dir, err)}
 	}
 	dev, ino, ok := DevIno(fi)
-	if !ok {
+	switch {
+	case !ok:
 		return PodDirs{Err: fmt.Errorf("kubelet pods dir %s: no device and inode number in %T", dir, fi.Sys())}
+	case dev != devBefore || ino != inoBefore:
+		return PodDirs{Err: fmt.Errorf("kubelet pods dir %s was mounted over or replaced while it was read (device %d:%d inode %d, then %d:%d inode %d): read again next pass",
+			dir, unix.Major(devBefore), unix.Minor(devBefore), inoBefore, unix.Major(dev), unix.Minor(dev), ino)}
 	}
 	return PodDirs{Ready: true, UIDs: uids, ModTime: fi.ModTime(), Born: birthTime(dir), Dev: dev, Ino: ino}
 }

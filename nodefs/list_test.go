@@ -783,3 +783,29 @@ func TestListPodDirsReadsTheBirthTimeWhereTheFileSystemKeepsOne(t *testing.T) {
 		t.Errorf("Born = %s, want the pods dir's making, after %s", d.Born, before)
 	}
 }
+
+// TestAPodsDirReplacedWhileReadIsNoOracle: the pods dir's entries and its
+// identity (which the check right before a step compares) must be of one
+// directory; one mounted over or put in its place between the two reads
+// gives no oracle this pass.
+func TestAPodsDirReplacedWhileReadIsNoOracle(t *testing.T) {
+	root := t.TempDir()
+	pods := filepath.Join(root, "pods")
+	if err := os.MkdirAll(filepath.Join(pods, "0f4d3c2b-1a2b-4c3d-8e9f-0123456789ab"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if d := listPodDirs(context.Background(), root, nil); !d.Ready || d.Ino == 0 {
+		t.Fatalf("the pods dir, left alone: %+v, want a ready oracle with its inode", d)
+	}
+	d := listPodDirs(context.Background(), root, func() {
+		if err := os.Rename(pods, pods+".old"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(pods, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if d.Ready || d.Err == nil || !strings.Contains(d.Err.Error(), "mounted over or replaced while it was read") {
+		t.Fatalf("a pods dir replaced while read: ready %v, err %v; want no oracle, saying so", d.Ready, d.Err)
+	}
+}

@@ -400,14 +400,18 @@ func (r *Reclaimer) DeleteAttachment(ctx context.Context, a Attachment) error {
 		if reason := resultNotConvertible(cur.result, n.List.CNIVersion); reason != "" {
 			return refuse(path, "libcni cannot read its cached result as the network's version %s (%s): its DEL would crash, or remove the entry first and run without it", n.List.CNIVersion, reason)
 		}
-		if reason := resultNotConvertible(cur.result, current.ImplementedSpecVersion); reason != "" {
-			return refuse(path, "its cached result's addresses cannot be read (%s): the DEL would pass on, as prevResult, addresses no check looked at", reason)
-		}
 		_, err := withoutPanic("reading the cached result", func() (types.Result, error) {
 			return r.cni.GetNetworkListCachedResult(n.List, rt)
 		})
 		if err != nil {
 			return refuse(path, "libcni cannot read its cached result as the network's version %s (%v): its DEL would remove the entry first and run without it", n.List.CNIVersion, err)
+		}
+		if len(cur.result) > 0 {
+			// Any error, not only the null elements checked above:
+			// resultIPs read no address of such a result.
+			if _, err := convertResult(cur.result, current.ImplementedSpecVersion); err != nil {
+				return refuse(path, "its cached result's addresses cannot be read (%v): the DEL would pass on, as prevResult, addresses no check looked at", err)
+			}
 		}
 	}
 	dctx, cancel := context.WithTimeout(ctx, r.stepTimeout)
