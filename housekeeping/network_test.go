@@ -338,17 +338,8 @@ func TestABrokenCNIConfigIsAnErrorNoCNIIsNot(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			kubeletRoot := t.TempDir()
-			if err := os.MkdirAll(filepath.Join(kubeletRoot, "pods"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			rt := &fakeRuntime{}
-			rt.set(cri.Snapshot{TakenAt: now}, nil)
-			log, buf := testLogger()
 			obs := &partsObserver{}
-			loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot, Observer: obs,
-				Policy:  gc.Policy{Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
-				Network: NewNetwork(&fakeContainerd{netnsDir: t.TempDir()}, NetworkOptions{CacheDir: t.TempDir(), ConfDir: confDir, BinDir: "/nonexistent"})}, log)
+			loop, buf := confDirLoop(t, confDir, obs)
 			loop.Pass(context.Background())
 			r := loop.Pass(context.Background())
 			// once and report say a failure too (NOT LOOKED FOR; once exits 1).
@@ -716,16 +707,7 @@ func TestANetworkWhoseIPAMIsNotInItsConflistIsSaidOnce(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(confDir, "10-flannel.conflist"), []byte(tc.conf), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			kubeletRoot := t.TempDir()
-			if err := os.MkdirAll(filepath.Join(kubeletRoot, "pods"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			rt := &fakeRuntime{}
-			rt.set(cri.Snapshot{TakenAt: now}, nil)
-			log, buf := testLogger()
-			loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot,
-				Policy:  gc.Policy{Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
-				Network: NewNetwork(&fakeContainerd{netnsDir: t.TempDir()}, NetworkOptions{CacheDir: t.TempDir(), ConfDir: confDir, BinDir: "/nonexistent"})}, log)
+			loop, buf := confDirLoop(t, confDir, nil)
 			for range 3 {
 				r := loop.Pass(context.Background())
 				if slices.ContainsFunc(r.NotLookedFor, func(s string) bool { return strings.HasPrefix(s, "network (") }) {
@@ -753,4 +735,21 @@ func TestANetworkWhoseIPAMIsNotInItsConflistIsSaidOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// confDirLoop is a loop, with the network side on containerd's CNI
+// configuration in confDir, on an empty node; it logs to the buffer.
+func confDirLoop(t *testing.T, confDir string, obs Observer) (*Loop, *bytes.Buffer) {
+	t.Helper()
+	kubeletRoot := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(kubeletRoot, "pods"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt := &fakeRuntime{}
+	rt.set(cri.Snapshot{TakenAt: now}, nil)
+	log, buf := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: time.Hour, KubeletRoot: kubeletRoot, Observer: obs,
+		Policy:  gc.Policy{Budget: gc.Budget{MaxPerPass: 10, MinPerPass: 10, MaxFraction: 1, MaxPerHour: 100}},
+		Network: NewNetwork(&fakeContainerd{netnsDir: t.TempDir()}, NetworkOptions{CacheDir: t.TempDir(), ConfDir: confDir, BinDir: "/nonexistent"})}, log)
+	return loop, buf
 }

@@ -94,6 +94,20 @@ func TestASymlinkedPodsDirDoesNotAbortEveryGoneStep(t *testing.T) {
 	}
 }
 
+// failingLogDirsLoop is a loop of 30 s passes, with the review's policy,
+// on a node whose pod log dirs in podLogs are removed but for those in
+// fail (failingFiles); it started an hour ago.
+func failingLogDirsLoop(root, podLogs string, fail map[string]bool) (*Loop, *fakeRuntime, *failingFiles) {
+	rt := &fakeRuntime{}
+	files := &failingFiles{fail: fail}
+	log, _ := testLogger()
+	loop := New(podstate.New(0), rt, Options{Period: 30 * time.Second, KubeletRoot: root,
+		Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
+		Policy:   reviewPolicy(podLogs)}, log)
+	loop.started = now.Add(-time.Hour)
+	return loop, rt, files
+}
+
 // Steps of a class that keep failing (pod log dirs the remover refuses,
 // cgroups with a D-state process) stay due forever; on a node with fewer
 // than 20 Ready sandboxes the per-pass budget is 1. Their retries must not
@@ -119,13 +133,7 @@ func TestStuckStepsDoNotPauseTheirClassForever(t *testing.T) {
 			for i := range tc.stuck {
 				fail[mkPodLogDir(t, podLogs, testUID(100+i))] = true
 			}
-			rt := &fakeRuntime{}
-			files := &failingFiles{fail: fail}
-			log, _ := testLogger()
-			loop := New(podstate.New(0), rt, Options{Period: 30 * time.Second, KubeletRoot: root,
-				Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
-				Policy:   reviewPolicy(podLogs)}, log)
-			loop.started = now.Add(-time.Hour)
+			loop, rt, files := failingLogDirsLoop(root, podLogs, fail)
 			var b string
 			removedAt := -1
 			for pass := range 4 * 120 { // four hours
@@ -166,13 +174,7 @@ func TestStepsFailingForHoursActWithinTheBudgetWhenTheCauseClears(t *testing.T) 
 		fail[p] = true
 		all = append(all, p)
 	}
-	rt := &fakeRuntime{}
-	files := &failingFiles{fail: fail}
-	log, _ := testLogger()
-	loop := New(podstate.New(0), rt, Options{Period: 30 * time.Second, KubeletRoot: root,
-		Executor: executor.New(criRecorder{}, files, executor.Options{MaxParallel: 1}, nil),
-		Policy:   reviewPolicy(podLogs)}, log)
-	loop.started = now.Add(-time.Hour)
+	loop, rt, files := failingLogDirsLoop(root, podLogs, fail)
 	pass := 0
 	run := func(n int) {
 		for range n {
