@@ -68,7 +68,8 @@ func (b Budget) PerPass(ready int) int {
 // leaking at once on a small node are reclaimed one a pass, not paused for
 // good. A class trips when it may take nothing (its hour is spent), or, for
 // orphan stops, when the pass is over its budget: every due action of it is
-// held and the trip returned. A unit taken already this hour
+// held and the trip returned (those that failed at their last try are not
+// counted as the surge: they wait for places left). A unit taken already this hour
 // (Input.BudgetAdmitted: a step that failed and is retried) is neither
 // counted nor held: it was within the budget when first taken. The classes
 // are decided in budgetOrder, each after what the earlier ones held is
@@ -121,7 +122,13 @@ func (p *planner) budget(sorted []*Action, notDue map[string]waiting) []Trip {
 		if units <= allowed {
 			continue
 		}
-		if allowed > 0 && !allOrNothing(class) {
+		if allowed > 0 && (!allOrNothing(class) || p.unitsNotFailing(class, actions) <= allowed) {
+			// Orphan stops are all or nothing as a surge of new ones
+			// (what a wrong source looks like); those that failed at
+			// their last try were taken within the budget before, and
+			// wait for the places left, or a failing one, counted again
+			// when its hour is over, would trip the class with each newer
+			// one, for as long as it keeps failing.
 			p.throttle(actions, allowed, notDue, class)
 			continue
 		}
@@ -191,8 +198,21 @@ func (p *planner) dueInClass(class string, sorted []*Action, notDue map[string]w
 	return units, actions
 }
 
+// unitsNotFailing counts the units of actions, of class, that did not fail
+// at their last try (Input.BudgetFailing).
+func (p *planner) unitsNotFailing(class string, actions []*Action) int {
+	units := make(map[string]bool)
+	for _, a := range actions {
+		if _, unit := BudgetClass(*a); !p.in.BudgetFailing[class+"/"+unit] {
+			units[unit] = true
+		}
+	}
+	return len(units)
+}
+
 // allOrNothing reports whether a pass over the budget of class takes none
-// of its steps, rather than as many as allowed.
+// of its steps, rather than as many as allowed (see budget: but for those
+// that failed at their last try).
 func allOrNothing(class string) bool { return class == ClassOrphanStop }
 
 // multiActionUnits reports whether a unit of class may have several

@@ -927,6 +927,11 @@ func checkBudget(t *testing.T, in Input, r Result) {
 		if !d.Throttled || in.BudgetFailing[class+"/"+unit] {
 			continue
 		}
+		// New orphan stops are all or nothing: a pass takes every one
+		// or none, and only those that failed before wait for places.
+		if class == ClassOrphanStop {
+			t.Fatalf("orphan stop %s, which did not fail at its last try, is held for a later pass while others are stopped", unit)
+		}
 		for taken := range units[class] {
 			if in.BudgetFailing[class+"/"+taken] {
 				t.Fatalf("class %s takes %s, which failed at its last try, and holds %s, which did not", class, taken, unit)

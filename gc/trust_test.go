@@ -603,3 +603,53 @@ func TestACapOfZeroDisablesBudgetedStepsWithoutATrip(t *testing.T) {
 		})
 	}
 }
+
+// TestAFailingOrphanStopDoesNotTripItsClassWithEachNewerOne: orphan stops
+// are all or nothing as a surge of new ones; one that failed at its last
+// try, counted again when its hour is over, waits for the places left, or
+// with each newer orphan the class would trip, nothing would run, and the
+// same input would come again every pass for as long as it fails. New
+// orphans over the budget still trip it.
+func TestAFailingOrphanStopDoesNotTripItsClassWithEachNewerOne(t *testing.T) {
+	var sandboxes []cri.Sandbox
+	for i := range 20 {
+		sandboxes = append(sandboxes, sb(fmt.Sprintf("s%d", i), fmt.Sprintf("u%d", i), true, time.Hour))
+	}
+	pol := policy()
+	pol.StopOrphans = true
+	pol.Budget = Budget{MaxPerPass: 3, MaxFraction: 0.1, MinPerPass: 1, MaxPerHour: 20} // 20 Ready: 2 a pass
+	stopped := func(r Result, uid string) bool {
+		return slices.ContainsFunc(r.Actions, func(a Action) bool { return a.Rule == RuleOrphanStop && a.Pod.UID == uid })
+	}
+	for _, tc := range []struct {
+		name    string
+		gone    []string        // orphans: no pod dir
+		failing map[string]bool // BudgetFailing
+		stops   []string        // want stopped
+		trip    bool
+	}{
+		{"a failing one and two newer ones: the newer ones", []string{"u0", "u1", "u2"}, map[string]bool{ClassOrphanStop + "/u0": true}, []string{"u1", "u2"}, false},
+		{"a failing one and a newer one: both", []string{"u0", "u1"}, map[string]bool{ClassOrphanStop + "/u0": true}, []string{"u0", "u1"}, false},
+		{"three new ones over the budget: none", []string{"u0", "u1", "u2"}, map[string]bool{}, nil, true},
+		{"three new ones and a failing one: none", []string{"u0", "u1", "u2", "u3"}, map[string]bool{ClassOrphanStop + "/u0": true}, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var live []string
+			for i := range 20 {
+				if uid := fmt.Sprintf("u%d", i); !slices.Contains(tc.gone, uid) {
+					live = append(live, uid)
+				}
+			}
+			r := Plan(Input{Now: now, Policy: pol, Oracle: present(live...), Sandboxes: sandboxes,
+				BudgetAdmitted: map[string]bool{}, BudgetFailing: tc.failing})
+			for _, uid := range tc.gone {
+				if want := slices.Contains(tc.stops, uid); stopped(r, uid) != want {
+					t.Errorf("orphan %s stopped: %v, want %v (trips %+v)", uid, stopped(r, uid), want, r.Trips)
+				}
+			}
+			if tripped := len(r.Trips) > 0; tripped != tc.trip {
+				t.Errorf("tripped: %v, want %v (%+v)", tripped, tc.trip, r.Trips)
+			}
+		})
+	}
+}

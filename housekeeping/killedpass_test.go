@@ -179,8 +179,9 @@ func TestAUnitHeldByAFailingPrerequisiteStaysSpentWhateverTheOrder(t *testing.T)
 // TestAUnitIsFailingFromItsFailureUntilItsNextOtherOutcome: a unit is
 // failing (taken after the others of its class) from a failed try on,
 // also while the budget holds it untried, until a try of it ends
-// otherwise (a success, a refusal by its check) or the plan no longer
-// proposes it.
+// otherwise (a success, a refusal by its check) or the plan has not
+// proposed it for an hour (a pass that did not look at its class proposes
+// nothing of it). A unit of several steps is failing when one of them is.
 func TestAUnitIsFailingFromItsFailureUntilItsNextOtherOutcome(t *testing.T) {
 	podDir := gc.Action{Kind: gc.RemovePodDir, Key: "pod-dir/u1", Pod: gc.PodRef{UID: "u1"}}
 	unit := gc.ClassPodDir + "/" + podDir.Key
@@ -188,28 +189,40 @@ func TestAUnitIsFailingFromItsFailureUntilItsNextOtherOutcome(t *testing.T) {
 	held := gc.Result{Deferred: []gc.Deferred{{Action: podDir, Budget: gc.ClassPodDir, Throttled: true}}}
 	for _, tc := range []struct {
 		name     string
+		after    time.Duration
 		plan     gc.Result
 		outcomes []executor.Outcome
 		failing  bool
 	}{
-		{"failed again", proposed, []executor.Outcome{{Action: podDir, Result: executor.Error}}, true},
-		{"backs off", proposed, []executor.Outcome{{Action: podDir, Result: executor.Backoff}}, true},
-		{"held by the budget, untried", held, nil, true},
-		{"succeeded", proposed, []executor.Outcome{{Action: podDir, Result: executor.Success}}, false},
-		{"refused by its check", proposed, []executor.Outcome{{Action: podDir, Result: executor.Aborted}}, false},
-		{"no longer proposed", gc.Result{}, nil, false},
+		{"failed again", time.Minute, proposed, []executor.Outcome{{Action: podDir, Result: executor.Error}}, true},
+		{"backs off", time.Minute, proposed, []executor.Outcome{{Action: podDir, Result: executor.Backoff}}, true},
+		{"held by the budget, untried", time.Minute, held, nil, true},
+		{"succeeded", time.Minute, proposed, []executor.Outcome{{Action: podDir, Result: executor.Success}}, false},
+		{"refused by its check", time.Minute, proposed, []executor.Outcome{{Action: podDir, Result: executor.Aborted}}, false},
+		{"not proposed by a pass that did not look at its class", time.Minute, gc.Result{}, nil, true},
+		{"not proposed for an hour", time.Hour, gc.Result{}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log, _ := testLogger()
 			l := New(podstate.New(0), &fakeRuntime{}, Options{Executor: &fakeExecutor{}}, log)
-			l.noteFailing(proposed, []executor.Outcome{{Action: podDir, Result: executor.Error}})
-			if !l.failing[unit] {
+			l.noteFailing(now, proposed, []executor.Outcome{{Action: podDir, Result: executor.Error}})
+			if _, ok := l.failing[unit]; !ok {
 				t.Fatalf("after a failed try: failing %v, want %s", l.failing, unit)
 			}
-			l.noteFailing(tc.plan, tc.outcomes)
-			if l.failing[unit] != tc.failing {
+			l.noteFailing(now.Add(tc.after), tc.plan, tc.outcomes)
+			if _, ok := l.failing[unit]; ok != tc.failing {
 				t.Fatalf("failing %v, want %s failing: %v", l.failing, unit, tc.failing)
 			}
 		})
+	}
+	// A leaked sandbox's network steps are one unit: its pod network's
+	// DEL failing and its loopback DEL done, it is failing.
+	net := gc.Action{Kind: gc.RemoveCNIAttachment, Key: "cni/pods/c1", ContainerID: "c1"}
+	lo := gc.Action{Kind: gc.RemoveCNIAttachment, Key: "cni/lo/c1", ContainerID: "c1"}
+	log, _ := testLogger()
+	l := New(podstate.New(0), &fakeRuntime{}, Options{Executor: &fakeExecutor{}}, log)
+	l.noteFailing(now, gc.Result{Actions: []gc.Action{net, lo}}, []executor.Outcome{{Action: net, Result: executor.Error}, {Action: lo, Result: executor.Success}})
+	if _, ok := l.failing[gc.ClassNetwork+"/c1"]; !ok {
+		t.Fatalf("a unit one of whose steps failed: failing %v, want %s", l.failing, gc.ClassNetwork+"/c1")
 	}
 }

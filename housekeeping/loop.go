@@ -235,9 +235,10 @@ type Loop struct {
 	// spent are the budgeted steps taken in the last hour.
 	spent []spent
 	// failing are the budgeted units (as "class/unit") whose steps failed
-	// at their last try, while the plan still proposes them (noteFailing):
-	// a pass takes other units of their class first. In memory only.
-	failing map[string]bool
+	// at their last try, and when the plan last proposed them
+	// (noteFailing): a pass takes other units of their class first. In
+	// memory only.
+	failing map[string]time.Time
 	// budgetHeldUntil: every budgeted step is held until then, for
 	// budgetHeldWhy (a state file could not be read; see Restore).
 	budgetHeldUntil time.Time
@@ -597,7 +598,7 @@ func (l *Loop) Pass(ctx context.Context) PassResult {
 			}
 			r.Outcomes = l.opts.Executor.Execute(ctx, r.Plan.Actions, in.Now, l.recheck(snap.TakenAt, syncs, in.Oracle.PodDirs))
 			l.settleSpent(in.Now, ahead, r.Outcomes)
-			l.noteFailing(r.Plan, r.Outcomes)
+			l.noteFailing(in.Now, r.Plan, r.Outcomes)
 		}
 		if r.Plan.NotReady == "" {
 			// A pass that planned nothing ended nothing: the backoffs
@@ -623,7 +624,10 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		PodNames:      make(map[string]gc.PodRef),
 	}
 	in.BudgetAdmitted = l.budgetSpent(snap.TakenAt)
-	in.BudgetFailing = l.failing
+	in.BudgetFailing = make(map[string]bool, len(l.failing))
+	for unit := range l.failing {
+		in.BudgetFailing[unit] = true
+	}
 	in.BudgetHeld = l.budgetHeld(snap.TakenAt)
 	listed := listedUIDs(snap)
 	inView := make(map[string]bool, len(view.Pods))

@@ -163,7 +163,8 @@ func TestStuckStepsDoNotPauseTheirClassForever(t *testing.T) {
 // disk) hour after hour are taken within the budget all the same: when
 // the cause clears, no more than max_per_hour of them act at once (an
 // exemption of failing units from the hour's count let 60 act in 6
-// minutes).
+// minutes). The per-pass budget is large here, so that only the hour's
+// bounds them.
 func TestStepsFailingForHoursActWithinTheBudgetWhenTheCauseClears(t *testing.T) {
 	root := podDirs(t, testUID(70))
 	podLogs := t.TempDir()
@@ -175,6 +176,7 @@ func TestStepsFailingForHoursActWithinTheBudgetWhenTheCauseClears(t *testing.T) 
 		all = append(all, p)
 	}
 	loop, rt, files := failingLogDirsLoop(root, podLogs, fail)
+	loop.opts.Policy.Budget = gc.Budget{MaxPerPass: 100, MinPerPass: 100, MaxFraction: 1, MaxPerHour: 20}
 	pass := 0
 	run := func(n int) {
 		for range n {
@@ -202,6 +204,10 @@ func TestStepsFailingForHoursActWithinTheBudgetWhenTheCauseClears(t *testing.T) 
 	run(12) // six minutes
 	if n := removed(); n == 0 || n > 20 {
 		t.Fatalf("%d pod log dirs removed in the 6 minutes after the cause cleared, want some and at most max_per_hour = 20", n)
+	}
+	run(120) // the hour after: those taken in the hour before clear it
+	if n := removed(); n > 40 {
+		t.Fatalf("%d pod log dirs removed in the hour after the cause cleared, want at most the hour before's 20 and the hour's 20", n)
 	}
 }
 

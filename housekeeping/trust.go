@@ -708,15 +708,16 @@ func (l *Loop) settleSpent(now time.Time, ahead map[string]bool, outcomes []exec
 
 // noteFailing keeps l.failing: the budgeted units whose steps failed at
 // their last try (one of them failed, backs off, or was skipped for one
-// that did), for as long as the plan proposes them (also held by the
-// budget, untried). A unit with outcomes none of which fails (a success, a
-// refusal by its check), or that the plan no longer proposes, is no longer
-// failing. A pass takes other units of a class first (gc.Input.BudgetFailing):
+// that did), also while the budget holds them untried. A unit with
+// outcomes none of which fails (a success, a refusal by its check) is no
+// longer failing; nor is one the plan has not proposed for failingKept (a
+// pass that did not look at its class, its source unreadable, proposes
+// nothing of it, and must not make it new). A pass takes other units of a class first (gc.Input.BudgetFailing):
 // each failing one is counted again when its hour is over, and max_per_hour
 // steps that keep failing (a CNI DEL that fails for every leaked sandbox,
 // pod cgroups held by D-state processes) would else take every hour's budget
 // first, being eligible longest, and a newer step of their class never run.
-func (l *Loop) noteFailing(plan gc.Result, outcomes []executor.Outcome) {
+func (l *Loop) noteFailing(at time.Time, plan gc.Result, outcomes []executor.Outcome) {
 	failing := failingSteps(outcomes)
 	proposed := make(map[string]bool, len(plan.Actions)+len(plan.Deferred))
 	for _, a := range plan.Actions {
@@ -729,7 +730,7 @@ func (l *Loop) noteFailing(plan gc.Result, outcomes []executor.Outcome) {
 			proposed[class+"/"+unit] = true
 		}
 	}
-	now := make(map[string]bool)
+	kept := make(map[string]time.Time)
 	tried := make(map[string]bool)
 	for _, o := range outcomes {
 		class, unit := gc.BudgetClass(o.Action)
@@ -739,16 +740,24 @@ func (l *Loop) noteFailing(plan gc.Result, outcomes []executor.Outcome) {
 		key := class + "/" + unit
 		tried[key] = true
 		if failing(o.Action.Key) {
-			now[key] = true
+			kept[key] = at
 		}
 	}
-	for key := range l.failing {
-		if proposed[key] && !tried[key] {
-			now[key] = true // held, untried: as it was
+	for key, last := range l.failing {
+		switch {
+		case tried[key]:
+		case proposed[key]:
+			kept[key] = at // held, untried: as it was
+		case at.Sub(last) < failingKept:
+			kept[key] = last
 		}
 	}
-	l.failing = now
+	l.failing = kept
 }
+
+// failingKept is how long a unit that failed stays failing while the plan
+// does not propose it: as long as a unit counts against the hour.
+const failingKept = time.Hour
 
 // failingSteps reports, by action key, whether a step of outcomes failed
 // or backs off, or was skipped for one that did, through any chain of
