@@ -248,7 +248,7 @@ func (p *planner) throttle(actions []*Action, allowed int, notDue map[string]wai
 			taken[unit] = true
 		}
 		if !taken[unit] {
-			notDue[a.Key] = waiting{budget: class, throttled: true}
+			notDue[a.Key] = waiting{budget: class, throttled: true, failed: failed(a)}
 		}
 	}
 }

@@ -854,7 +854,7 @@ func (p *planner) resolve() Result {
 	r.Actions = make([]Action, 0, len(sorted)-len(notDue))
 	for _, a := range sorted {
 		if w, deferred := notDue[a.Key]; deferred {
-			r.Deferred = append(r.Deferred, Deferred{Action: *a, GraceLeft: w.graceLeft, WaitsFor: w.waitsFor, Budget: w.budget, Throttled: w.throttled, Disabled: w.disabled})
+			r.Deferred = append(r.Deferred, Deferred{Action: *a, GraceLeft: w.graceLeft, WaitsFor: w.waitsFor, Budget: w.budget, Throttled: w.throttled, FailedBefore: w.failed, Disabled: w.disabled})
 			continue
 		}
 		r.Actions = append(r.Actions, *a)
@@ -917,6 +917,7 @@ type waiting struct {
 	waitsFor  string
 	budget    string // the budget class that holds it back
 	throttled bool   // ... until a later pass, the class not paused
+	failed    bool   // ... and, throttled, its unit failed at its last try
 	disabled  bool   // ... for as long as the budget's configured cap is 0
 }
 

@@ -650,6 +650,20 @@ func TestAFailingOrphanStopDoesNotTripItsClassWithEachNewerOne(t *testing.T) {
 			if tripped := len(r.Trips) > 0; tripped != tc.trip {
 				t.Errorf("tripped: %v, want %v (%+v)", tripped, tc.trip, r.Trips)
 			}
+			// One held for the others says why.
+			held := 0
+			for _, d := range r.Deferred {
+				if d.Rule != RuleOrphanStop || tc.trip {
+					continue
+				}
+				held++
+				if !strings.Contains(d.Why(), "failed at its last try: the others go first") {
+					t.Errorf("%s held: %q, want it to say it failed before and the others go first", d.Key, d.Why())
+				}
+			}
+			if !tc.trip && held == 0 && len(tc.stops) < len(tc.gone) {
+				t.Errorf("no orphan stop held, want those not stopped held")
+			}
 		})
 	}
 }

@@ -311,6 +311,9 @@ type Deferred struct {
 	// eligible longest; this one waits for a later pass (the class is not
 	// paused).
 	Throttled bool
+	// FailedBefore: throttled, its unit failed at its last try
+	// (Input.BudgetFailing), so the class's other steps went first.
+	FailedBefore bool
 	// Disabled: budget.max_per_pass or budget.max_per_hour is 0 (or
 	// max_fraction with min_per_pass), which
 	// disables every budgeted step (no class trips).
@@ -328,6 +331,8 @@ func (d Deferred) Why() string {
 	case d.Disabled:
 		return "not taken: budget.max_per_pass or budget.max_per_hour is 0, or budget.max_fraction with budget.min_per_pass, " +
 			"which disables every budgeted step (" + d.Budget + ")"
+	case d.Throttled && d.FailedBefore:
+		return "waits for a later pass: the blast-radius budget takes only so many " + d.Budget + " steps a pass, and this one failed at its last try: the others go first"
 	case d.Throttled:
 		return "waits for a later pass: the blast-radius budget takes only so many " + d.Budget + " steps a pass"
 	case d.Budget != "":
