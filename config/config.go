@@ -69,7 +69,7 @@ const (
 const UnixScheme = "unix://"
 
 // MaxSize is the largest config text Parse and Load accept, in bytes (the
-// documented example is about 6 KiB). It bounds the decoding time: go-toml's
+// documented example is about 11 KiB). It bounds the decoding time: go-toml's
 // duplicate-key tracking is quadratic in the number of keys of a table.
 const MaxSize = 64 << 10
 

@@ -716,7 +716,13 @@ func (l *Loop) planInput(ctx context.Context, snap cri.Snapshot, view podstate.V
 		// pod dir's removal, a pod cgroup's destroy): a node without one
 		// pays nothing, and a plugin that acts on neither says nothing.
 		in.PodDirMountsUnseen = l.opts.PodDirMountsUnseen(ctx)
-		l.sayWhileItLasts("pod-dir-mounts-unseen", in.PodDirMountsUnseen,
+		level := logrus.ErrorLevel
+		if strings.Contains(in.PodDirMountsUnseen, containerdProcessNotFound) {
+			// containerd restarting (an upgrade): routine, and nothing
+			// to do but wait; the CRI side says it too.
+			level = logrus.InfoLevel
+		}
+		l.sayWhileItLastsAt(level, "pod-dir-mounts-unseen", in.PodDirMountsUnseen,
 			"orphaned pod dirs are kept and their pod cgroups only CPU-reduced: this process may not see the mounts kubelet makes in them",
 			"this process sees the mounts kubelet makes in its pods dir again")
 	}
@@ -867,6 +873,10 @@ func (r runningContainers) lacksLink(l nodefs.ContainerLogLink) bool {
 	return !ok
 }
 
+// containerdProcessNotFound is in what PodDirMountsUnseenBy says while
+// containerd's process cannot be found: the loop says that at info.
+const containerdProcessNotFound = "cannot be told while containerd's process cannot be found"
+
 // PodDirMountsUnseenBy is Options.PodDirMountsUnseen for kubeletRoot's pods
 // dir, compared with the mount namespace of containerd (peerPID finds it):
 // the node's, where kubelet mounts too.
@@ -876,7 +886,7 @@ func PodDirMountsUnseenBy(peerPID func(ctx context.Context) (int, error), kubele
 		pid, err := peerPID(ctx)
 		if err != nil {
 			// containerd restarting, say: nothing to change but to wait.
-			return fmt.Sprintf("whether this process sees the mounts kubelet makes in %s cannot be told while containerd's process cannot be found (%v)", pods, err)
+			return fmt.Sprintf("whether this process sees the mounts kubelet makes in %s %s (%v)", pods, containerdProcessNotFound, err)
 		}
 		why := nodefs.MountsUnseen(pid, pods)
 		if why == "" {

@@ -111,3 +111,41 @@ func TestPodDirMountsUnseenByNamesThePodsDirAndWhatToDo(t *testing.T) {
 		})
 	}
 }
+
+// TestContainerdNotFoundForTheMountCheckIsSaidAtInfo: while containerd's
+// process cannot be found (restarting: an upgrade, a crash), whether the
+// mounts are seen cannot be told, and the pod dirs are kept; that is
+// routine, said at info, once. A process that may not see them is an
+// error, said when it starts.
+func TestContainerdNotFoundForTheMountCheckIsSaidAtInfo(t *testing.T) {
+	uid := testUID(732)
+	for _, tc := range []struct {
+		name  string
+		pid   func(context.Context) (int, error)
+		level string
+	}{
+		{"containerd not found", func(context.Context) (int, error) { return 0, errors.New("connection refused") }, "level=info"},
+		{"containerd in another PID namespace", func(context.Context) (int, error) { return 0, nil }, "level=error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := podDirs(t, uid)
+			cg := fakeCgroupsWithPodIf(t, true, uid)
+			o := newOrphanedPod(t, uid, root, cg, true)
+			log, buf := testLogger()
+			o.loop.log = log
+			o.loop.opts.PodDirMountsUnseen = PodDirMountsUnseenBy(tc.pid, root)
+			o.pass(0)
+			o.pass(3 * time.Minute)
+			o.pass(6 * time.Minute)
+			var said []string
+			for _, line := range strings.Split(buf.String(), "\n") {
+				if strings.Contains(line, "orphaned pod dirs are kept") {
+					said = append(said, line)
+				}
+			}
+			if len(said) != 1 || !strings.Contains(said[0], tc.level) {
+				t.Fatalf("said %q, want it once at %s", said, tc.level)
+			}
+		})
+	}
+}

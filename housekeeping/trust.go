@@ -810,6 +810,11 @@ func (l *Loop) budgetSpent(now time.Time) map[string]bool {
 // ones: every pod start changes them) is the same problem: its new wording
 // is said at debug level only.
 func (l *Loop) sayWhileItLasts(key, problem, what, recovered string) {
+	l.sayWhileItLastsAt(logrus.ErrorLevel, key, problem, what, recovered)
+}
+
+// sayWhileItLastsAt is sayWhileItLasts with the problem said at level.
+func (l *Loop) sayWhileItLastsAt(level logrus.Level, key, problem, what, recovered string) {
 	if problem != "" && l.stopping() {
 		l.log.WithField(logging.FieldReason, problem).Debug(what)
 		return
@@ -827,7 +832,7 @@ func (l *Loop) sayWhileItLasts(key, problem, what, recovered string) {
 			l.said[key] = problem
 		}
 	default:
-		l.log.WithField(logging.FieldReason, problem).Error(what)
+		l.log.WithField(logging.FieldReason, problem).Log(level, what)
 		l.said[key] = problem
 	}
 }
